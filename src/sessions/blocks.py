@@ -1,0 +1,90 @@
+"""Content blocks and messages: the provider-neutral vocabulary the model sees.
+
+Blocks are a tagged union on ``type`` (``text``, ``reasoning``, ``image``, ``tool-call``,
+``tool-result``). A message keeps a stable ``id`` across the log, the derived history and the request.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+
+class TextBlock(msgspec.Struct, frozen=True, tag="text", tag_field="type"):
+    text: str
+
+
+class ReasoningBlock(msgspec.Struct, frozen=True, tag="reasoning", tag_field="type"):
+    text: str
+
+
+class ImageBlock(msgspec.Struct, frozen=True, tag="image", tag_field="type", omit_defaults=True):
+    """An image attachment: metadata only, the bytes live elsewhere."""
+
+    attachment_id: str
+    media_type: str
+    bytes: int = 0
+    width: int | None = None
+    height: int | None = None
+
+
+class ToolCallBlock(msgspec.Struct, frozen=True, tag="tool-call", tag_field="type"):
+    id: str
+    name: str
+    arguments: str  # the raw JSON string the model produced
+
+
+class ToolResultBlock(
+    msgspec.Struct, frozen=True, tag="tool-result", tag_field="type", omit_defaults=True
+):
+    tool_call_id: str
+    content: tuple[TextBlock | ImageBlock, ...] = ()
+    is_error: bool = False
+
+
+Block = TextBlock | ReasoningBlock | ImageBlock | ToolCallBlock | ToolResultBlock
+
+Role = Literal["user", "assistant", "system"]
+
+
+class Source(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Who produced a message: ``user``, ``model``, ``tool`` or ``plugin`` (open for extension)."""
+
+    kind: str
+    provider: str | None = None
+    model: str | None = None
+    call_id: str | None = None
+    plugin: str | None = None
+    compaction_id: str | None = None
+
+
+USER_SOURCE = Source(kind="user")
+
+
+class Message(msgspec.Struct, frozen=True, omit_defaults=True):
+    id: str
+    role: Role
+    content: tuple[Block, ...]
+    source: Source = USER_SOURCE
+
+
+def text_of(blocks: tuple[Block, ...] | tuple[TextBlock | ImageBlock, ...]) -> str:
+    """The concatenated text of the text blocks (reasoning excluded)."""
+    return "\n".join(b.text for b in blocks if isinstance(b, TextBlock))
+
+
+def tool_calls_of(message: Message) -> list[ToolCallBlock]:
+    return [b for b in message.content if isinstance(b, ToolCallBlock)]
+
+
+def tool_result_of(message: Message) -> ToolResultBlock | None:
+    for block in message.content:
+        if isinstance(block, ToolResultBlock):
+            return block
+    return None
+
+
+def to_builtins(value: Any) -> Any:
+    """Plain JSON-compatible data for a Struct (used by the CLI and provider shapes)."""
+    return msgspec.to_builtins(value)

@@ -1,0 +1,113 @@
+"""The msgspec mapper: session events to stored rows and back.
+
+eventsourcing 9.5's default ``Mapper`` serialises ``vars()`` through its JSON transcoder and cannot
+handle msgspec Structs. This mapper stores ``topic`` = the event ``TYPE`` (a stable name, never a
+Python path) and ``state`` = the event encoded with ``msgspec.json``; decoding uses one cached typed
+decoder per type. An unknown type raises :class:`~sessions.errors.UnknownEventTypeError`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+import msgspec
+from eventsourcing.persistence import Mapper, StoredEvent
+
+from sessions.errors import StoreError
+from sessions.events import SessionEvent, event_class
+from sessions.session import SessionSnapshot
+
+SNAPSHOT_TOPIC = "session/snapshot"
+
+
+class EventEnvelope(msgspec.Struct, frozen=True):
+    """A session event addressed to its stream (satisfies eventsourcing's domain event protocol)."""
+
+    originator_id: UUID
+    originator_version: int
+    event: SessionEvent
+
+
+class SnapshotEnvelope(msgspec.Struct, frozen=True):
+    originator_id: UUID
+    originator_version: int
+    snapshot: SessionSnapshot
+
+
+_ENCODER = msgspec.json.Encoder()
+_DECODERS: dict[type[Any], msgspec.json.Decoder[Any]] = {}
+
+
+def _decoder(cls: type[Any]) -> msgspec.json.Decoder[Any]:
+    decoder = _DECODERS.get(cls)
+    if decoder is None:
+        decoder = _DECODERS[cls] = msgspec.json.Decoder(cls)
+    return decoder
+
+
+def encode_event(event: SessionEvent) -> bytes:
+    return _ENCODER.encode(event)
+
+
+def decode_event(event_type: str, payload: bytes, where: str = "") -> SessionEvent:
+    cls = event_class(event_type, where)
+    try:
+        event: SessionEvent = _decoder(cls).decode(payload)
+    except msgspec.DecodeError as e:
+        raise StoreError(f"cannot decode {event_type} payload{' at ' + where if where else ''}: {e}") from e
+    return event
+
+
+class SessionMapper(Mapper[UUID]):
+    def to_stored_event(self, domain_event: Any) -> StoredEvent:
+        if isinstance(domain_event, EventEnvelope):
+            topic, state = domain_event.event.TYPE, _ENCODER.encode(domain_event.event)
+        elif isinstance(domain_event, SnapshotEnvelope):
+            topic, state = SNAPSHOT_TOPIC, _ENCODER.encode(domain_event.snapshot)
+        else:
+            raise StoreError(f"cannot store {type(domain_event).__qualname__}: not a session event")
+        if self.compressor:
+            state = self.compressor.compress(state)
+        if self.cipher:
+            state = self.cipher.encrypt(state)
+        return StoredEvent(
+            originator_id=domain_event.originator_id,
+            originator_version=domain_event.originator_version,
+            topic=topic,
+            state=state,
+        )
+
+    def _state(self, stored: StoredEvent) -> bytes:
+        state = stored.state
+        if self.cipher:
+            state = self.cipher.decrypt(state)
+        if self.compressor:
+            state = self.compressor.decompress(state)
+        return state
+
+    def decode_event(self, stored: StoredEvent) -> SessionEvent:
+        where = f"session {stored.originator_id} seq {stored.originator_version}"
+        event = decode_event(stored.topic, self._state(stored), where)
+        if event.seq != stored.originator_version:
+            raise StoreError(
+                f"stored event at {where} carries seq {event.seq}; the stored payload does not "
+                "match its position (tampered or corrupt row)"
+            )
+        return event
+
+    def decode_snapshot(self, stored: StoredEvent) -> SessionSnapshot:
+        snapshot: SessionSnapshot = _decoder(SessionSnapshot).decode(self._state(stored))
+        return snapshot
+
+    def to_domain_event(self, stored_event: StoredEvent) -> Any:
+        originator_id = stored_event.originator_id
+        if not isinstance(originator_id, UUID):
+            originator_id = UUID(str(originator_id))
+        if stored_event.topic == SNAPSHOT_TOPIC:
+            return SnapshotEnvelope(
+                originator_id, stored_event.originator_version, self.decode_snapshot(stored_event)
+            )
+        return EventEnvelope(
+            originator_id, stored_event.originator_version, self.decode_event(stored_event)
+        )

@@ -1,0 +1,302 @@
+"""Session: one session's event stream, its append rules, and what the model sees.
+
+A session is a pure fold over its log: the :class:`~sessions.surface.Surface`, the turn/step
+:class:`~sessions.structure.Structure`, and a few counters. :meth:`Session.append` validates an event
+against all of them before it enters the log, so a rejected event leaves everything unchanged.
+Appended events stay *pending* until a :class:`~sessions.store.SessionStore` saves them.
+
+Sessions loaded from a snapshot keep only the fold state in memory and fetch event payloads lazily
+(``loader``) when a caller asks for them, so loading the latest state of a long session is cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import datetime
+from typing import ClassVar
+from uuid import UUID, uuid4
+
+import msgspec
+
+from sessions.blocks import Message
+from sessions.events import (
+    UNSET_SEQ,
+    UNSET_TIME,
+    AssistantMessage,
+    SessionEvent,
+    UserMessage,
+    now_utc,
+)
+from sessions.structure import Structure, StructureState
+from sessions.surface import Plan, Surface
+
+Validator = Callable[["Session", SessionEvent], None]
+"""An extra pre-commit rule: raise an :class:`EventRuleError` subclass to reject the event."""
+
+EventLoader = Callable[[int, int], Sequence[SessionEvent]]
+"""Fetch the stored events with ``lo <= seq < hi`` (used by sessions restored from a snapshot)."""
+
+LOAD_CHUNK = 2048
+
+
+class SessionSnapshot(msgspec.Struct, frozen=True):
+    """Everything the fold needs to continue after ``length`` events, without the events."""
+
+    length: int
+    nodes: tuple[int, ...]
+    deltas: tuple[int, ...]
+    generation: int
+    structure: StructureState
+    last_by_type: dict[str, int]
+    type_counts: dict[str, int]
+    first_user_seq: int | None
+
+
+class Session:
+    """One session's log and its folds. Not thread-safe: one writer per session object."""
+
+    validators: ClassVar[list[Validator]] = []
+    strict_structure: bool = True
+
+    def __init__(
+        self,
+        session_id: UUID | None = None,
+        *,
+        strict_structure: bool = True,
+        clock: Callable[[], datetime] = now_utc,
+    ) -> None:
+        self.id: UUID = session_id or uuid4()
+        self.strict_structure = strict_structure
+        self.clock = clock
+        self._events: list[SessionEvent | None] = []
+        self._loader: EventLoader | None = None
+        self.surface = Surface()
+        self.structure = Structure()
+        self.last_by_type: dict[str, int] = {}
+        self.type_counts: dict[str, int] = {}
+        self.first_user_seq: int | None = None
+        self.saved_length = 0
+        self._derived: list[Message | None] = []
+        self._derived_generation = 0
+
+    # ------------------------------------------------------------ reading
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    @property
+    def next_seq(self) -> int:
+        return len(self._events)
+
+    @property
+    def pending(self) -> list[SessionEvent]:
+        """Events appended since the last save, in order."""
+        return [self.event(s) for s in range(self.saved_length, len(self._events))]
+
+    def event(self, seq: int) -> SessionEvent:
+        if not 0 <= seq < len(self._events):
+            raise IndexError(f"session {self.id} has no event at seq {seq} (length {len(self)})")
+        found = self._events[seq]
+        if found is None:
+            self._fetch(seq)
+            found = self._events[seq]
+            assert found is not None
+        return found
+
+    def events(self, start: int = 0, stop: int | None = None) -> Iterator[SessionEvent]:
+        stop = len(self._events) if stop is None else stop
+        for seq in range(start, stop):
+            yield self.event(seq)
+
+    def _fetch(self, seq: int) -> None:
+        if self._loader is None:
+            raise LookupError(f"session {self.id}: event {seq} is not loaded and no loader is set")
+        lo = max(0, seq - LOAD_CHUNK // 2)
+        while lo < seq and self._events[lo] is not None:
+            lo += 1
+        hi = min(len(self._events), lo + LOAD_CHUNK)
+        for event in self._loader(lo, hi):
+            if self._events[event.seq] is None:
+                self._events[event.seq] = event
+
+    def last_of(self, event_type: str) -> int | None:
+        """Seq of the latest event of ``event_type``, or None."""
+        return self.last_by_type.get(event_type)
+
+    @property
+    def open_turn(self) -> int | None:
+        return self.structure.open_turn
+
+    @property
+    def open_step(self) -> int | None:
+        return self.structure.open_step
+
+    # ------------------------------------------------------------ appending
+
+    def append(self, event: SessionEvent) -> SessionEvent:
+        """Validate and append one event; return it with ``seq`` and ``time`` assigned."""
+        stamped = self._stamp(event, len(self._events))
+        plan = self._check(stamped, self.surface, self.structure)
+        self._commit(stamped, plan, self.surface, self.structure)
+        return stamped
+
+    def append_all(self, events: Iterable[SessionEvent]) -> list[SessionEvent]:
+        """Append several events atomically: if any is rejected, none is appended."""
+        batch = list(events)
+        if len(batch) <= 1:
+            return [self.append(e) for e in batch]
+        surface, structure = self.surface.copy(), self.structure.copy()
+        staged: list[tuple[SessionEvent, Plan]] = []
+        base = len(self._events)
+        for offset, event in enumerate(batch):
+            stamped = self._stamp(event, base + offset)
+            plan = self._check(stamped, surface, structure, staged)
+            surface.apply(plan)
+            self._apply_structure(structure, stamped)
+            staged.append((stamped, plan))
+        for stamped, plan in staged:
+            self._commit(stamped, plan, self.surface, self.structure)
+        return [s for s, _ in staged]
+
+    def _stamp(self, event: SessionEvent, seq: int) -> SessionEvent:
+        updates: dict[str, object] = {}
+        if event.seq == UNSET_SEQ:
+            updates["seq"] = seq
+        if event.time == UNSET_TIME:
+            updates["time"] = self.clock()
+        return msgspec.structs.replace(event, **updates) if updates else event
+
+    def _check(
+        self,
+        event: SessionEvent,
+        surface: Surface,
+        structure: Structure,
+        staged: Sequence[tuple[SessionEvent, Plan]] = (),
+    ) -> Plan:
+        staged_by_seq = {e.seq: e for e, _ in staged}
+
+        def lookup(seq: int) -> SessionEvent:
+            return staged_by_seq.get(seq) or self.event(seq)
+
+        plan = surface.plan(event, lookup)
+        if self.strict_structure:
+            structure.check(event)
+        for validator in self.validators:
+            validator(self, event)
+        return plan
+
+    def _apply_structure(self, structure: Structure, event: SessionEvent) -> None:
+        if self.strict_structure:
+            structure.apply(event)
+
+    def _commit(
+        self, event: SessionEvent, plan: Plan, surface: Surface, structure: Structure
+    ) -> None:
+        self._events.append(event)
+        if surface is self.surface:
+            surface.apply(plan)
+            self._apply_structure(structure, event)
+        kind = event.TYPE
+        self.last_by_type[kind] = event.seq
+        self.type_counts[kind] = self.type_counts.get(kind, 0) + 1
+        if self.first_user_seq is None and isinstance(event, UserMessage) and event.surface_op == "append":
+            self.first_user_seq = event.seq
+
+    def mark_saved(self) -> None:
+        self.saved_length = len(self._events)
+
+    def discard_pending(self) -> None:
+        """Drop unsaved events by refolding the saved prefix (used after a failed save)."""
+        saved = list(self.events(0, self.saved_length))
+        fresh = Session.replay(self.id, saved, strict_structure=self.strict_structure)
+        self.__dict__.update(fresh.__dict__)
+
+    # ------------------------------------------------------------ the model's view
+
+    @property
+    def nodes(self) -> list[int]:
+        """The surface: seqs of the events the model sees, in order."""
+        return self.surface.nodes
+
+    def derive_messages(self) -> list[Message]:
+        """The surface as provider-neutral messages (spec §b.7), cached per replace generation."""
+        nodes = self.surface.nodes
+        if self._derived_generation != self.surface.generation or len(self._derived) > len(nodes):
+            self._derived = []
+            self._derived_generation = self.surface.generation
+        for seq in nodes[len(self._derived) :]:
+            self._derived.append(project(self.event(seq)))
+        return [m for m in self._derived if m is not None]
+
+    def surface_at(self, seq: int) -> list[int]:
+        """The surface exactly as it was right after event ``seq``."""
+        if not 0 <= seq < len(self._events):
+            raise IndexError(f"session {self.id} has no event at seq {seq} (length {len(self)})")
+        surface = Surface()
+        for event in self.events(0, seq + 1):
+            surface.fold(event, self.event)
+        return list(surface.nodes)
+
+    def messages_at(self, seq: int) -> list[Message]:
+        return [m for m in (project(self.event(s)) for s in self.surface_at(seq)) if m is not None]
+
+    # ------------------------------------------------------------ building and snapshots
+
+    @classmethod
+    def replay(
+        cls,
+        session_id: UUID,
+        events: Iterable[SessionEvent],
+        *,
+        strict_structure: bool = True,
+    ) -> Session:
+        """Fold stored events (already stamped) into a session; every rule is re-checked."""
+        session = cls(session_id, strict_structure=strict_structure)
+        for event in events:
+            session.append(event)
+        session.mark_saved()
+        return session
+
+    def snapshot(self) -> SessionSnapshot:
+        return SessionSnapshot(
+            length=len(self._events),
+            nodes=tuple(self.surface.nodes),
+            deltas=tuple(self.surface.deltas),
+            generation=self.surface.generation,
+            structure=self.structure.state(),
+            last_by_type=dict(self.last_by_type),
+            type_counts=dict(self.type_counts),
+            first_user_seq=self.first_user_seq,
+        )
+
+    @classmethod
+    def from_snapshot(
+        cls,
+        session_id: UUID,
+        snapshot: SessionSnapshot,
+        loader: EventLoader,
+        *,
+        strict_structure: bool = True,
+    ) -> Session:
+        session = cls(session_id, strict_structure=strict_structure)
+        session._events = [None] * snapshot.length
+        session._loader = loader
+        session.surface = Surface.restore(
+            snapshot.nodes, snapshot.deltas, snapshot.generation, snapshot.length
+        )
+        session.structure = Structure(snapshot.structure)
+        session.last_by_type = dict(snapshot.last_by_type)
+        session.type_counts = dict(snapshot.type_counts)
+        session.first_user_seq = snapshot.first_user_seq
+        session.saved_length = snapshot.length
+        return session
+
+
+def project(event: SessionEvent) -> Message | None:
+    """What one surface node contributes to the model's history (None for nothing)."""
+    if not event.SURFACE:
+        return None
+    message: Message = event.message  # type: ignore[attr-defined]
+    if isinstance(event, AssistantMessage) and not message.content:
+        return None
+    return message

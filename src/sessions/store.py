@@ -1,0 +1,260 @@
+"""SessionStore: the durable session log, an ``eventsourcing`` Application.
+
+``SessionStore.open(url)`` takes ``sqlite:///PATH`` (the default,
+``sqlite:///./.compaction/sessions.db``, or ``$COMPACTION_STORE``),
+``postgresql://USER[:PASSWORD]@HOST:PORT/DB`` or ``memory://``.
+
+Each session is one stream: ``originator_id`` is the session id and ``originator_version`` is the
+event's ``seq``. Payloads are msgspec JSON (see :mod:`sessions.mapper`). All pending events of a
+session are saved in one atomic insert; a concurrent writer that got there first makes the save fail
+with :class:`~sessions.errors.ConcurrencyError` and nothing of it is stored. Snapshots of the fold
+state are taken every ``snapshot_interval`` events so loading a long session stays cheap.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+from uuid import UUID
+
+from eventsourcing.application import Application
+from eventsourcing.persistence import IntegrityError, Mapper, PersistenceError
+
+from sessions.errors import (
+    ConcurrencyError,
+    ConfigurationError,
+    SessionNotFoundError,
+    StoreError,
+)
+from sessions.events import SessionEvent
+from sessions.mapper import EventEnvelope, SessionMapper, SnapshotEnvelope
+from sessions.session import Session, SessionSnapshot
+
+DEFAULT_URL = "sqlite:///./.compaction/sessions.db"
+DEFAULT_SNAPSHOT_INTERVAL = 1000
+
+
+def default_url() -> str:
+    return os.environ.get("COMPACTION_STORE") or DEFAULT_URL
+
+
+@dataclass(frozen=True)
+class StoreLocation:
+    """A parsed store URL and the eventsourcing environment it stands for."""
+
+    url: str
+    kind: str  # memory | sqlite | postgresql
+    env: dict[str, str]
+
+    @property
+    def display(self) -> str:
+        parsed = urlparse(self.url)
+        if parsed.password:
+            return self.url.replace(f":{parsed.password}@", ":***@")
+        return self.url
+
+
+def parse_store_url(url: str) -> StoreLocation:
+    parsed = urlparse(url)
+    env = {"IS_SNAPSHOTTING_ENABLED": "y"}
+    if parsed.scheme == "memory":
+        env["PERSISTENCE_MODULE"] = "eventsourcing.popo"
+        return StoreLocation(url, "memory", env)
+    if parsed.scheme == "sqlite":
+        raw = unquote(url[len("sqlite://") :])
+        path = raw[1:] if raw.startswith("/./") or raw.startswith("/../") else raw
+        if not path or path == "/":
+            raise ConfigurationError(
+                f"store URL {url!r} has no database path; expected sqlite:///PATH, for example "
+                f"{DEFAULT_URL}"
+            )
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        env |= {
+            "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+            "SQLITE_DBNAME": path,
+            "SQLITE_LOCK_TIMEOUT": "10",
+        }
+        return StoreLocation(url, "sqlite", env)
+    if parsed.scheme in ("postgresql", "postgres"):
+        if not parsed.hostname or not parsed.path.strip("/"):
+            raise ConfigurationError(
+                f"store URL {url!r} needs a host and a database; expected "
+                "postgresql://USER@HOST:PORT/DB"
+            )
+        env |= {
+            "PERSISTENCE_MODULE": "eventsourcing.postgres",
+            "POSTGRES_DBNAME": parsed.path.strip("/"),
+            "POSTGRES_HOST": parsed.hostname,
+            "POSTGRES_PORT": str(parsed.port or 5432),
+            "POSTGRES_USER": unquote(parsed.username or "postgres"),
+            "POSTGRES_PASSWORD": unquote(parsed.password or ""),
+            "POSTGRES_POOL_SIZE": "4",
+            "POSTGRES_LOCK_TIMEOUT": "10",
+        }
+        return StoreLocation(url, "postgresql", env)
+    raise ConfigurationError(
+        f"unsupported store URL {url!r}: expected sqlite:///PATH, postgresql://USER@HOST:PORT/DB "
+        "or memory://"
+    )
+
+
+class SessionStore(Application[UUID]):
+    """The event store of sessions. Use :meth:`open`; close it when done."""
+
+    name = "SessionStore"
+    snapshot_interval = DEFAULT_SNAPSHOT_INTERVAL
+
+    def __init__(self, env: dict[str, str] | None = None, *, location: StoreLocation | None = None):
+        self.location = location or StoreLocation("memory://", "memory", dict(env or {}))
+        # Settings from the URL win over the process environment.
+        merged = {k: v for k, v in os.environ.items() if not k.startswith(_ES_KEYS)}
+        merged.update(self.location.env)
+        merged.update(env or {})
+        try:
+            super().__init__(env=merged)
+        except PersistenceError as e:
+            raise StoreError(f"cannot open store {self.location.display}: {e}") from e
+        except Exception as e:
+            if type(e).__module__.startswith(("psycopg", "sqlite3")):
+                raise StoreError(f"cannot open store {self.location.display}: {e}") from e
+            raise
+
+    def construct_env(self, name: str, env: Any = None) -> Any:
+        # Application.construct_env re-reads os.environ; ours is already merged above.
+        from eventsourcing.utils import Environment
+
+        return Environment(name, dict(env or {}))
+
+    @classmethod
+    def open(cls, url: str | None = None, *, snapshot_interval: int | None = None) -> SessionStore:
+        store = cls(location=parse_store_url(url or default_url()))
+        if snapshot_interval is not None:
+            store.snapshot_interval = snapshot_interval
+        return store
+
+    def construct_mapper(self) -> Mapper[UUID]:
+        return SessionMapper(transcoder=self.construct_transcoder())
+
+    def __enter__(self) -> SessionStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ writing
+
+    def create(self, session_id: UUID | None = None, *, strict_structure: bool = True) -> Session:
+        """A new, empty session (nothing is stored until the first :meth:`save`)."""
+        return Session(session_id, strict_structure=strict_structure)
+
+    def save(self, session: Session) -> int:
+        """Store every pending event of ``session`` in one atomic insert; return how many."""
+        pending = session.pending
+        if not pending:
+            return 0
+        envelopes = [EventEnvelope(session.id, e.seq, e) for e in pending]
+        try:
+            self.events.put(envelopes)
+        except IntegrityError as e:
+            raise ConcurrencyError(session.id, pending[0].seq, pending[-1].seq) from e
+        except PersistenceError as e:
+            raise StoreError(f"session {session.id}: saving seqs {pending[0].seq}..{pending[-1].seq} failed: {e}") from e
+        before = session.saved_length
+        session.mark_saved()
+        if self.snapshots is not None and self.snapshot_interval > 0:
+            if len(session) // self.snapshot_interval > before // self.snapshot_interval:
+                self.take_session_snapshot(session)
+        return len(pending)
+
+    def take_session_snapshot(self, session: Session) -> None:
+        assert self.snapshots is not None
+        snapshot = session.snapshot()
+        try:
+            self.snapshots.put([SnapshotEnvelope(session.id, snapshot.length, snapshot)])
+        except IntegrityError:
+            pass  # another handle already snapshotted this exact version
+
+    # ------------------------------------------------------------ reading
+
+    def load_events(
+        self, session_id: UUID, lo: int = 0, hi: int | None = None
+    ) -> list[SessionEvent]:
+        """Stored events with ``lo <= seq < hi``, in order."""
+        stored = self.recorder.select_events(
+            session_id, gt=lo - 1 if lo > 0 else None, lte=None if hi is None else hi - 1
+        )
+        mapper: SessionMapper = self.mapper  # type: ignore[assignment]
+        return [mapper.decode_event(s) for s in stored]
+
+    def get(
+        self,
+        session_id: UUID,
+        *,
+        at: int | None = None,
+        use_snapshots: bool = True,
+        strict_structure: bool = True,
+    ) -> Session:
+        """Load a session, optionally as it was right after event ``at``."""
+        snapshot = self._latest_snapshot(session_id, at) if use_snapshots else None
+        if snapshot is None:
+            events = self.load_events(session_id, 0, None if at is None else at + 1)
+            if not events:
+                raise SessionNotFoundError(session_id)
+            return Session.replay(session_id, events, strict_structure=strict_structure)
+
+        def loader(lo: int, hi: int) -> Sequence[SessionEvent]:
+            return self.load_events(session_id, lo, hi)
+
+        session = Session.from_snapshot(
+            session_id, snapshot, loader, strict_structure=strict_structure
+        )
+        for event in self.load_events(session_id, snapshot.length, None if at is None else at + 1):
+            session.append(event)
+        session.mark_saved()
+        return session
+
+    def _latest_snapshot(self, session_id: UUID, at: int | None) -> SessionSnapshot | None:
+        if self.snapshots is None:
+            return None
+        stored = self.snapshots.recorder.select_events(
+            session_id, lte=None if at is None else at + 1, desc=True, limit=1
+        )
+        if not stored:
+            return None
+        mapper: SessionMapper = self.mapper  # type: ignore[assignment]
+        return mapper.decode_snapshot(stored[0])
+
+    def exists(self, session_id: UUID) -> bool:
+        return bool(self.recorder.select_events(session_id, limit=1))
+
+    def session_ids(self) -> list[UUID]:
+        """Every session id in the store, in order of first notification."""
+        return list(_distinct_ids(self))
+
+    def iter_sessions(self) -> Iterator[Session]:
+        for session_id in self.session_ids():
+            yield self.get(session_id)
+
+
+_ES_KEYS = ("PERSISTENCE_MODULE", "SQLITE_", "POSTGRES_", "IS_SNAPSHOTTING", "SESSIONSTORE_")
+
+
+def _distinct_ids(store: SessionStore) -> Iterator[UUID]:
+    seen: set[UUID] = set()
+    start = 1
+    recorder = store.recorder
+    while True:
+        batch = recorder.select_notifications(start=start, limit=5000)
+        if not batch:
+            return
+        for n in batch:
+            sid = n.originator_id if isinstance(n.originator_id, UUID) else UUID(str(n.originator_id))
+            if n.originator_version == 0 and sid not in seen:
+                seen.add(sid)
+                yield sid
+        start = batch[-1].id + 1
