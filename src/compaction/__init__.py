@@ -1,0 +1,3 @@
+"""Compaction: the capability seam over session logs (contract, meters, basic backend, summarizers)."""
+
+from compaction import events as _events  # noqa: F401  (registers compact/* event types)

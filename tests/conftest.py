@@ -1,0 +1,116 @@
+"""Shared fixtures: store URLs for every backend, real transcripts, PostgreSQL databases.
+
+PostgreSQL tests run against the server on 127.0.0.1:5432 (override with ``COMPACTION_TEST_PG``,
+a URL without the database). Each test run creates its own databases and drops them. When the
+server is unreachable the PostgreSQL tests skip locally, but under ``CI=true`` they fail loudly.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import compaction  # noqa: F401  (registers compact/* event types)
+
+TRANSCRIPTS = Path(__file__).resolve().parents[2] / "shared" / "data" / "transcripts"
+if not TRANSCRIPTS.exists():  # a clone next to shared/ under another name
+    TRANSCRIPTS = Path(os.environ.get("COMPACTION_TRANSCRIPTS", "../shared/data/transcripts")).resolve()
+
+PUBLIC_TRANSCRIPTS: list[Path] = sorted(
+    p
+    for p in TRANSCRIPTS.rglob("*")
+    if p.is_file()
+    and p.suffix in {".jsonl", ".traj", ".json"}
+    and "subagents" not in p.parts
+    and "LICENSES" not in p.parts
+)
+
+PG_BASE = os.environ.get("COMPACTION_TEST_PG", "postgresql://postgres@127.0.0.1:5432")
+
+
+def _pg_admin_connect() -> object:
+    import psycopg
+
+    return psycopg.connect(f"{PG_BASE}/postgres", autocommit=True, connect_timeout=3)
+
+
+def pg_available() -> str | None:
+    """None when PostgreSQL answers, else the reason it does not."""
+    try:
+        conn = _pg_admin_connect()
+    except Exception as e:  # any driver failure means "not available"
+        return str(e)
+    conn.close()  # type: ignore[attr-defined]
+    return None
+
+
+def require_pg() -> None:
+    reason = pg_available()
+    if reason is None:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"PostgreSQL is required under CI=true but is unreachable at {PG_BASE}: {reason}")
+    pytest.skip(f"PostgreSQL unreachable at {PG_BASE}: {reason}")
+
+
+def create_pg_database() -> str:
+    """Create a fresh database; return its URL. Drop it with :func:`drop_pg_database`."""
+    require_pg()
+    name = f"compaction_test_{uuid.uuid4().hex[:12]}"
+    conn = _pg_admin_connect()
+    conn.execute(f'CREATE DATABASE "{name}"')  # type: ignore[attr-defined]
+    conn.close()  # type: ignore[attr-defined]
+    return f"{PG_BASE}/{name}"
+
+
+def drop_pg_database(url: str) -> None:
+    name = url.rsplit("/", 1)[1]
+    conn = _pg_admin_connect()
+    conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')  # type: ignore[attr-defined]
+    conn.close()  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    url = create_pg_database()
+    try:
+        yield url
+    finally:
+        drop_pg_database(url)
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'sessions.db'}"
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """One URL per backend: the abstract suites run once per backend."""
+    if request.param == "memory":
+        yield "memory://"
+    elif request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'sessions.db'}"
+    else:
+        url = create_pg_database()
+        try:
+            yield url
+        finally:
+            drop_pg_database(url)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def durable_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """Backends that two processes can share."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'sessions.db'}"
+    else:
+        url = create_pg_database()
+        try:
+            yield url
+        finally:
+            drop_pg_database(url)
