@@ -12,6 +12,7 @@ Sessions loaded from a snapshot keep only the fold state in memory and fetch eve
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import ClassVar
 from uuid import UUID, uuid4
@@ -50,6 +51,17 @@ class SessionSnapshot(msgspec.Struct, frozen=True):
     last_by_type: dict[str, int]
     type_counts: dict[str, int]
     first_user_seq: int | None
+
+
+@dataclass(frozen=True)
+class SessionMark:
+    length: int
+    surface: Surface
+    structure: Structure
+    last_by_type: dict[str, int]
+    type_counts: dict[str, int]
+    first_user_seq: int | None
+    saved_length: int
 
 
 class Session:
@@ -202,14 +214,46 @@ class Session:
         if self.first_user_seq is None and isinstance(event, UserMessage) and event.surface_op == "append":
             self.first_user_seq = event.seq
 
+    def mark(self) -> SessionMark:
+        """Capture the fold state so :meth:`rollback` can undo later appends (O(surface))."""
+        return SessionMark(
+            length=len(self._events),
+            surface=self.surface.copy(),
+            structure=self.structure.copy(),
+            last_by_type=dict(self.last_by_type),
+            type_counts=dict(self.type_counts),
+            first_user_seq=self.first_user_seq,
+            saved_length=self.saved_length,
+        )
+
+    def rollback(self, mark: SessionMark) -> None:
+        """Forget every event appended after ``mark`` (they must not have been saved)."""
+        if self.saved_length > mark.length:
+            raise ValueError(
+                f"session {self.id}: cannot roll back to length {mark.length}; events up to "
+                f"{self.saved_length - 1} are already saved"
+            )
+        del self._events[mark.length :]
+        self.surface = mark.surface.copy()
+        self.structure = mark.structure.copy()
+        self.last_by_type = dict(mark.last_by_type)
+        self.type_counts = dict(mark.type_counts)
+        self.first_user_seq = mark.first_user_seq
+        self._derived = []
+
+    def adopt(self, other: Session) -> None:
+        """Become ``other`` (a fresher load of the same session), keeping this object's identity."""
+        if other.id != self.id:
+            raise ValueError(f"cannot adopt session {other.id} into {self.id}")
+        self.__dict__.update(other.__dict__)
+
     def mark_saved(self) -> None:
         self.saved_length = len(self._events)
 
     def discard_pending(self) -> None:
         """Drop unsaved events by refolding the saved prefix (used after a failed save)."""
         saved = list(self.events(0, self.saved_length))
-        fresh = Session.replay(self.id, saved, strict_structure=self.strict_structure)
-        self.__dict__.update(fresh.__dict__)
+        self.adopt(Session.replay(self.id, saved, strict_structure=self.strict_structure))
 
     # ------------------------------------------------------------ the model's view
 

@@ -1,0 +1,82 @@
+"""Load cost: a 100,000-event session read back from SQLite.
+
+1. Full replay (no snapshots): :meth:`SessionStore.get` against raw ``sqlite3`` selecting the same
+   rows and msgspec-decoding each into its typed event. Ratio = raw seconds / library seconds.
+2. Latest state with snapshots every 1,000 events: loading the 100,000-event session against
+   loading a 1,000-event session from the same store. Ratio = large / small (a cost ratio).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from uuid import UUID
+
+from benchmarks import raw_sqlite
+from benchmarks.common import Result, best_of, fmt_seconds, scratch_dir, timed
+from benchmarks.workload import agent_batches
+from sessions.store import SessionStore
+
+LARGE = 100_000
+SMALL = 1_000
+SNAPSHOT_INTERVAL = 1_000
+SAVE_EVERY = 5_000  # events per save while building the fixture (building is not measured)
+REPEAT = 3
+REPEAT_SNAPSHOT = 20
+REPLAY_TARGET = 0.3
+SNAPSHOT_TARGET = 2.0
+
+
+def build(store: SessionStore, total: int) -> UUID:
+    """Write one ``total``-event session, saving every few thousand events."""
+    session = store.create()
+    for batch in agent_batches(total):
+        for event in batch:
+            session.append(event)
+        if len(session) - session.saved_length >= SAVE_EVERY:
+            store.save(session)
+    store.save(session)
+    return session.id
+
+
+def _replay(path: Path) -> Result:
+    with SessionStore.open(f"sqlite:///{path}", snapshot_interval=0) as store:
+        session_id = build(store, LARGE)
+        library = best_of(
+            REPEAT, lambda: timed(lambda: store.get(session_id, use_snapshots=False))
+        )
+    connection = raw_sqlite.connect(path)
+    try:
+        raw = best_of(
+            REPEAT, lambda: timed(lambda: raw_sqlite.select_and_decode(connection, session_id.hex))
+        )
+    finally:
+        connection.close()
+    return Result(
+        name=f"load {LARGE:,} events, full replay (SQLite)",
+        measured=f"{fmt_seconds(library)} ({LARGE / library:,.0f} events/s)",
+        baseline=f"raw select + decode {fmt_seconds(raw)}",
+        ratio=raw / library,
+        target=REPLAY_TARGET,
+        higher_is_better=True,
+    )
+
+
+def _snapshots(path: Path) -> Result:
+    with SessionStore.open(f"sqlite:///{path}", snapshot_interval=SNAPSHOT_INTERVAL) as store:
+        large_id = build(store, LARGE)
+        small_id = build(store, SMALL)
+        large = best_of(REPEAT_SNAPSHOT, lambda: timed(lambda: store.get(large_id)))
+        small = best_of(REPEAT_SNAPSHOT, lambda: timed(lambda: store.get(small_id)))
+    return Result(
+        name=f"load latest state via snapshots ({LARGE:,} vs {SMALL:,} events)",
+        measured=f"{fmt_seconds(large)}",
+        baseline=f"{SMALL:,}-event session {fmt_seconds(small)}",
+        ratio=large / small,
+        target=SNAPSHOT_TARGET,
+        higher_is_better=False,
+    )
+
+
+def run() -> list[Result]:
+    with scratch_dir("load") as tmp:
+        return [_replay(tmp / "replay.db"), _snapshots(tmp / "snapshots.db")]

@@ -1,0 +1,65 @@
+"""Shared helpers: timing, scratch databases, and the result row every benchmark returns."""
+
+from __future__ import annotations
+
+import gc
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Result:
+    """One line of the report: ``ratio`` compares to ``baseline`` and must reach ``target``.
+
+    ``higher_is_better`` says whether the ratio is a throughput ratio (library / raw, >= target)
+    or a cost ratio (large / small, <= target).
+    """
+
+    name: str
+    measured: str
+    baseline: str
+    ratio: float
+    target: float
+    higher_is_better: bool
+
+    @property
+    def passed(self) -> bool:
+        return self.ratio >= self.target if self.higher_is_better else self.ratio <= self.target
+
+    @property
+    def target_text(self) -> str:
+        return f"{'>=' if self.higher_is_better else '<='} {self.target:g}"
+
+
+def best_of(repeat: int, run: Callable[[], float]) -> float:
+    """The fastest of ``repeat`` runs; ``run`` returns the seconds it measured itself."""
+    return min(run() for _ in range(repeat))
+
+
+def timed(action: Callable[[], object]) -> float:
+    gc.collect()
+    start = time.perf_counter()
+    action()
+    return time.perf_counter() - start
+
+
+@contextmanager
+def scratch_dir(prefix: str) -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix=f"bench-{prefix}-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def fmt_seconds(seconds: float) -> str:
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.1f} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds:.2f} s"

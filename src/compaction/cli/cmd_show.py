@@ -1,0 +1,104 @@
+"""``compaction show SESSION [--at SEQ] [--format openai|anthropic|text]``: the surface as the
+model saw it, now or right after event SEQ.
+
+JSON: ``{session_id, at, format, surface: [seq...], messages: [...]}``. ``messages`` is in the
+provider's shape; for ``text`` it is the OpenAI shape with a ``text`` rendering added (on the first
+item of each message; any further items a message expands to carry ``""``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+from uuid import UUID
+
+from rich.console import Console
+from rich.text import Text
+
+from compaction.cli.command import Command, Context, Document
+from sessions.blocks import Message
+from sessions.errors import ConfigurationError
+from sessions.render import to_anthropic, to_openai, to_text
+from sessions.session import Session
+from sessions.store import SessionStore
+
+SHAPES = ("text", "openai", "anthropic")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("session", metavar="SESSION", help="a session id or a unique prefix of one")
+    parser.add_argument(
+        "--at",
+        type=int,
+        metavar="SEQ",
+        help="the surface right after event SEQ (default: after the latest event)",
+    )
+    parser.add_argument(
+        "--format", dest="shape", choices=SHAPES, default="text", help="message shape"
+    )
+
+
+def run(context: Context, args: argparse.Namespace) -> Document:
+    session_id = context.resolve_session(args.session)
+    session = load_at(context.store, session_id, args.at)
+    return {
+        "session_id": str(session_id),
+        "at": len(session) - 1,
+        "format": args.shape,
+        "surface": list(session.nodes),
+        "messages": provider_messages(session.derive_messages(), args.shape),
+    }
+
+
+def load_at(store: SessionStore, session_id: UUID, at: int | None) -> Session:
+    """The session as it was right after event ``at`` (the latest state when None)."""
+    if at is None:
+        return store.get(session_id)
+    if at < 0:
+        raise ConfigurationError(f"--at {at}: expected a seq >= 0 (session {session_id})")
+    session = store.get(session_id, at=at)
+    if len(session) <= at:
+        raise ConfigurationError(
+            f"--at {at}: session {session_id} has seqs 0..{len(session) - 1}; "
+            f"expected a seq in that range"
+        )
+    return session
+
+
+def provider_messages(messages: list[Message], shape: str) -> list[dict[str, Any]]:
+    if shape == "openai":
+        return to_openai(messages)
+    if shape == "anthropic":
+        return to_anthropic(messages)
+    rendered: list[dict[str, Any]] = []
+    for message in messages:
+        items = to_openai([message])
+        for index, item in enumerate(items):
+            item["text"] = to_text([message]) if index == 0 else ""
+        rendered.extend(items)
+    return rendered
+
+
+def render(document: Document, console: Console) -> None:
+    console.print(
+        Text(
+            f"session {document['session_id']} at seq {document['at']}: "
+            f"{len(document['surface'])} surface nodes, {len(document['messages'])} messages",
+            style="bold",
+        )
+    )
+    if document["format"] == "text":
+        for item in document["messages"]:
+            if item["text"]:
+                console.print(Text(item["text"]))
+    else:
+        console.print_json(data=document["messages"])
+
+
+COMMAND = Command(
+    name="show",
+    help="the surface of a session as the model saw it",
+    configure=configure,
+    run=run,
+    render=render,
+)

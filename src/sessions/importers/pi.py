@@ -1,0 +1,162 @@
+"""pi coding-agent session JSONL into sessions.
+
+A ``session`` header line, then entries: ``message`` (roles ``user``, ``assistant`` with ``text`` /
+``thinking`` / ``toolCall`` blocks, ``toolResult`` with ``toolCallId``), ``model_change``,
+``thinking_level_change`` and ``compaction`` (``summary``, ``firstKeptEntryIndex``).
+
+* Each assistant message is one step. Its provider/model ride on the message, so a switch of model
+  shows as a ``request/header`` with reason ``change`` before the step that used it.
+* An assistant message that stopped with ``error`` or ``aborted`` never ran its tool calls: no
+  ``tool/call`` is recorded and each call gets a synthesized ``ToolNotStartedError`` result; the
+  turn ends with that reason.
+* A ``compaction`` entry is counted and its summary imported as a user message (origin says so).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sessions.blocks import Block, ImageBlock, Message, ReasoningBlock, TextBlock, ToolCallBlock
+from sessions.events import TurnEndReason, Usage
+from sessions.importers.common import (
+    JSON,
+    ImportedSession,
+    SessionBuilder,
+    as_dict,
+    as_int,
+    as_list,
+    as_str,
+    compact_json,
+    file_digest,
+    image_block,
+    json_lines,
+    model_source,
+    parse_time,
+    session_id_for,
+    user_message,
+)
+
+FORMAT = "pi"
+STOPPED = {"error": "error", "aborted": "aborted"}
+
+
+def import_file(path: Path, data: bytes) -> list[ImportedSession]:
+    lines, truncated = json_lines(path, data)
+    builder = SessionBuilder(session_id_for(FORMAT, file_digest(data), 0), source=str(path), format=FORMAT)
+    builder.skipped.extend(truncated)
+    for number, line in lines:
+        builder.at(parse_time(line.get("timestamp")))
+        _entry(builder, number, line)
+    return [builder.finish()]
+
+
+def _entry(b: SessionBuilder, number: int, line: JSON) -> None:
+    kind = as_str(line.get("type"))
+    origin = f"line {number}"
+    if kind == "message":
+        _message(b, origin, as_dict(line.get("message")))
+    elif kind == "session":
+        b.header(as_str(line.get("provider"), "unknown"), as_str(line.get("modelId"), "unknown"),
+                 origin=f"{origin} session")
+        b.skip(origin, f"session header (id {line.get('id')}, cwd {line.get('cwd')}): provider and "
+                       "model go to request/header from each assistant message")
+    elif kind == "model_change":
+        b.skip(origin, f"model change to {line.get('provider')}/{line.get('modelId')}: recorded as a "
+                       "request/header change before the next assistant message that uses it")
+    elif kind == "thinking_level_change":
+        b.skip(origin, f"thinking level change to {line.get('thinkingLevel')!r}: no session event for it")
+    elif kind == "compaction":
+        _compaction(b, origin, line)
+    else:
+        b.skip(origin, f"{kind or 'untyped'} entry: not a conversation message")
+
+
+def _message(b: SessionBuilder, origin: str, message: JSON) -> None:
+    role = as_str(message.get("role"))
+    message_id = origin.replace(" ", "-")
+    if role == "user":
+        b.user(user_message(message_id, _user_blocks(b, origin, message.get("content"))), origin)
+    elif role == "assistant":
+        _assistant(b, origin, message_id, message)
+    elif role == "toolResult":
+        b.result(
+            as_str(message.get("toolCallId")),
+            _user_blocks(b, origin, message.get("content")),
+            origin,
+            is_error=message.get("isError") is True,
+            message_id=message_id,
+        )
+    else:
+        b.skip(origin, f"message with role {role!r}: not sent to the model as a chat message")
+
+
+def _assistant(b: SessionBuilder, origin: str, message_id: str, message: JSON) -> None:
+    stop = as_str(message.get("stopReason"))
+    blocks: list[Block] = []
+    for index, raw in enumerate(as_list(message.get("content"))):
+        block = _assistant_block(as_dict(raw), f"{origin}-{index}")
+        if block is None:
+            b.skip(f"{origin} block {index}", f"unsupported block type {as_dict(raw).get('type')!r}")
+        else:
+            blocks.append(block)
+    source = model_source(as_str(message.get("provider")), as_str(message.get("model")))
+    b.assistant(
+        Message(id=message_id, role="assistant", content=tuple(blocks), source=source),
+        origin,
+        usage=_usage(as_dict(message.get("usage"))),
+        interrupted=stop == "aborted",
+        dispatched=stop not in STOPPED,
+    )
+    if stop in STOPPED:
+        error = as_str(message.get("errorMessage")) or None
+        b.turn_reason(TurnEndReason(kind=STOPPED[stop], message=error))  # type: ignore[arg-type]
+
+
+def _compaction(b: SessionBuilder, origin: str, line: JSON) -> None:
+    kept = line.get("firstKeptEntryIndex")
+    b.compaction(origin, f"firstKeptEntryIndex {kept}, tokensBefore {line.get('tokensBefore')}")
+    summary = as_str(line.get("summary"))
+    b.user(user_message(origin.replace(" ", "-"), (TextBlock(summary),)), f"{origin} compaction summary")
+
+
+def _assistant_block(part: JSON, fallback_id: str) -> Block | None:
+    kind = part.get("type")
+    if kind == "text":
+        return TextBlock(as_str(part.get("text")))
+    if kind == "thinking":
+        return ReasoningBlock(as_str(part.get("thinking")))
+    if kind == "toolCall":
+        arguments = part.get("arguments", {})
+        return ToolCallBlock(
+            id=as_str(part.get("id")) or fallback_id,
+            name=as_str(part.get("name")),
+            arguments=arguments if isinstance(arguments, str) else compact_json(arguments),
+        )
+    return None
+
+
+def _user_blocks(b: SessionBuilder, origin: str, content: Any) -> tuple[TextBlock | ImageBlock, ...]:
+    if isinstance(content, str):
+        return (TextBlock(content),)
+    blocks: list[TextBlock | ImageBlock] = []
+    for index, raw in enumerate(as_list(content)):
+        part = as_dict(raw)
+        if part.get("type") == "text":
+            blocks.append(TextBlock(as_str(part.get("text"))))
+        elif part.get("type") == "image":
+            blocks.append(image_block(as_str(part.get("data")), as_str(part.get("mimeType"))))
+        else:
+            b.skip(f"{origin} block {index}", f"unsupported block type {part.get('type')!r}")
+    return tuple(blocks)
+
+
+def _usage(raw: JSON) -> Usage | None:
+    if not raw:
+        return None
+    return Usage(
+        input_tokens=as_int(raw.get("input")),
+        output_tokens=as_int(raw.get("output")),
+        cache_read_tokens=as_int(raw.get("cacheRead")),
+        cache_write_tokens=as_int(raw.get("cacheWrite")),
+    )
