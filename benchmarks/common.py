@@ -24,15 +24,19 @@ class Result:
     measured: str
     baseline: str
     ratio: float
-    target: float
+    target: float | None  # None: informational, no target
     higher_is_better: bool
 
     @property
     def passed(self) -> bool:
+        if self.target is None:
+            return True
         return self.ratio >= self.target if self.higher_is_better else self.ratio <= self.target
 
     @property
     def target_text(self) -> str:
+        if self.target is None:
+            return "(info)"
         return f"{'>=' if self.higher_is_better else '<='} {self.target:g}"
 
 

@@ -1,18 +1,32 @@
 """A synthetic, tool-heavy agent session: the workload every benchmark uses.
 
-Each turn is ``turn/start`` + ``user/message``, then tool steps of five events (``step/start``,
-``assistant/message`` with one tool call, ``tool/call``, ``tool/result``, ``step/end``), then a final
-answer step and ``turn/end``. :func:`agent_batches` yields the events one save at a time (one agent
+Each turn is ``turn/start`` + ``user/message``, then tool steps of five events
+(``step/start``, ``assistant/message`` with one tool call, ``tool/call``, ``tool/result``,
+``step/end``), then a final answer step and ``turn/end``. :func:`agent_batches` yields the events one save at a time (one agent
 step per save), exactly as an agent loop would hand them to the store.
+
+:func:`compacted_batches` adds what a long-running agent also logs: every few turns a standalone
+compaction (``compact/start``; then ``compact/summary``, a ``user/message`` checkpoint replacing the
+whole surface, ``compact/end``), so the surface stays bounded the way it does in real use.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
+from compaction.events import (
+    COMPACT_PLUGIN,
+    CompactEnd,
+    CompactStart,
+    CompactSummary,
+    Lease,
+    ShadowedRange,
+)
 from sessions.blocks import Message, Source, TextBlock, ToolCallBlock, ToolResultBlock
 from sessions.events import (
     AssistantMessage,
+    Replace,
     SessionEvent,
     StepEnd,
     StepStart,
@@ -23,6 +37,7 @@ from sessions.events import (
     TurnStart,
     UserMessage,
 )
+from sessions.session import Session
 
 STEPS_PER_TURN = 8
 MODEL = Source(kind="model", provider="bench", model="bench-1")
@@ -98,3 +113,57 @@ def agent_batches(total: int) -> Iterator[list[SessionEvent]]:
 
 def agent_events(total: int) -> list[SessionEvent]:
     return [event for batch in agent_batches(total) for event in batch]
+
+
+LEASE = Lease(host="bench", pid=1, expires_at=datetime(2030, 1, 1, tzinfo=UTC))
+SUMMARY = (TextBlock("## Goal\nfix the failing tests\n## Progress\nran pytest; fixed module.py"),)
+
+
+def compaction_batches(session: Session, number: int) -> Iterator[list[SessionEvent]]:
+    """A standalone compaction of the whole (balanced) surface: lock, then the atomic commit."""
+    compaction_id = f"c{number}"
+    start_seq = len(session)
+    yield [CompactStart(compaction_id=compaction_id, turn=None, lease=LEASE)]
+    shadowed = tuple(session.nodes)
+    summary = CompactSummary(
+        compaction_id=compaction_id,
+        summary=SUMMARY,
+        shadowed_range=ShadowedRange(shadowed[0], shadowed[-1]),
+        shadowed_seqs=shadowed,
+        shadowed_token_count=100 * len(shadowed),
+        provider="bench",
+        model="bench-1",
+    )
+    checkpoint = Message(
+        id=f"checkpoint-{compaction_id}",
+        role="user",
+        content=SUMMARY,
+        source=Source(kind="plugin", plugin=COMPACT_PLUGIN, compaction_id=compaction_id),
+    )
+    replacement = UserMessage(
+        message=checkpoint,
+        surface_op=Replace(shadowed[0], shadowed[-1]),
+        source_event_seqs=(start_seq, start_seq + 1, *shadowed),
+    )
+    yield [summary, replacement, CompactEnd(compaction_id=compaction_id, turn=None)]
+
+
+def compacted_batches(
+    session: Session, total: int, every_turns: int = 20
+) -> Iterator[list[SessionEvent]]:
+    """Like :func:`agent_batches` for ``session``, compacting the surface every ``every_turns``."""
+    left, turn, compactions = total, 0, 0
+    for batch in _all_batches():
+        if isinstance(batch[0], TurnStart):
+            turn = batch[0].turn
+            if turn % every_turns == 0:
+                compactions += 1
+                for commit in compaction_batches(session, compactions):
+                    if left <= 0:
+                        return
+                    yield commit[:left]
+                    left -= len(commit)
+        if left <= 0:
+            return
+        yield batch[:left]
+        left -= len(batch)

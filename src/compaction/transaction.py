@@ -63,7 +63,7 @@ class Transaction:
     owner: int | None
     stability: Stability
     strategy: str = "summary"
-    on_progress: Callable[[str], None] | None = None
+    on_progress: Callable[[str], None] | None = None  # called with the stage name
 
     async def run(self) -> CompactionResult:
         start = self._start()
@@ -99,7 +99,7 @@ class Transaction:
                 f"{stamped.seq}); its compaction or its step won the race. Reload and retry."
             ) from e
         assert isinstance(stamped, CompactStart)
-        self._progress(f"compact/start seq {stamped.seq} ({len(self.span.seqs)} nodes)")
+        self._progress(f"compact/start seq {stamped.seq} ({len(self.span.seqs)} nodes)", "started")
         return stamped
 
     # ------------------------------------------------------------ summarize, check, commit
@@ -112,6 +112,7 @@ class Transaction:
         shadowed_tokens = sum(p for _, p in prices)
         request = self._request(start.compaction_id)
         output = await self.summarizer.summarize(request)
+        self._progress(f"summary received from {output.provider}/{output.model}", "summarized")
         summary = (TextBlock(output.text.strip() + "\n"),)
         checkpoint = checkpoint_message(start.compaction_id, summary)
         framed_tokens = self.meter.message(checkpoint)
@@ -177,6 +178,7 @@ class Transaction:
     ) -> CompactionResult:
         for attempt in (1, 2):
             session = self.session
+            self._progress("committing", "before-commit")
             mark = session.mark()
             base = len(session)
             events = session.append_all(_commit_events(start, summary, checkpoint, base, self.span))
@@ -188,7 +190,7 @@ class Transaction:
                     raise CommitError(f"compaction: commit conflicted twice in session {session.id}") from e
                 self._refresh_for_commit(start, captured)
                 continue
-            self._progress(f"committed compaction {start.compaction_id}")
+            self._progress(f"committed compaction {start.compaction_id}", "committed")
             return _result(start, events, summary)
         raise AssertionError("unreachable")
 
@@ -233,10 +235,11 @@ class Transaction:
         if self.store is not None:
             self.store.save(self.session)
 
-    def _progress(self, message: str) -> None:
+    def _progress(self, message: str, stage: str) -> None:
+        """Report a stage: started, summarized, before-commit, committed (crash tests hook here)."""
         log.info("%s", message)
         if self.on_progress is not None:
-            self.on_progress(message)
+            self.on_progress(stage)
 
 
 class _Closed(Exception):

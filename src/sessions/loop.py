@@ -1,7 +1,7 @@
 """A reference agent loop: one turn of model calls and tool executions, recorded as session events.
 
-Per turn the loop appends ``user/message`` (the prompt), ``turn/start`` and, on the first turn or when
-the request envelope changed, ``request/header``. Each step then runs:
+Per turn the loop appends ``user/message`` (the prompt), ``turn/start`` and, on the first turn or
+when the request envelope changed, ``request/header``. Each step then runs:
 
 1. the ``pre_step`` hooks, awaited one at a time, after the previous step closed and before the next
    opens (auto-compaction runs here; a hook's error is logged and the turn continues);
@@ -12,9 +12,9 @@ the request envelope changed, ``request/header``. Each step then runs:
 5. per tool-call block: ``tool/call``, the tool, ``tool/result`` citing the ``tool/call`` seq;
 6. ``step/end``, then one atomic save when a store is given.
 
-A step without tool calls ends the turn (``turn/end completed``). A model error closes the step and the
-turn (``turn/end error``) and is re-raised; cancellation answers pending calls with synthetic error
-results, closes the step and the turn (``turn/end aborted``) and is re-raised.
+A step without tool calls ends the turn (``turn/end completed``). A model error closes the step and
+the turn (``turn/end error``) and is re-raised; cancellation answers pending calls with synthetic
+error results, closes the step and the turn (``turn/end aborted``) and is re-raised.
 """
 
 from __future__ import annotations
@@ -216,7 +216,7 @@ class AgentLoop:
     # ------------------------------------------------------------ a turn
 
     async def run_turn(self, prompt: str | Message) -> TurnOutcome:
-        """Run one turn to its end; the model's error or a cancellation is re-raised after closing."""
+        """Run one turn to its end; a model error or a cancellation is re-raised after closing."""
         if self.session.open_turn is not None:
             raise AgentLoopError(
                 f"session {self.session.id}: run_turn expected no open turn, found turn "
@@ -337,7 +337,11 @@ class AgentLoop:
     async def _dispatch(self, state: _TurnState, step: int, call: ToolCallBlock) -> None:
         recorded = self._append(
             ToolCall(
-                turn=state.turn, step=step, call_id=call.id, name=call.name, arguments=call.arguments
+                turn=state.turn,
+                step=step,
+                call_id=call.id,
+                name=call.name,
+                arguments=call.arguments,
             )
         )
         state.pending[call.id] = (call.name, recorded.seq)
@@ -372,10 +376,12 @@ class AgentLoop:
 
     def _close_turn(self, state: _TurnState, reason: TurnEndReason) -> None:
         if state.open_step is not None:
-            for call_id, (name, call_seq) in list(state.pending.items()):
-                self._append(_interrupted_result(state.turn, state.open_step, call_id, call_seq, self.session.next_seq))
+            for call_id, (_, call_seq) in list(state.pending.items()):
+                closer = _interrupted_result(
+                    state.turn, state.open_step, call_id, call_seq, self.session.next_seq
+                )
+                self._append(closer)
                 del state.pending[call_id]
-                logger.debug("closed pending tool call %s (%s) with a synthetic result", call_id, name)
             self._append(StepEnd(turn=state.turn, step=state.open_step))
             state.open_step = None
         self._append(TurnEnd(turn=state.turn, reason=reason))
@@ -440,7 +446,8 @@ def _interrupted_result(
     if call_seq is None:
         text, error = NOT_STARTED_TEXT, ToolError("ToolNotStartedError", "TOOL_NOT_STARTED")
     else:
-        text, error = OUTCOME_UNKNOWN_TEXT, ToolError("ToolOutcomeUnknownError", "TOOL_OUTCOME_UNKNOWN")
+        text = OUTCOME_UNKNOWN_TEXT
+        error = ToolError("ToolOutcomeUnknownError", "TOOL_OUTCOME_UNKNOWN")
     message = _tool_result_message(
         f"interrupted-tool-result-{call_id}-{seq}", call_id, ToolOutput(text, is_error=True)
     )
@@ -458,4 +465,6 @@ def _interrupted_result(
 def _error_reason(exc: Exception) -> TurnEndReason:
     code = getattr(exc, "code", None)
     message = str(exc) or type(exc).__name__
-    return TurnEndReason(kind="error", message=message, code=code if isinstance(code, str) else None)
+    return TurnEndReason(
+        kind="error", message=message, code=code if isinstance(code, str) else None
+    )

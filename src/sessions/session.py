@@ -21,15 +21,17 @@ import msgspec
 
 from sessions.blocks import Message
 from sessions.events import (
+    APPEND,
     UNSET_SEQ,
     UNSET_TIME,
     AssistantMessage,
+    Replace,
     SessionEvent,
     UserMessage,
     now_utc,
 )
 from sessions.structure import Structure, StructureState
-from sessions.surface import Plan, Surface
+from sessions.surface import Mark, Plan, Surface
 
 Validator = Callable[["Session", SessionEvent], None]
 """An extra pre-commit rule: raise an :class:`EventRuleError` subclass to reject the event."""
@@ -53,15 +55,16 @@ class SessionSnapshot(msgspec.Struct, frozen=True):
     first_user_seq: int | None
 
 
-@dataclass(frozen=True)
-class SessionMark:
+@dataclass(frozen=True, slots=True)
+class _Mark:
+    """What :meth:`Session.append_all` restores when a batch is rejected."""
+
     length: int
-    surface: Surface
-    structure: Structure
+    surface: Mark
+    structure: StructureState
     last_by_type: dict[str, int]
     type_counts: dict[str, int]
     first_user_seq: int | None
-    saved_length: int
 
 
 class Session:
@@ -148,27 +151,50 @@ class Session:
     def append(self, event: SessionEvent) -> SessionEvent:
         """Validate and append one event; return it with ``seq`` and ``time`` assigned."""
         stamped = self._stamp(event, len(self._events))
-        plan = self._check(stamped, self.surface, self.structure)
-        self._commit(stamped, plan, self.surface, self.structure)
+        self._commit(stamped, self._check(stamped))
         return stamped
 
     def append_all(self, events: Iterable[SessionEvent]) -> list[SessionEvent]:
-        """Append several events atomically: if any is rejected, none is appended."""
+        """Append several events atomically: if any is rejected, none is appended.
+
+        Each event is validated against the state left by the ones before it (validators see
+        that state too); a rejection rolls the whole batch back in O(batch), or O(surface) when
+        the batch holds a replacement.
+        """
         batch = list(events)
         if len(batch) <= 1:
             return [self.append(e) for e in batch]
-        surface, structure = self.surface.copy(), self.structure.copy()
-        staged: list[tuple[SessionEvent, Plan]] = []
-        base = len(self._events)
-        for offset, event in enumerate(batch):
-            stamped = self._stamp(event, base + offset)
-            plan = self._check(stamped, surface, structure, staged)
-            surface.apply(plan)
-            self._apply_structure(structure, stamped)
-            staged.append((stamped, plan))
-        for stamped, plan in staged:
-            self._commit(stamped, plan, self.surface, self.structure)
-        return [s for s, _ in staged]
+        mark = self._mark(replaces=any(isinstance(e.surface_op, Replace) for e in batch))
+        appended: list[SessionEvent] = []
+        try:
+            for event in batch:
+                appended.append(self.append(event))
+        except BaseException:
+            self._rollback(mark)
+            raise
+        return appended
+
+    def _mark(self, *, replaces: bool) -> _Mark:
+        return _Mark(
+            length=len(self._events),
+            surface=self.surface.mark(replaces=replaces),
+            structure=self.structure.state(),
+            last_by_type=dict(self.last_by_type),
+            type_counts=dict(self.type_counts),
+            first_user_seq=self.first_user_seq,
+        )
+
+    def _rollback(self, mark: _Mark) -> None:
+        del self._events[mark.length :]
+        self.surface.rollback(mark.surface)
+        self.structure = Structure(mark.structure)
+        self.last_by_type = mark.last_by_type
+        self.type_counts = mark.type_counts
+        self.first_user_seq = mark.first_user_seq
+        if self._derived_generation != self.surface.generation:
+            self._derived = []
+            self._derived_generation = self.surface.generation
+        del self._derived[len(self.surface.nodes) :]
 
     def _stamp(self, event: SessionEvent, seq: int) -> SessionEvent:
         updates: dict[str, object] = {}
@@ -178,73 +204,49 @@ class Session:
             updates["time"] = self.clock()
         return msgspec.structs.replace(event, **updates) if updates else event
 
-    def _check(
-        self,
-        event: SessionEvent,
-        surface: Surface,
-        structure: Structure,
-        staged: Sequence[tuple[SessionEvent, Plan]] = (),
-    ) -> Plan:
-        staged_by_seq = {e.seq: e for e, _ in staged}
-
-        def lookup(seq: int) -> SessionEvent:
-            return staged_by_seq.get(seq) or self.event(seq)
-
-        plan = surface.plan(event, lookup)
+    def _check(self, event: SessionEvent) -> Plan:
+        plan = self.surface.plan(event, self.event)
         if self.strict_structure:
-            structure.check(event)
+            self.structure.check(event)
         for validator in self.validators:
             validator(self, event)
         return plan
 
-    def _apply_structure(self, structure: Structure, event: SessionEvent) -> None:
-        if self.strict_structure:
-            structure.apply(event)
-
-    def _commit(
-        self, event: SessionEvent, plan: Plan, surface: Surface, structure: Structure
-    ) -> None:
+    def _commit(self, event: SessionEvent, plan: Plan) -> None:
         self._events.append(event)
-        if surface is self.surface:
-            surface.apply(plan)
-            self._apply_structure(structure, event)
+        self.surface.apply(plan)
+        if self.strict_structure:
+            self.structure.apply(event)
         kind = event.TYPE
         self.last_by_type[kind] = event.seq
         self.type_counts[kind] = self.type_counts.get(kind, 0) + 1
-        if self.first_user_seq is None and isinstance(event, UserMessage) and event.surface_op == "append":
+        if (
+            self.first_user_seq is None
+            and isinstance(event, UserMessage)
+            and event.surface_op == APPEND
+        ):
             self.first_user_seq = event.seq
 
-    def mark(self) -> SessionMark:
-        """Capture the fold state so :meth:`rollback` can undo later appends (O(surface))."""
-        return SessionMark(
-            length=len(self._events),
-            surface=self.surface.copy(),
-            structure=self.structure.copy(),
-            last_by_type=dict(self.last_by_type),
-            type_counts=dict(self.type_counts),
-            first_user_seq=self.first_user_seq,
-            saved_length=self.saved_length,
-        )
+    # Public marks: the compaction transaction stages appends, saves them, and rolls back
+    # when the store refuses the save (another writer won).
 
-    def rollback(self, mark: SessionMark) -> None:
-        """Forget every event appended after ``mark`` (they must not have been saved)."""
+    def mark(self) -> _Mark:
+        """Capture the fold state so :meth:`rollback` can undo later, unsaved appends."""
+        return self._mark(replaces=True)
+
+    def rollback(self, mark: _Mark) -> None:
+        """Forget every event appended after ``mark``; they must not have been saved."""
         if self.saved_length > mark.length:
             raise ValueError(
                 f"session {self.id}: cannot roll back to length {mark.length}; events up to "
-                f"{self.saved_length - 1} are already saved"
+                f"seq {self.saved_length - 1} are already saved"
             )
-        del self._events[mark.length :]
-        self.surface = mark.surface.copy()
-        self.structure = mark.structure.copy()
-        self.last_by_type = dict(mark.last_by_type)
-        self.type_counts = dict(mark.type_counts)
-        self.first_user_seq = mark.first_user_seq
-        self._derived = []
+        self._rollback(mark)
 
     def adopt(self, other: Session) -> None:
         """Become ``other`` (a fresher load of the same session), keeping this object's identity."""
         if other.id != self.id:
-            raise ValueError(f"cannot adopt session {other.id} into {self.id}")
+            raise ValueError(f"cannot adopt session {other.id} into session {self.id}")
         self.__dict__.update(other.__dict__)
 
     def mark_saved(self) -> None:

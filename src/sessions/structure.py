@@ -95,8 +95,8 @@ class Structure:
     def _check_tool_result(self, event: ToolResult) -> None:
         seq = event.seq
         if isinstance(event.surface_op, Replace):
-            if self.open_turn is None:
-                _fail(seq, "tool/result surface replacement appended outside any open turn")
+            # A content rewrite (pruning) is maintenance: allowed inside or between turns.
+            # (The reference's invariant companion requires an open turn; see docs/sessions.md.)
             return
         self._require_step(event.TYPE, seq, event.turn, event.step)
         call_id = event.message.source.call_id or ""

@@ -13,6 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import msgspec
+
+from sessions.blocks import ToolResultBlock
 from sessions.errors import CorruptSurfaceError, SurfaceRuleError
 from sessions.events import Replace, SessionEvent, ToolResult, tool_call_count
 
@@ -33,6 +36,18 @@ class Plan:
     @property
     def is_replace(self) -> bool:
         return self.start_index >= 0
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """A point to roll the surface back to. ``nodes``/``deltas`` are kept only when the changes
+    since the mark may include a replacement (appends alone are undone by truncation)."""
+
+    length: int
+    count: int
+    generation: int
+    nodes: tuple[int, ...] | None
+    deltas: tuple[int, ...] | None
 
 
 class Surface:
@@ -63,6 +78,27 @@ class Surface:
 
     def copy(self) -> Surface:
         return Surface.restore(self.nodes, self.deltas, self.generation, self.length)
+
+    def mark(self, *, replaces: bool) -> Mark:
+        """Remember this state; O(1) unless ``replaces`` (then O(surface), like a replacement)."""
+        nodes = tuple(self.nodes) if replaces else None
+        deltas = tuple(self.deltas) if replaces else None
+        return Mark(self.length, len(self.nodes), self.generation, nodes, deltas)
+
+    def rollback(self, mark: Mark) -> None:
+        """Return to ``mark`` (a state this surface passed through); caches are rebuilt lazily."""
+        if mark.nodes is not None and mark.deltas is not None:
+            self.nodes[:] = mark.nodes
+            self.deltas[:] = mark.deltas
+        else:
+            assert self.generation == mark.generation, "a replacement needs a mark with nodes"
+            del self.nodes[mark.count :]
+            del self.deltas[mark.count :]
+        self.length = mark.length
+        self.generation = mark.generation
+        self._pos = None
+        self._cuts = [0]
+        self._cuts_generation = mark.generation
 
     def position(self, seq: int) -> int | None:
         if self._pos is None:
@@ -103,23 +139,31 @@ class Surface:
         if not isinstance(op, Replace):
             if op != "append":
                 raise SurfaceRuleError(
-                    "eligibility", seq, f'session event "{event.TYPE}" carries an invalid surfaceOp',
+                    "eligibility",
+                    seq,
+                    f'session event "{event.TYPE}" carries an invalid surfaceOp: {op!r} at seq '
+                    f'{seq}; expected "append" or Replace(start, end)',
                     surface_op=op,
                 )
             _check_provenance(event, ())
             return Plan(seq=seq, delta=delta)
-        i, j = self._replace_range(seq, op)
+        i, j = self._replace_range(event, op)
         shadowed = tuple(self.nodes[i : j + 1])
         _check_provenance(event, shadowed)
         if isinstance(event, ToolResult):
             _check_tool_result_rewrite(event, shadowed, lookup)
         return Plan(seq=seq, delta=delta, start_index=i, end_index=j, shadowed=shadowed)
 
-    def _replace_range(self, seq: int, op: Replace) -> tuple[int, int]:
-        if op.start < 0 or op.end < 0:
+    def _replace_range(self, event: SessionEvent, op: Replace) -> tuple[int, int]:
+        seq = event.seq
+        if not (_is_seq(op.start) and _is_seq(op.end)):
             raise SurfaceRuleError(
-                "eligibility", seq, f"event at seq {seq} carries an invalid replace surfaceOp",
-                start=op.start, end=op.end,
+                "eligibility",
+                seq,
+                f'session event "{event.TYPE}" carries an invalid replace surfaceOp: start '
+                f"{op.start!r}, end {op.end!r} at seq {seq}; both must be non-negative integers",
+                start=op.start,
+                end=op.end,
             )
         i = self.position(op.start)
         if i is None:
@@ -227,6 +271,14 @@ def _check_provenance(event: SessionEvent, shadowed: tuple[int, ...]) -> None:
         if shadowed:
             _missing(seq, shadowed)
         return
+    if not isinstance(sources, (tuple, list)):
+        raise SurfaceRuleError(
+            "provenance",
+            seq,
+            f"sourceEventSeqs on event at seq {seq} must be an array when present; found "
+            f"{type(sources).__name__} {sources!r}",
+            value=sources,
+        )
     if not sources and event.TYPE != "assistant/message":
         raise SurfaceRuleError(
             "provenance", seq,
@@ -235,7 +287,7 @@ def _check_provenance(event: SessionEvent, shadowed: tuple[int, ...]) -> None:
         )
     seen: set[int] = set()
     for value in sources:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        if not _is_seq(value):
             raise SurfaceRuleError(
                 "provenance", seq,
                 f'session event "{event.TYPE}" sourceEventSeqs must densely contain non-negative '
@@ -258,6 +310,10 @@ def _check_provenance(event: SessionEvent, shadowed: tuple[int, ...]) -> None:
     missing = [s for s in shadowed if s not in seen]
     if missing:
         _missing(seq, tuple(missing))
+
+
+def _is_seq(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _missing(seq: int, missing: tuple[int, ...]) -> None:
@@ -300,13 +356,11 @@ def _check_tool_result_rewrite(
 
 
 def _blank_content(event: ToolResult) -> tuple[object, ...]:
+    """The event's data with only ``message.content[0].content`` blanked (spec §b.2 step 6)."""
     message = event.message
-    head = message.content[0] if message.content else None
-    block_identity = (
-        (type(head).__name__, getattr(head, "tool_call_id", None), getattr(head, "is_error", None))
-        if head is not None
-        else None
-    )
+    head: object = message.content[0] if message.content else None
+    if isinstance(head, ToolResultBlock):
+        head = msgspec.structs.replace(head, content=())
     return (
         event.turn,
         event.step,
@@ -316,6 +370,6 @@ def _blank_content(event: ToolResult) -> tuple[object, ...]:
         message.id,
         message.role,
         message.source,
-        block_identity,
+        head,
         message.content[1:],
     )

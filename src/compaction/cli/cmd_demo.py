@@ -9,15 +9,16 @@ provider pairing problems; the exit status is 1 when it is false.
 from __future__ import annotations
 
 import argparse
+import asyncio
 
 from rich.console import Console
-from sessions.scripted import run_demo_session
 
 from compaction.cli.cmd_sessions import completed_compactions
 from compaction.cli.command import Command, Context, Document
-from compaction.cli.output import table
+from compaction.cli.output import positive_int, table
 from compaction.meters import HeuristicMeter
 from sessions.render import pairing_problems
+from sessions.scripted import run_demo_session
 from sessions.session import Session
 
 SUMMARY_KEYS = (
@@ -31,9 +32,11 @@ SUMMARY_KEYS = (
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--turns", type=int, default=2, metavar="N", help="user turns (default: 2)")
     parser.add_argument(
-        "--steps", type=int, default=30, metavar="N", help="model steps per turn (default: 30)"
+        "--turns", type=positive_int, default=2, metavar="N", help="user turns (default: 2)"
+    )
+    parser.add_argument(
+        "--steps", type=positive_int, default=30, metavar="N", help="steps per turn (default: 30)"
     )
     parser.add_argument(
         "--seed", type=int, default=0, metavar="N", help="scenario seed (default: 0)"
@@ -43,8 +46,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(context: Context, args: argparse.Namespace) -> Document:
     store = context.store
     session = store.create()
-    run_demo_session(
-        session, store=store, turns=args.turns, steps_per_turn=args.steps, seed=args.seed
+    asyncio.run(
+        run_demo_session(
+            session, store=store, turns=args.turns, steps_per_turn=args.steps, seed=args.seed
+        )
     )
     store.save(session)
     return demo_document(session, context.store.location.display)

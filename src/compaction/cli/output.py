@@ -6,6 +6,7 @@ JSON document, success or failure.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import traceback
@@ -18,6 +19,17 @@ from rich.text import Text
 
 from compaction.cli.command import Document
 from compaction.cli.errors import UsageError
+
+
+def positive_int(text: str) -> int:
+    """An ``argparse`` type: an integer >= 1 (anything else is a usage error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
 
 
 def write_json(document: Document) -> None:

@@ -19,6 +19,7 @@ blocks. Lines sharing ``message.id`` are merged into one assistant message (one 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,14 @@ def _sidechain_threads(lines: list[Line]) -> list[list[Line]]:
 
 
 @dataclass
+class _Result:
+    origin: str
+    part: JSON
+    message_id: str
+    time: datetime | None
+
+
+@dataclass
 class _Step:
     """The lines of one API message and the tool results that arrived while it streamed."""
 
@@ -105,11 +114,12 @@ class _Step:
     model: str
     first_line: int
     last_line: int
+    time: datetime | None
     blocks: list[Block] = field(default_factory=list)
     call_origins: dict[str, str] = field(default_factory=dict)
     usage: Usage | None = None
-    results: list[tuple[str, JSON, str]] = field(default_factory=list)  # (origin, block, msg id)
-    after: list[tuple[str, Message]] = field(default_factory=list)  # user text sent with results
+    results: list[_Result] = field(default_factory=list)
+    after: list[tuple[str, Message, datetime | None]] = field(default_factory=list)  # user text
 
 
 class _ChainImporter:
@@ -145,7 +155,8 @@ class _ChainImporter:
         message_id = as_str(message.get("id")) or as_str(line.get("uuid")) or f"line-{number}"
         if self.step is None or self.step.message_id != message_id:
             self.flush(origin)
-            self.step = _Step(message_id, as_str(message.get("model")), number, number)
+            time = parse_time(line.get("timestamp"))
+            self.step = _Step(message_id, as_str(message.get("model")), number, number, time)
         step = self.step
         step.last_line = number
         step.usage = _usage(as_dict(message.get("usage"))) or step.usage
@@ -188,10 +199,12 @@ class _ChainImporter:
                 self.b.skip(origin, f"tool result for {part.get('tool_use_id')!r} not imported "
                                     "(no model call before it)")
             else:
-                self.step.results.append((origin, part, f"{_message_id(line, number)}#{index}"))
+                result_id = f"{_message_id(line, number)}#{index}"
+                time = parse_time(line.get("timestamp"))
+                self.step.results.append(_Result(origin, part, result_id, time))
         if others and self.step is not None:
             extra = user_message(f"{_message_id(line, number)}-text", self.user_blocks(origin, others))
-            self.step.after.append((origin, extra))
+            self.step.after.append((origin, extra, parse_time(line.get("timestamp"))))
 
     def user_blocks(self, origin: str, parts: list[Any]) -> tuple[Block, ...]:
         blocks: list[Block] = []
@@ -223,18 +236,18 @@ class _ChainImporter:
             source=model_source(PROVIDER, step.model),
         )
         self.b.assistant(message, f"{lines} message {step.message_id}", usage=step.usage,
-                         call_origins=step.call_origins)
-        for result_origin, part, result_id in step.results:
-            call_id = as_str(part.get("tool_use_id"))
+                         call_origins=step.call_origins, time=step.time)
+        for result in step.results:
             self.b.result(
-                call_id,
-                _result_content(part.get("content")),
-                result_origin,
-                is_error=part.get("is_error") is True,
-                message_id=result_id,
+                as_str(result.part.get("tool_use_id")),
+                _result_content(result.part.get("content")),
+                result.origin,
+                is_error=result.part.get("is_error") is True,
+                message_id=result.message_id,
+                time=result.time,
             )
-        for after_origin, extra in step.after:
-            self.b.user(extra, f"{after_origin} text sent with tool results")
+        for after_origin, extra, time in step.after:
+            self.b.user(extra, f"{after_origin} text sent with tool results", time=time)
 
 
 def _import_lines(path: Path, lines: list[Line], session_id: Any, source: str) -> ImportedSession:

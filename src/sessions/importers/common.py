@@ -286,11 +286,15 @@ class SessionBuilder:
         self._header = _Header(provider, model, system, tuple(tools), origin)
 
     def _emit_header(self, provider: str, model: str, origin: str) -> None:
-        base = self._header or _Header(provider, model, origin=origin)
+        """The configured envelope before the first model call; a change whenever the model
+        answering differs from the previous call's (``<synthetic>`` placeholders excepted)."""
+        if model.startswith("<"):
+            return
         if self._emitted is None:
-            header = _Header(provider, model, base.system, base.tools, base.origin)
+            header = self._header or _Header(provider, model, origin=origin)
             reason = "initial"
-        elif self._emitted != (provider, model) and not model.startswith("<"):
+        elif self._emitted != (provider, model):
+            base = self._header or _Header(provider, model)
             header = _Header(provider, model, base.system, base.tools, origin)
             reason = "change"
         else:
@@ -310,14 +314,16 @@ class SessionBuilder:
 
     # ------------------------------------------------------------ conversation items
 
-    def user(self, message: Message, origin: str) -> None:
+    def user(self, message: Message, origin: str, *, time: datetime | None = None) -> None:
         """A user prompt: closes the open turn, then sits between turns."""
+        self.at(time)
         self.close_turn(origin)
         self._append(UserMessage(message=message, surface_op="append", origin=origin))
         self.messages += 1
 
-    def context(self, message: Message, origin: str) -> None:
+    def context(self, message: Message, origin: str, *, time: datetime | None = None) -> None:
         """Harness-injected user-role content: closes the open step, keeps the turn open."""
+        self.at(time)
         self._close_step(origin)
         self._append(ContextMessage(message=message, surface_op="append", origin=origin))
         self.messages += 1
@@ -331,8 +337,10 @@ class SessionBuilder:
         interrupted: bool = False,
         dispatched: bool = True,
         call_origins: dict[str, str] | None = None,
+        time: datetime | None = None,
     ) -> None:
         """One model call: a new step with the message and a tool/call per dispatched call."""
+        self.at(time)
         self._close_step(origin)
         self._open_turn(origin)
         provider = message.source.provider or "unknown"
@@ -381,8 +389,10 @@ class SessionBuilder:
         is_error: bool = False,
         message_id: str | None = None,
         meta: dict[str, Any] | None = None,
+        time: datetime | None = None,
     ) -> bool:
         """A tool's answer; appended only when it answers a pending call of the open step."""
+        self.at(time)
         pending = self._pending.get(call_id) if self._step_open else None
         if pending is None:
             why = "answered twice" if call_id in self._answered else "no matching call in its step"

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from sessions.blocks import Block, Message, ReasoningBlock, TextBlock, ToolCallBlock
 from sessions.errors import TranscriptError
 from sessions.events import ToolSpec, TurnEndReason, Usage
@@ -44,7 +46,7 @@ FORMAT = "openhands"
 
 
 def import_file(path: Path, data: bytes) -> list[ImportedSession]:
-    lines, truncated = json_lines(path, data)
+    lines, truncated = _runs(path, data)
     digest = file_digest(data)
     sessions: list[ImportedSession] = []
     for run, (number, record) in enumerate(lines, start=1):
@@ -59,6 +61,18 @@ def import_file(path: Path, data: bytes) -> list[ImportedSession]:
     if sessions:
         sessions[-1].skipped[:0] = truncated
     return sessions
+
+
+def _runs(path: Path, data: bytes) -> tuple[list[tuple[int, JSON]], list[str]]:
+    """JSONL of runs, or one run written as a single (possibly pretty-printed) JSON object."""
+    if data.lstrip()[:1] == b"{":
+        try:
+            document = msgspec.json.decode(data)
+        except msgspec.DecodeError:
+            document = None
+        if isinstance(document, dict):
+            return [(1, document)], []
+    return json_lines(path, data)
 
 
 @dataclass
@@ -177,13 +191,16 @@ class _RunImporter:
         model = as_str(step.response.get("model")) or self.model
         message = Message(id=step.response_id, role="assistant", content=tuple(blocks),
                           source=model_source(_provider(self.model), model))
+        first_action = step.calls[0][1] if step.calls else {}
         self.b.assistant(message, f"{step.origin} model response {step.response_id}",
-                         usage=_usage(as_dict(step.response.get("usage"))), call_origins=origins)
+                         usage=_usage(as_dict(step.response.get("usage"))), call_origins=origins,
+                         time=parse_time(first_action.get("timestamp")))
         for result_origin, observation in step.results:
             call_id = as_str(as_dict(observation.get("tool_call_metadata")).get("tool_call_id"))
             text = as_str(observation.get("content")) or as_str(observation.get("message"))
             self.b.result(call_id, (TextBlock(text),), result_origin,
-                          is_error=observation.get("observation") == "error", message_id=_id(result_origin))
+                          is_error=observation.get("observation") == "error",
+                          message_id=_id(result_origin), time=parse_time(observation.get("timestamp")))
 
 
 def _id(origin: str) -> str:

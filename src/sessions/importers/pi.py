@@ -57,8 +57,6 @@ def _entry(b: SessionBuilder, number: int, line: JSON) -> None:
     if kind == "message":
         _message(b, origin, as_dict(line.get("message")))
     elif kind == "session":
-        b.header(as_str(line.get("provider"), "unknown"), as_str(line.get("modelId"), "unknown"),
-                 origin=f"{origin} session")
         b.skip(origin, f"session header (id {line.get('id')}, cwd {line.get('cwd')}): provider and "
                        "model go to request/header from each assistant message")
     elif kind == "model_change":
