@@ -17,6 +17,7 @@ from compaction.errors import BusyError, CompactionConfigError, ConvergenceError
 from compaction.lock import busy_message, inspect_lock
 from compaction.meters import HeuristicMeter, Meter
 from compaction.selection import Span, select_span, span_for
+from compaction.strategies.prune import PruneConfig, prune_session
 from compaction.summarizers.base import Summarizer
 from compaction.summarizers.template import TemplateSummarizer
 from compaction.transaction import Stability, Transaction
@@ -38,8 +39,10 @@ class BasicCompactService(CompactService):
         summarizer: Summarizer | None = None,
         meter: Meter | None = None,
         on_progress: Callable[[str], None] | None = None,
+        pruner: PruneConfig | None = None,
     ) -> None:
         self.config = config or BasicConfig()
+        self.pruner = pruner
         self.summarizer = summarizer or TemplateSummarizer()
         self.meter = meter or HeuristicMeter()
         self.on_progress = on_progress
@@ -72,6 +75,10 @@ class BasicCompactService(CompactService):
         measurement = self.meter.measure(session)
         if measurement.total_tokens < threshold:
             return None
+        if self.pruner is not None and self._prune(session, store):
+            measurement = self.meter.measure(session)
+            if measurement.total_tokens < threshold:
+                return None
         result: CompactionResult | None = None
         for _ in range(self.config.compaction_retries + 1):
             span = select_span(
@@ -89,7 +96,19 @@ class BasicCompactService(CompactService):
             f"{threshold}) in session {session.id}"
         )
 
+    def _prune(self, session: Session, store: SessionStore | None) -> bool:
+        """The cheaper operation first (seed 002): prune oversized tool results."""
+        assert self.pruner is not None
+        report = prune_session(session, self.meter, self.pruner, store=store)
+        if report.pruned:
+            log.info(
+                "pruned %d tool results (%d chars removed)", len(report.pruned), report.chars_removed
+            )
+        return bool(report.pruned)
+
     async def _overflow(self, session: Session, store: SessionStore | None) -> CompactionResult | None:
+        if self.pruner is not None:
+            self._prune(session, store)
         span = select_span(session, self.meter, 0, keep_first_user=self.config.keep_first_user_message)
         if span is None:
             return None

@@ -144,7 +144,7 @@ def module_path(k: int) -> str:
     return f"src/app/module_{k}.py"
 
 
-def test_path(k: int) -> str:
+def module_test_path(k: int) -> str:
     return f"tests/test_module_{k}.py"
 
 
@@ -301,7 +301,7 @@ class DemoWorkspace:
             file_rng = random.Random(f"module:{seed}:{k}")
             topic = TOPICS[(k + seed) % len(TOPICS)]
             self.files[module_path(k)] = _module_source(k, topic, self.bugs.get(k), file_rng)
-            self.files[test_path(k)] = _test_source(k, self.bugs.get(k))
+            self.files[module_test_path(k)] = _test_source(k, self.bugs.get(k))
         self.edited: dict[str, int] = {}  # path -> lines changed
 
     def line_of(self, bug: Bug) -> int:
@@ -448,14 +448,14 @@ def _pytest(ws: DemoWorkspace, targets: list[str]) -> str:
     for index, k in enumerate(modules, 1):
         bug = ws.failing(k)
         marks = "".join("F" if bug and bug.test == t else "." for t in _TESTS)
-        head.append(f"{test_path(k)} {marks:<52} [{100 * index // len(modules):>3}%]")
+        head.append(f"{module_test_path(k)} {marks:<52} [{100 * index // len(modules):>3}%]")
     if not failures:
         return "\n".join([*head, "", _banner(f"{passed} passed in 0.{len(modules) + 11}s")])
     body = ["", "=" * 35 + " FAILURES " + "=" * 35]
     for bug in failures[:2]:
         body += _failure_detail(ws, bug)
     body.append("=" * 27 + " short test summary info " + "=" * 28)
-    body += [f"FAILED {test_path(b.module)}::{b.test} - {b.error}" for b in failures]
+    body += [f"FAILED {module_test_path(b.module)}::{b.test} - {b.error}" for b in failures]
     body.append(_banner(f"{len(failures)} failed, {passed} passed in 0.{len(modules) + 31}s"))
     return "\n".join([*head, *body, "exit code: 1"])
 
@@ -477,7 +477,7 @@ def _failure_detail(ws: DemoWorkspace, bug: Bug) -> list[str]:
     return [
         f"{'_' * 30} {bug.test} {'_' * 30}",
         "",
-        f"{test_path(bug.module)}:{_test_line(ws, bug)}: in {bug.test}",
+        f"{module_test_path(bug.module)}:{_test_line(ws, bug)}: in {bug.test}",
         f"{bug.path}:{ws.line_of(bug)}: in {where}",
         f"    {bug.bad.strip()}",
         f"E   {bug.error}",
@@ -486,7 +486,7 @@ def _failure_detail(ws: DemoWorkspace, bug: Bug) -> list[str]:
 
 
 def _test_line(ws: DemoWorkspace, bug: Bug) -> int:
-    lines = ws.files[test_path(bug.module)].splitlines()
+    lines = ws.files[module_test_path(bug.module)].splitlines()
     marker = f"def {bug.test}():"
     return lines.index(marker) + 1 if marker in lines else 3
 
@@ -592,7 +592,7 @@ class DemoModel:
         self._todo[:0] = unfinished  # pick them up again next turn
         remaining = [b for k in sorted(ws.bugs) if (b := ws.failing(k)) is not None]
         done = "; ".join(f"{b.path} ({b.error})" for b in fixed) or "nothing yet"
-        left = "; ".join(f"{test_path(b.module)} ({b.error})" for b in remaining) or "none"
+        left = "; ".join(f"{module_test_path(b.module)} ({b.error})" for b in remaining) or "none"
         return (
             f"Summary of this round. Fixed: {done}. Files changed so far: "
             f"{', '.join(sorted(ws.edited)) or 'none'}. Still failing: {left}. "
@@ -619,7 +619,7 @@ class DemoModel:
         ]
 
     def _fix_plan(self, bug: Bug) -> list[_Action]:
-        rng, test = self._rng, test_path(bug.module)
+        rng, test = self._rng, module_test_path(bug.module)
         plan = [
             _Action("bash", {"command": f"pytest {test} -q"},
                     f"Running `pytest {test} -q` to reproduce the failure."),

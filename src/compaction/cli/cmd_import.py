@@ -73,14 +73,25 @@ def save_imported(store: SessionStore, imported: ImportedSession) -> Document:
     }
 
 
+HEADERS = (
+    "session", "source", "format", "status", "events", "messages", "calls", "results", "synth",
+    "compactions", "skipped",
+)  # fmt: skip
+
+
 def render(document: Document, console: Console) -> None:
     rows = document["sessions"]
-    columns = ("session_id", "format", "status", *COUNTS)
-    values = ([*(r[c] for c in columns), len(r["skipped"])] for r in rows)
-    console.print(table(f"{len(rows)} sessions imported", (*columns, "skipped"), values))
+    fresh = sum(row["status"] == "imported" for row in rows)
+    title = f"{len(rows)} sessions: {fresh} imported, {len(rows) - fresh} already imported"
+    console.print(table(title, HEADERS, (_cells(row) for row in rows)))
     for row in rows:
         for note in row["notes"]:
             console.print(Text(f"{row['session_id'][:8]} note: {note}", style="dim"))
+
+
+def _cells(row: Document) -> list[object]:
+    head = [row["session_id"][:8], Path(row["source"]).name, row["format"], row["status"]]
+    return [*head, *(row[name] for name in COUNTS), len(row["skipped"])]
 
 
 COMMAND = Command(

@@ -21,7 +21,7 @@ from rich.console import Console
 from compaction.cli import cmd_demo, cmd_import, cmd_sessions, cmd_show
 from compaction.cli.command import Command, Context
 from compaction.cli.errors import UsageError
-from compaction.cli.output import report_crash, report_error, write_json
+from compaction.cli.output import report_crash, report_error, stdout_console, write_json
 from sessions.errors import EventCompactionError
 from sessions.store import DEFAULT_URL, default_url
 
@@ -112,7 +112,7 @@ def _execute(command: Command, context: Context, args: argparse.Namespace) -> in
     if context.json:
         write_json(document)
     else:
-        command.render(document, Console())
+        command.render(document, stdout_console())
     return command.exit_status(document)
 
 

@@ -20,6 +20,8 @@ from rich.text import Text
 from compaction.cli.command import Document
 from compaction.cli.errors import UsageError
 
+PIPED_WIDTH = 200
+
 
 def positive_int(text: str) -> int:
     """An ``argparse`` type: an integer >= 1 (anything else is a usage error)."""
@@ -30,6 +32,12 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
     return value
+
+
+def stdout_console() -> Console:
+    """The console for human output; piped output gets wide lines instead of squeezed tables."""
+    console = Console()
+    return console if console.is_terminal else Console(width=PIPED_WIDTH)
 
 
 def write_json(document: Document) -> None:

@@ -62,7 +62,9 @@ def import_file(path: Path, data: bytes) -> list[ImportedSession]:
     digest = file_digest(data)
     if not main and len(threads) == 1:
         imported = _import_lines(path, threads[0], session_id_for(FORMAT, digest, 0), str(path))
-        imported.notes.append("every line is a sidechain (a sub-agent transcript): imported as one session")
+        imported.notes.append(
+            "every line is a sidechain (a sub-agent transcript): imported as one session"
+        )
         imported.skipped[:0] = truncated
         return [imported]
     sessions: list[ImportedSession] = []
@@ -79,12 +81,15 @@ def import_file(path: Path, data: bytes) -> list[ImportedSession]:
 
 
 def _sidechain_threads(lines: list[Line]) -> list[list[Line]]:
-    """Group sidechain lines into threads by following ``parentUuid`` to the thread's root."""
+    """Group sidechain lines into threads: by ``agentId`` when the lines carry one, else by
+    following ``parentUuid`` to the thread's root."""
     thread_of: dict[str, int] = {}
     threads: list[list[Line]] = []
     for number, line in lines:
-        parent = as_str(line.get("parentUuid"))
-        index = thread_of.get(parent)
+        agent = as_str(line.get("agentId"))
+        index = thread_of.get(f"agent:{agent}") if agent else None
+        if index is None:
+            index = thread_of.get(as_str(line.get("parentUuid")))
         if index is None:
             index = len(threads)
             threads.append([])
@@ -92,6 +97,8 @@ def _sidechain_threads(lines: list[Line]) -> list[list[Line]]:
         uid = as_str(line.get("uuid"))
         if uid:
             thread_of[uid] = index
+        if agent:
+            thread_of[f"agent:{agent}"] = index
     return threads
 
 
@@ -140,8 +147,11 @@ class _ChainImporter:
             subtype = as_str(line.get("subtype"), "message")
             if subtype == "compact_boundary":
                 meta = as_dict(line.get("compactMetadata"))
-                self.b.compaction(origin, f"compact_boundary, trigger {meta.get('trigger')}, "
-                                          f"preTokens {meta.get('preTokens')}")
+                self.b.compaction(
+                    origin,
+                    f"compact_boundary, trigger {meta.get('trigger')}, "
+                    f"preTokens {meta.get('preTokens')}",
+                )
             self.b.skip(origin, f"system line ({subtype}): harness metadata, not sent to the model")
         elif kind == "summary":
             self.b.skip(origin, "summary line: a session title, not part of the conversation")
@@ -163,9 +173,14 @@ class _ChainImporter:
         for index, raw in enumerate(_content(message.get("content"))):
             block = _assistant_block(as_dict(raw))
             if block is None:
-                self.b.skip(f"{origin} block {index}", f"unsupported block type {as_dict(raw).get('type')!r}")
+                self.b.skip(
+                    f"{origin} block {index}",
+                    f"unsupported block type {as_dict(raw).get('type')!r}",
+                )
             elif isinstance(block, ToolCallBlock) and block.id in step.call_origins:
-                self.b.skip(f"{origin} block {index}", f"duplicate tool_use {block.id} in one message")
+                self.b.skip(
+                    f"{origin} block {index}", f"duplicate tool_use {block.id} in one message"
+                )
             else:
                 if isinstance(block, ToolCallBlock):
                     step.call_origins[block.id] = origin
@@ -183,7 +198,9 @@ class _ChainImporter:
         message = user_message(_message_id(line, number), self.user_blocks(origin, parts))
         if line.get("isCompactSummary"):
             self.b.user(message, f"{origin} isCompactSummary")
-            self.b.note(f"{origin}: compaction summary (isCompactSummary) imported as a user message")
+            self.b.note(
+                f"{origin}: compaction summary (isCompactSummary) imported as a user message"
+            )
         elif line.get("isMeta"):
             self.b.context(message, f"{origin} isMeta")
         else:
@@ -196,14 +213,19 @@ class _ChainImporter:
             if part.get("type") != "tool_result":
                 others.append(part)
             elif self.step is None:
-                self.b.skip(origin, f"tool result for {part.get('tool_use_id')!r} not imported "
-                                    "(no model call before it)")
+                self.b.skip(
+                    origin,
+                    f"tool result for {part.get('tool_use_id')!r} not imported "
+                    "(no model call before it)",
+                )
             else:
                 result_id = f"{_message_id(line, number)}#{index}"
                 time = parse_time(line.get("timestamp"))
                 self.step.results.append(_Result(origin, part, result_id, time))
         if others and self.step is not None:
-            extra = user_message(f"{_message_id(line, number)}-text", self.user_blocks(origin, others))
+            extra = user_message(
+                f"{_message_id(line, number)}-text", self.user_blocks(origin, others)
+            )
             self.step.after.append((origin, extra, parse_time(line.get("timestamp"))))
 
     def user_blocks(self, origin: str, parts: list[Any]) -> tuple[Block, ...]:
@@ -211,7 +233,10 @@ class _ChainImporter:
         for index, raw in enumerate(parts):
             block = _user_block(as_dict(raw))
             if block is None:
-                self.b.skip(f"{origin} block {index}", f"unsupported block type {as_dict(raw).get('type')!r}")
+                self.b.skip(
+                    f"{origin} block {index}",
+                    f"unsupported block type {as_dict(raw).get('type')!r}",
+                )
             else:
                 blocks.append(block)
         return tuple(blocks)
@@ -227,16 +252,24 @@ class _ChainImporter:
         self.seen_ids[message_id] = repeats + 1
         if repeats:
             message_id = f"{message_id}#{repeats + 1}"
-        lines = (f"line {step.first_line}" if step.first_line == step.last_line
-                 else f"lines {step.first_line}-{step.last_line}")
+        lines = (
+            f"line {step.first_line}"
+            if step.first_line == step.last_line
+            else f"lines {step.first_line}-{step.last_line}"
+        )
         message = Message(
             id=message_id,
             role="assistant",
             content=tuple(step.blocks),
             source=model_source(PROVIDER, step.model),
         )
-        self.b.assistant(message, f"{lines} message {step.message_id}", usage=step.usage,
-                         call_origins=step.call_origins, time=step.time)
+        self.b.assistant(
+            message,
+            f"{lines} message {step.message_id}",
+            usage=step.usage,
+            call_origins=step.call_origins,
+            time=step.time,
+        )
         for result in step.results:
             self.b.result(
                 as_str(result.part.get("tool_use_id")),

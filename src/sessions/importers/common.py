@@ -145,7 +145,8 @@ def json_lines(path: Path, data: bytes) -> tuple[list[tuple[int, JSON]], list[st
             ) from e
         if not isinstance(value, dict):
             raise TranscriptError(
-                str(path), number,
+                str(path),
+                number,
                 f"expected one JSON object per line, found a JSON {type(value).__name__}",
             )
         parsed.append((number, value))
@@ -156,7 +157,9 @@ def json_document(path: Path, data: bytes) -> Any:
     try:
         return msgspec.json.decode(data)
     except msgspec.DecodeError as e:
-        raise TranscriptError(str(path), None, f"expected a JSON document, found invalid JSON ({e})") from e
+        raise TranscriptError(
+            str(path), None, f"expected a JSON document, found invalid JSON ({e})"
+        ) from e
 
 
 def as_dict(value: Any) -> JSON:
@@ -203,7 +206,9 @@ def image_block(data: str, media_type: str) -> ImageBlock:
     except (binascii.Error, ValueError):
         size = 0
     digest = hashlib.sha256(data.encode()).hexdigest()[:16]
-    return ImageBlock(attachment_id=f"sha256-{digest}", media_type=media_type or "image", bytes=size)
+    return ImageBlock(
+        attachment_id=f"sha256-{digest}", media_type=media_type or "image", bytes=size
+    )
 
 
 def text_of_content(content: Any) -> str:
@@ -451,7 +456,9 @@ class SessionBuilder:
 
     def _synthesize(self, pending: _PendingCall) -> None:
         recorded = pending.call_seq is not None
-        error, text = (OUTCOME_UNKNOWN, OUTCOME_UNKNOWN_TEXT) if recorded else (NOT_STARTED, NOT_STARTED_TEXT)
+        error, text = (
+            (OUTCOME_UNKNOWN, OUTCOME_UNKNOWN_TEXT) if recorded else (NOT_STARTED, NOT_STARTED_TEXT)
+        )
         seq = self.session.next_seq
         message = Message(
             id=f"interrupted-tool-result-{pending.call_id}-{seq}",

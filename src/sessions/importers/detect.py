@@ -16,8 +16,15 @@ from sessions.errors import TranscriptError
 from sessions.importers.common import JSON, as_dict, as_list, as_str, read_bytes
 
 CLAUDE_CODE_TYPES = frozenset(
-    {"user", "assistant", "system", "summary", "progress", "file-history-snapshot",
-     "queue-operation"}
+    {
+        "user",
+        "assistant",
+        "system",
+        "summary",
+        "progress",
+        "file-history-snapshot",
+        "queue-operation",
+    }
 )
 CLAUDE_CODE_KEYS = frozenset({"uuid", "leafUuid", "sessionId", "messageId", "parentUuid"})
 PI_TYPES = frozenset({"session", "message", "model_change", "thinking_level_change", "compaction"})
@@ -31,7 +38,7 @@ EXPECTED = (
 
 
 def detect_format(path: Path) -> str:
-    """One of ``FORMATS``; raises :class:`TranscriptError` naming the file (and line) when unknown."""
+    """One of ``FORMATS``; raises :class:`TranscriptError` naming the file and line if unknown."""
     return detect_bytes(path, read_bytes(path))
 
 
@@ -43,8 +50,9 @@ def detect_bytes(path: Path, data: bytes) -> str:
         found = _document_format(document)
         if found:
             return found
-        raise TranscriptError(str(path), 1, f"unknown transcript format: {EXPECTED}; found "
-                                            f"{_describe(document)}")
+        raise TranscriptError(
+            str(path), 1, f"unknown transcript format: {EXPECTED}; found {_describe(document)}"
+        )
     return _lines_format(path, data)
 
 
@@ -59,7 +67,11 @@ def _whole_document(data: bytes) -> Any:
 
 def _document_format(document: Any) -> str | None:
     if isinstance(document, list):
-        return "openai" if document and all(_is_chat_message(m) for m in document[:LOOKAHEAD]) else None
+        return (
+            "openai"
+            if document and all(_is_chat_message(m) for m in document[:LOOKAHEAD])
+            else None
+        )
     return _record_format(as_dict(document))
 
 
@@ -71,18 +83,23 @@ def _lines_format(path: Path, data: bytes) -> str:
         try:
             record = msgspec.json.decode(raw)
         except msgspec.DecodeError as e:
-            raise TranscriptError(str(path), number, f"expected JSON or JSONL, found invalid JSON "
-                                                     f"({e}); {EXPECTED}") from e
+            raise TranscriptError(
+                str(path), number, f"expected JSON or JSONL, found invalid JSON ({e}); {EXPECTED}"
+            ) from e
         if not isinstance(record, dict):
-            raise TranscriptError(str(path), number, f"expected a JSON object per line, found "
-                                                     f"{_describe(record)}; {EXPECTED}")
+            raise TranscriptError(
+                str(path),
+                number,
+                f"expected a JSON object per line, found {_describe(record)}; {EXPECTED}",
+            )
         found = _record_format(record)
         if found:
             return found
         first_unknown = first_unknown or (number, record)
     number, record = first_unknown or (1, {})
-    raise TranscriptError(str(path), number, f"unknown transcript format: {EXPECTED}; found "
-                                             f"{_describe(record)}")
+    raise TranscriptError(
+        str(path), number, f"unknown transcript format: {EXPECTED}; found {_describe(record)}"
+    )
 
 
 def _record_format(record: JSON) -> str | None:
@@ -90,7 +107,9 @@ def _record_format(record: JSON) -> str | None:
     history = record.get("history")
     if isinstance(history, list):
         events = [as_dict(e) for e in history[:LOOKAHEAD]]
-        if any("action" in e or "observation" in e for e in events) and not any("role" in e for e in events):
+        if any("action" in e or "observation" in e for e in events) and not any(
+            "role" in e for e in events
+        ):
             return "openhands"
         return "openai" if any(_is_chat_message(e) for e in events) else None
     if isinstance(record.get("messages"), list):

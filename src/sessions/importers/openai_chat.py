@@ -1,8 +1,8 @@
 """OpenAI-style chat messages into sessions: SWE-agent ``.traj``, mini-swe-agent, plain lists.
 
 Accepted shapes: a JSON list of messages; a JSON object with a ``history`` (SWE-agent) or
-``messages`` list; JSONL with one message per line; JSONL with one ``{messages: [...]}`` conversation
-per line (one session each, source ``FILE#run-N``).
+``messages`` list; JSONL with one message per line; JSONL with one ``{messages: [...]}``
+conversation per line (one session each, source ``FILE#run-N``).
 
 * ``system`` messages give ``request/header.system`` (provider ``openai``; the model from
   ``replay_config.agent.model.name`` or ``model`` when the file says, else ``unknown``).
@@ -50,7 +50,9 @@ def import_file(path: Path, data: bytes) -> list[ImportedSession]:
     conversations, skipped = _conversations(path, data)
     sessions = []
     for index, (source, messages, envelope) in enumerate(conversations):
-        builder = SessionBuilder(session_id_for(FORMAT, digest, index), source=source, format=FORMAT)
+        builder = SessionBuilder(
+            session_id_for(FORMAT, digest, index), source=source, format=FORMAT
+        )
         builder.skipped.extend(skipped if index == 0 else ())
         _import_messages(builder, messages, envelope)
         sessions.append(builder.finish())
@@ -87,8 +89,11 @@ def _from_document(path: Path, document: Any) -> Conversation:
     for key in ("history", "messages"):
         if isinstance(envelope.get(key), list):
             return str(path), _indexed(envelope[key], key), envelope
-    raise TranscriptError(str(path), None, "expected a list of chat messages or an object with a "
-                                           "`history` or `messages` list")
+    raise TranscriptError(
+        str(path),
+        None,
+        "expected a list of chat messages or an object with a `history` or `messages` list",
+    )
 
 
 def _indexed(messages: list[Any], label: str) -> list[tuple[str, JSON]]:
@@ -124,8 +129,10 @@ def _import_messages(b: SessionBuilder, messages: list[tuple[str, JSON]], envelo
 def _system(b: SessionBuilder, origin: str, message: JSON, *, first: bool) -> None:
     if first:
         return  # it is request/header.system
-    b.context(user_message(origin, (TextBlock(text_of_content(message.get("content"))),)),
-              f"{origin} system")
+    b.context(
+        user_message(origin, (TextBlock(text_of_content(message.get("content"))),)),
+        f"{origin} system",
+    )
     b.note(f"{origin}: a later system message imported as a context message")
 
 
@@ -148,23 +155,29 @@ def _assistant(b: SessionBuilder, origin: str, message: JSON, model: str) -> Non
         call = as_dict(raw)
         function = as_dict(call.get("function"))
         arguments = function.get("arguments", "")
-        blocks.append(ToolCallBlock(
-            id=as_str(call.get("id")) or f"{origin}-call-{index}",
-            name=as_str(function.get("name")),
-            arguments=arguments if isinstance(arguments, str) else compact_json(arguments),
-        ))
+        blocks.append(
+            ToolCallBlock(
+                id=as_str(call.get("id")) or f"{origin}-call-{index}",
+                name=as_str(function.get("name")),
+                arguments=arguments if isinstance(arguments, str) else compact_json(arguments),
+            )
+        )
     source = model_source(PROVIDER, as_str(message.get("model")) or model)
     b.assistant(Message(id=origin, role="assistant", content=tuple(blocks), source=source), origin)
 
 
 def _tool(b: SessionBuilder, origin: str, message: JSON) -> None:
-    ids = [as_str(i) for i in as_list(message.get("tool_call_ids"))] or [as_str(message.get("tool_call_id"))]
+    ids = [as_str(i) for i in as_list(message.get("tool_call_ids"))] or [
+        as_str(message.get("tool_call_id"))
+    ]
     content = tuple(_content_blocks(message.get("content")))
     for index, call_id in enumerate(ids):
         message_id = origin if len(ids) == 1 else f"{origin}-{index}"
         b.result(call_id, content, origin, message_id=message_id)
     if len(ids) > 1:
-        b.note(f"{origin}: one tool message answers {len(ids)} calls; its content is repeated per call")
+        b.note(
+            f"{origin}: one tool message answers {len(ids)} calls; its content is repeated per call"
+        )
 
 
 def _content_blocks(content: Any) -> tuple[TextBlock | ImageBlock, ...]:
@@ -190,8 +203,10 @@ def _model(envelope: JSON) -> str:
 
 def _describe(b: SessionBuilder, envelope: JSON, text_actions: int) -> None:
     if text_actions:
-        b.note(f"{text_actions} assistant messages carry actions written as text (no tool_calls): "
-               "imported as steps without tool calls; their observations are user messages")
+        b.note(
+            f"{text_actions} assistant messages carry actions written as text (no tool_calls): "
+            "imported as steps without tool calls; their observations are user messages"
+        )
     for key, value in envelope.items():
         if key in ("history", "messages"):
             continue

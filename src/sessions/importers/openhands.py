@@ -51,7 +51,9 @@ def import_file(path: Path, data: bytes) -> list[ImportedSession]:
     sessions: list[ImportedSession] = []
     for run, (number, record) in enumerate(lines, start=1):
         if not isinstance(record.get("history"), list):
-            raise TranscriptError(str(path), number, "expected an OpenHands run with a `history` list")
+            raise TranscriptError(
+                str(path), number, "expected an OpenHands run with a `history` list"
+            )
         builder = SessionBuilder(
             session_id_for(FORMAT, digest, run - 1), source=f"{path}#run-{run}", format=FORMAT
         )
@@ -120,9 +122,13 @@ class _RunImporter:
         action, source = as_str(event.get("action")), as_str(event.get("source"))
         args = as_dict(event.get("args"))
         if action == "system":
-            self.b.header(_provider(self.model), self.model or "unknown",
-                          system=as_str(args.get("content")) or as_str(event.get("message")),
-                          tools=_tools(args.get("tools")), origin=origin)
+            self.b.header(
+                _provider(self.model),
+                self.model or "unknown",
+                system=as_str(args.get("content")) or as_str(event.get("message")),
+                tools=_tools(args.get("tools")),
+                origin=origin,
+            )
         elif action == "message" and source == "user":
             self.flush()
             text = as_str(args.get("content")) or as_str(event.get("message"))
@@ -130,11 +136,17 @@ class _RunImporter:
         elif action == "message" and source == "agent":
             self.flush()
             text = as_str(args.get("content")) or as_str(event.get("message"))
-            message = Message(id=_id(origin), role="assistant", content=(TextBlock(text),),
-                              source=model_source(_provider(self.model), self.model))
+            message = Message(
+                id=_id(origin),
+                role="assistant",
+                content=(TextBlock(text),),
+                source=model_source(_provider(self.model), self.model),
+            )
             self.b.assistant(message, origin)
         else:
-            self.b.skip(origin, f"{source} action {action!r} without a tool call: not a model message")
+            self.b.skip(
+                origin, f"{source} action {action!r} without a tool call: not a model message"
+            )
 
     def tool_action(self, event: JSON, origin: str, metadata: JSON) -> None:
         response = as_dict(metadata.get("model_response"))
@@ -152,16 +164,26 @@ class _RunImporter:
         if call_id and self.step is not None:
             self.step.results.append((origin, event))
         elif call_id:
-            self.b.skip(origin, f"observation for {call_id!r} not imported (no model call before it)")
+            self.b.skip(
+                origin, f"observation for {call_id!r} not imported (no model call before it)"
+            )
         elif kind == "recall":
-            self.b.skip(origin, "recall observation (workspace context): not a conversation message")
+            self.b.skip(
+                origin, "recall observation (workspace context): not a conversation message"
+            )
         elif kind == "error":
             self.flush()
             text = as_str(event.get("content")) or as_str(event.get("message"))
-            self.b.context(user_message(_id(origin), (TextBlock(text),)), f"{origin} error observation")
-            self.b.note(f"{origin}: error observation with no tool call imported as a context message")
+            self.b.context(
+                user_message(_id(origin), (TextBlock(text),)), f"{origin} error observation"
+            )
+            self.b.note(
+                f"{origin}: error observation with no tool call imported as a context message"
+            )
         else:
-            self.b.skip(origin, f"{kind} observation without a tool call: not a conversation message")
+            self.b.skip(
+                origin, f"{kind} observation without a tool call: not a conversation message"
+            )
 
     # ------------------------------------------------------------ steps
 
@@ -169,9 +191,13 @@ class _RunImporter:
         step, self.step = self.step, None
         if step is None:
             return
-        choice = as_dict(as_list(step.response.get("choices"))[0] if step.response.get("choices") else {})
+        choice = as_dict(
+            as_list(step.response.get("choices"))[0] if step.response.get("choices") else {}
+        )
         reply = as_dict(choice.get("message"))
-        raw_calls = {as_str(c.get("id")): as_dict(c) for c in map(as_dict, as_list(reply.get("tool_calls")))}
+        raw_calls = {
+            as_str(c.get("id")): as_dict(c) for c in map(as_dict, as_list(reply.get("tool_calls")))
+        }
         blocks: list[Block] = []
         reasoning = as_str(reply.get("reasoning_content"))
         if reasoning:
@@ -189,18 +215,31 @@ class _RunImporter:
             blocks.append(ToolCallBlock(id=call_id, name=name, arguments=arguments))
             origins[call_id] = call_origin
         model = as_str(step.response.get("model")) or self.model
-        message = Message(id=step.response_id, role="assistant", content=tuple(blocks),
-                          source=model_source(_provider(self.model), model))
+        message = Message(
+            id=step.response_id,
+            role="assistant",
+            content=tuple(blocks),
+            source=model_source(_provider(self.model), model),
+        )
         first_action = step.calls[0][1] if step.calls else {}
-        self.b.assistant(message, f"{step.origin} model response {step.response_id}",
-                         usage=_usage(as_dict(step.response.get("usage"))), call_origins=origins,
-                         time=parse_time(first_action.get("timestamp")))
+        self.b.assistant(
+            message,
+            f"{step.origin} model response {step.response_id}",
+            usage=_usage(as_dict(step.response.get("usage"))),
+            call_origins=origins,
+            time=parse_time(first_action.get("timestamp")),
+        )
         for result_origin, observation in step.results:
             call_id = as_str(as_dict(observation.get("tool_call_metadata")).get("tool_call_id"))
             text = as_str(observation.get("content")) or as_str(observation.get("message"))
-            self.b.result(call_id, (TextBlock(text),), result_origin,
-                          is_error=observation.get("observation") == "error",
-                          message_id=_id(result_origin), time=parse_time(observation.get("timestamp")))
+            self.b.result(
+                call_id,
+                (TextBlock(text),),
+                result_origin,
+                is_error=observation.get("observation") == "error",
+                message_id=_id(result_origin),
+                time=parse_time(observation.get("timestamp")),
+            )
 
 
 def _id(origin: str) -> str:
@@ -217,16 +256,20 @@ def _tools(raw: Any) -> tuple[ToolSpec, ...]:
     for item in as_list(raw):
         function = as_dict(as_dict(item).get("function"))
         if function.get("name"):
-            specs.append(ToolSpec(
-                name=as_str(function.get("name")),
-                description=as_str(function.get("description")),
-                parameters=as_dict(function.get("parameters")),
-            ))
+            specs.append(
+                ToolSpec(
+                    name=as_str(function.get("name")),
+                    description=as_str(function.get("description")),
+                    parameters=as_dict(function.get("parameters")),
+                )
+            )
     return tuple(specs)
 
 
 def _usage(raw: JSON) -> Usage | None:
     if not raw:
         return None
-    return Usage(input_tokens=as_int(raw.get("prompt_tokens")),
-                 output_tokens=as_int(raw.get("completion_tokens")))
+    return Usage(
+        input_tokens=as_int(raw.get("prompt_tokens")),
+        output_tokens=as_int(raw.get("completion_tokens")),
+    )

@@ -43,7 +43,9 @@ STOPPED = {"error": "error", "aborted": "aborted"}
 
 def import_file(path: Path, data: bytes) -> list[ImportedSession]:
     lines, truncated = json_lines(path, data)
-    builder = SessionBuilder(session_id_for(FORMAT, file_digest(data), 0), source=str(path), format=FORMAT)
+    builder = SessionBuilder(
+        session_id_for(FORMAT, file_digest(data), 0), source=str(path), format=FORMAT
+    )
     builder.skipped.extend(truncated)
     for number, line in lines:
         builder.at(parse_time(line.get("timestamp")))
@@ -57,13 +59,22 @@ def _entry(b: SessionBuilder, number: int, line: JSON) -> None:
     if kind == "message":
         _message(b, origin, as_dict(line.get("message")))
     elif kind == "session":
-        b.skip(origin, f"session header (id {line.get('id')}, cwd {line.get('cwd')}): provider and "
-                       "model go to request/header from each assistant message")
+        b.skip(
+            origin,
+            f"session header (id {line.get('id')}, cwd {line.get('cwd')}): provider and "
+            "model go to request/header from each assistant message",
+        )
     elif kind == "model_change":
-        b.skip(origin, f"model change to {line.get('provider')}/{line.get('modelId')}: recorded as a "
-                       "request/header change before the next assistant message that uses it")
+        b.skip(
+            origin,
+            f"model change to {line.get('provider')}/{line.get('modelId')}: recorded as a "
+            "request/header change before the next assistant message that uses it",
+        )
     elif kind == "thinking_level_change":
-        b.skip(origin, f"thinking level change to {line.get('thinkingLevel')!r}: no session event for it")
+        b.skip(
+            origin,
+            f"thinking level change to {line.get('thinkingLevel')!r}: no session event for it",
+        )
     elif kind == "compaction":
         _compaction(b, origin, line)
     else:
@@ -95,7 +106,9 @@ def _assistant(b: SessionBuilder, origin: str, message_id: str, message: JSON) -
     for index, raw in enumerate(as_list(message.get("content"))):
         block = _assistant_block(as_dict(raw), f"{origin}-{index}")
         if block is None:
-            b.skip(f"{origin} block {index}", f"unsupported block type {as_dict(raw).get('type')!r}")
+            b.skip(
+                f"{origin} block {index}", f"unsupported block type {as_dict(raw).get('type')!r}"
+            )
         else:
             blocks.append(block)
     source = model_source(as_str(message.get("provider")), as_str(message.get("model")))
@@ -115,7 +128,10 @@ def _compaction(b: SessionBuilder, origin: str, line: JSON) -> None:
     kept = line.get("firstKeptEntryIndex")
     b.compaction(origin, f"firstKeptEntryIndex {kept}, tokensBefore {line.get('tokensBefore')}")
     summary = as_str(line.get("summary"))
-    b.user(user_message(origin.replace(" ", "-"), (TextBlock(summary),)), f"{origin} compaction summary")
+    b.user(
+        user_message(origin.replace(" ", "-"), (TextBlock(summary),)),
+        f"{origin} compaction summary",
+    )
 
 
 def _assistant_block(part: JSON, fallback_id: str) -> Block | None:
@@ -134,7 +150,9 @@ def _assistant_block(part: JSON, fallback_id: str) -> Block | None:
     return None
 
 
-def _user_blocks(b: SessionBuilder, origin: str, content: Any) -> tuple[TextBlock | ImageBlock, ...]:
+def _user_blocks(
+    b: SessionBuilder, origin: str, content: Any
+) -> tuple[TextBlock | ImageBlock, ...]:
     if isinstance(content, str):
         return (TextBlock(content),)
     blocks: list[TextBlock | ImageBlock] = []

@@ -1,0 +1,357 @@
+"""The ``compaction`` command line: the JSON contract of docs/cli.md, errors, and human output.
+
+Most tests call ``main([...])`` in-process; the installed ``compaction`` entry point runs as a real
+subprocess for the full import of every public transcript and for the exit-status checks.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pytest
+
+from compaction.cli.command import resolve_session
+from compaction.cli.errors import AmbiguousSessionError
+from compaction.cli.main import main
+from conftest import PUBLIC_TRANSCRIPTS
+from sessions.blocks import Message, TextBlock
+from sessions.errors import SessionNotFoundError
+from sessions.events import UserMessage
+from sessions.store import SessionStore
+
+ENTRY_POINT = Path(sys.executable).parent / "compaction"
+IMPORT_KEYS = {
+    "session_id", "source", "format", "status", "events", "messages", "tool_calls",
+    "tool_results", "synthesized_results", "compactions", "skipped", "notes",
+}  # fmt: skip
+SESSION_KEYS = {"session_id", "events", "surface_nodes", "surface_tokens", "compactions"}
+DEMO_KEYS = {
+    "session_id", "events", "compactions", "tokens_before", "tokens_after", "checks_passed",
+}  # fmt: skip
+
+Doc = dict[str, Any]
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Doc]:
+    """Run the CLI in-process with ``--json``; stdout must hold exactly one JSON document."""
+    code = main([*argv, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def run_human(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def assert_error(code: int, document: Doc, error_type: str, *fragments: str) -> None:
+    assert code == 1, document
+    assert set(document) == {"error"}
+    assert document["error"]["type"] == error_type
+    for fragment in fragments:
+        assert fragment in document["error"]["message"]
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[Doc]]:
+    """Every public transcript imported by the installed entry point into one SQLite store."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('cli') / 'sessions.db'}"
+    files = [str(p) for p in PUBLIC_TRANSCRIPTS]
+    done = subprocess.run(
+        [str(ENTRY_POINT), "--store", url, "import", *files, "--json"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr + done.stdout
+    rows: list[Doc] = json.loads(done.stdout)["sessions"]
+    return url, rows
+
+
+def richest(rows: list[Doc]) -> Doc:
+    return max(rows, key=lambda r: (r["tool_calls"], r["session_id"]))
+
+
+# ---------------------------------------------------------------- import
+
+
+def test_import_every_public_transcript(imported: tuple[str, list[Doc]]) -> None:
+    _, rows = imported
+    assert PUBLIC_TRANSCRIPTS, "no public transcripts found"
+    sources = {row["source"] for row in rows}
+    for path in PUBLIC_TRANSCRIPTS:
+        assert any(str(path) in source for source in sources), f"{path} imported no session"
+    for row in rows:
+        assert set(row) >= IMPORT_KEYS, row
+        assert row["status"] == "imported"
+        assert row["events"] > 0 and row["messages"] > 0
+        assert 0 <= row["synthesized_results"] <= row["tool_results"] <= row["tool_calls"]
+        assert all(isinstance(row[k], list) for k in ("skipped", "notes"))
+    assert len({row["session_id"] for row in rows}) == len(rows)
+    assert sum(row["tool_calls"] for row in rows) > 0
+
+
+def test_import_twice_reports_already_imported(
+    imported: tuple[str, list[Doc]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, first = imported
+    code, document = run_json(capsys, "--store", url, "import", *map(str, PUBLIC_TRANSCRIPTS))
+    assert code == 0
+    again = document["sessions"]
+    assert [r["session_id"] for r in again] == [r["session_id"] for r in first]
+    assert {r["status"] for r in again} == {"already_imported"}
+    code, listing = run_json(capsys, "--store", url, "sessions")
+    assert len(listing["sessions"]) == len(first)
+
+
+def test_import_human_output_is_a_table(
+    imported: tuple[str, list[Doc]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, _ = imported
+    smallest = min(PUBLIC_TRANSCRIPTS, key=lambda p: p.stat().st_size)
+    code, out, err = run_human(capsys, "--store", url, "import", str(smallest))
+    assert code == 0, err
+    assert "0 imported, 1 already imported" in out and "already_imported" in out
+
+
+def test_import_format_events_is_not_supported_yet(
+    sqlite_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, document = run_json(
+        capsys, "--store", sqlite_url, "import", str(PUBLIC_TRANSCRIPTS[0]), "--format", "events"
+    )
+    assert_error(code, document, "ConfigurationError", "--format events", "not supported")
+
+
+def test_import_missing_file_names_it(
+    sqlite_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nope.jsonl"
+    code, document = run_json(capsys, "--store", sqlite_url, "import", str(missing))
+    assert_error(code, document, "TranscriptError", str(missing))
+
+
+# ---------------------------------------------------------------- sessions
+
+
+def test_sessions_lists_every_imported_session(
+    imported: tuple[str, list[Doc]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, rows = imported
+    code, document = run_json(capsys, "--store", url, "sessions")
+    assert code == 0
+    listed = {row["session_id"]: row for row in document["sessions"]}
+    assert set(listed) == {row["session_id"] for row in rows}
+    for row in rows:
+        entry = listed[row["session_id"]]
+        assert set(entry) >= SESSION_KEYS
+        assert entry["events"] == row["events"]
+        assert 0 < entry["surface_nodes"] <= entry["events"]
+        assert entry["surface_tokens"] >= entry["surface_nodes"]
+        assert entry["compactions"] == 0  # foreign compactions are not imported as compact/*
+
+
+def test_sessions_human_output_names_every_session(
+    imported: tuple[str, list[Doc]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, rows = imported
+    code, out, err = run_human(capsys, "--store", url, "sessions")
+    assert code == 0, err
+    for row in rows:
+        assert row["session_id"][:8] in out
+
+
+def test_json_option_before_or_after_the_command(
+    imported: tuple[str, list[Doc]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, _ = imported
+    after = run_json(capsys, "--store", url, "sessions")
+    assert main(["--json", "sessions", "--store", url]) == 0
+    before = json.loads(capsys.readouterr().out)
+    assert before == after[1]
+
+
+# ---------------------------------------------------------------- show
+
+
+def show(capsys: pytest.CaptureFixture[str], url: str, *argv: str) -> Doc:
+    code, document = run_json(capsys, "--store", url, "show", *argv)
+    assert code == 0, document
+    return document
+
+
+def test_show_every_format_describes_the_same_surface(
+    imported: tuple[str, list[Doc]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, rows = imported
+    row = richest(rows)
+    docs = {shape: show(capsys, url, row["session_id"], "--format", shape)
+            for shape in ("openai", "anthropic", "text")}  # fmt: skip
+    for shape, document in docs.items():
+        assert document["session_id"] == row["session_id"]
+        assert document["at"] == row["events"] - 1
+        assert document["format"] == shape
+        assert document["surface"] == docs["openai"]["surface"]
+        assert all(0 <= seq < row["events"] for seq in document["surface"])
+    openai, anthropic, text = (docs[s]["messages"] for s in ("openai", "anthropic", "text"))
+    tool_messages = [m for m in openai if m["role"] == "tool"]
+    calls = [c for m in openai for c in m.get("tool_calls", [])]
+    blocks = [b for m in anthropic for b in m["content"]]
+    assert tool_messages and calls
+    assert len(tool_messages) == sum(b["type"] == "tool_result" for b in blocks)
+    assert len(calls) == sum(b["type"] == "tool_use" for b in blocks)
+    assert all(a["role"] != b["role"] for a, b in itertools.pairwise(anthropic))
+    assert [{k: v for k, v in m.items() if k != "text"} for m in text] == openai
+    rendered = "\n".join(m["text"] for m in text if m["text"])
+    assert rendered.count("[tool-result ") == len(tool_messages)
+
+
+def test_show_at_gives_the_surface_as_it_was_then(
+    imported: tuple[str, list[Doc]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, rows = imported
+    row = richest(rows)
+    session_id = row["session_id"]
+    with SessionStore.open(url) as store:
+        session = store.get(UUID(session_id), use_snapshots=False)
+        for at in (0, row["events"] // 3, row["events"] // 2, row["events"] - 1):
+            document = show(capsys, url, session_id, "--at", str(at), "--format", "openai")
+            assert document["at"] == at
+            assert document["surface"] == session.surface_at(at)
+    latest = show(capsys, url, session_id, "--format", "openai")
+    assert show(capsys, url, session_id, "--at", str(latest["at"]), "--format", "openai") == latest
+
+
+@pytest.mark.parametrize("at", ["-1", "events"])
+def test_show_at_outside_the_log_is_a_clear_error(
+    imported: tuple[str, list[Doc]], capsys: pytest.CaptureFixture[str], at: str
+) -> None:
+    url, rows = imported
+    row = richest(rows)
+    seq = str(row["events"]) if at == "events" else at
+    code, document = run_json(capsys, "--store", url, "show", row["session_id"], "--at", seq)
+    assert_error(code, document, "ConfigurationError", f"--at {seq}")
+
+
+def test_show_accepts_a_unique_prefix(
+    imported: tuple[str, list[Doc]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, rows = imported
+    session_id = richest(rows)["session_id"]
+    assert show(capsys, url, session_id[:13].upper())["session_id"] == session_id
+
+
+@pytest.mark.parametrize("wanted", ["zzz", "00000000-0000-0000-0000-000000000000"])
+def test_show_unknown_session_is_a_json_error(
+    imported: tuple[str, list[Doc]], capsys: pytest.CaptureFixture[str], wanted: str
+) -> None:
+    url, _ = imported
+    code, document = run_json(capsys, "--store", url, "show", wanted)
+    assert_error(code, document, "SessionNotFoundError", wanted)
+
+
+def test_show_human_output_is_the_text_rendering(
+    imported: tuple[str, list[Doc]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, rows = imported
+    row = richest(rows)
+    code, out, err = run_human(capsys, "--store", url, "show", row["session_id"])
+    assert code == 0, err
+    assert f"session {row['session_id']}" in out
+    assert "--- user" in out and "[tool-result " in out
+
+
+def test_resolve_session_prefixes() -> None:
+    ids = [UUID(f"aaaa0000-0000-0000-0000-00000000000{n}") for n in (1, 2)]
+    with SessionStore.open("memory://") as store:
+        for session_id in ids:
+            session = store.create(session_id)
+            message = Message(id=f"m-{session_id}", role="user", content=(TextBlock("hi"),))
+            session.append(UserMessage(message=message, surface_op="append"))
+            store.save(session)
+        with pytest.raises(AmbiguousSessionError, match="matches 2 sessions"):
+            resolve_session(store, "AAAA")
+        assert resolve_session(store, "aaaa0000000000000000000000000002") == ids[1]
+        assert resolve_session(store, str(ids[0])) == ids[0]
+        with pytest.raises(SessionNotFoundError):
+            resolve_session(store, "bbbb")
+        with pytest.raises(SessionNotFoundError):
+            resolve_session(store, "")
+
+
+# ---------------------------------------------------------------- demo
+
+
+def test_demo_json_document(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, document = run_json(capsys, "--store", sqlite_url, "demo", "--turns", "1", "--steps", "6")
+    assert code == 0, document
+    assert set(document) >= DEMO_KEYS
+    assert document["checks_passed"] is True
+    assert document["compactions"] == 0
+    assert document["tokens_before"] == document["tokens_after"] > 0
+    code, listing = run_json(capsys, "--store", sqlite_url, "sessions")
+    (row,) = listing["sessions"]
+    assert row["session_id"] == document["session_id"]
+    assert row["events"] == document["events"]
+    assert row["surface_tokens"] == document["tokens_after"]
+
+
+def test_demo_uses_the_store_from_the_environment(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("COMPACTION_STORE", sqlite_url)
+    code, out, err = run_human(capsys, "demo", "--turns", "1", "--steps", "3")
+    assert code == 0, err
+    assert "checks_passed" in out
+    with SessionStore.open(sqlite_url) as store:
+        assert len(store.session_ids()) == 1
+
+
+# ---------------------------------------------------------------- errors
+
+
+def test_bad_store_url_is_one_clear_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code, document = run_json(capsys, "--store", "bogus://x", "sessions")
+    assert_error(code, document, "ConfigurationError", "bogus://x", "sqlite:///PATH")
+    code, out, err = run_human(capsys, "--store", "bogus://x", "sessions")
+    assert code == 1 and out == ""
+    assert err.startswith("compaction: error: unsupported store URL 'bogus://x'")
+    assert "Traceback" not in err
+
+
+def test_unreachable_postgresql_is_a_store_error(capsys: pytest.CaptureFixture[str]) -> None:
+    url = "postgresql://postgres@127.0.0.1:1/none"
+    code, document = run_json(capsys, "--store", url, "sessions")
+    assert_error(code, document, "StoreError", "127.0.0.1:1")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["show"], ["nope"], ["demo", "--turns", "0"], ["show", "x", "--format", "yaml"]],
+)
+def test_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_human(capsys, *argv)
+    assert code == 2 and out == ""
+    assert "usage: compaction" in err and "Traceback" not in err
+    code = main([*argv, "--json"])
+    document = json.loads(capsys.readouterr().out)
+    assert code == 2
+    assert document["error"]["type"] == "UsageError"
+
+
+def test_installed_entry_point_exit_status_and_json_error() -> None:
+    done = subprocess.run(
+        [str(ENTRY_POINT), "--store", "bogus://x", "sessions", "--json"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert json.loads(done.stdout)["error"]["type"] == "ConfigurationError"
+    assert "Traceback" not in done.stderr
+    version = subprocess.run(
+        [str(ENTRY_POINT), "--version"], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert version.stdout.startswith("compaction ")
