@@ -1,5 +1,5 @@
-"""The reference agent loop: event order, pre-step hooks, tools, saving, retries, cancellation, and the
-deterministic demo model."""
+"""The reference agent loop: event order, pre-step hooks, tools, saving, retries, cancellation,
+and the deterministic demo model."""
 
 from __future__ import annotations
 
@@ -42,9 +42,9 @@ from sessions.scripted import (
     ScriptItem,
     demo_tools,
     module_path,
+    module_test_path,
     reply,
     run_demo_session,
-    module_test_path,
     tool_call,
 )
 from sessions.session import Session
@@ -323,7 +323,7 @@ async def test_turns_are_numbered_and_the_header_is_written_on_change() -> None:
         ("scripted-2", "change"),
     ]
     ends = [e for e in session.events() if isinstance(e, TurnEnd)]
-    assert [(e.turn, e.reason.kind) for e in ends] == [(1, "completed"), (2, "completed"), (3, "completed")]
+    assert [(e.turn, e.reason.kind) for e in ends] == [(n, "completed") for n in (1, 2, 3)]
     assert session.event(len(TWO_STEP_TURN)).message.id == "p2"  # type: ignore[attr-defined]
 
 
@@ -423,7 +423,7 @@ async def test_an_exhausted_script_is_a_library_error() -> None:
 # ---------------------------------------------------------------- the model-error retry seam
 
 
-class Overflow(Exception):
+class WindowError(Exception):
     code = "CONTEXT_WINDOW_EXCEEDED"
 
 
@@ -435,11 +435,11 @@ async def test_a_model_error_hook_can_retry_the_call_within_the_step() -> None:
     async def recover(ctx: StepContext, error: Exception) -> bool:
         seen.append((ctx.turn, ctx.step, str(error)))
         ctx.session.append(ContextMessage(message=hint, surface_op=APPEND))
-        return isinstance(error, Overflow)
+        return isinstance(error, WindowError)
 
     loop, model = make_loop(
         session,
-        [Overflow("prompt is too long"), reply("fits now", message_id="a1")],
+        [WindowError("prompt is too long"), reply("fits now", message_id="a1")],
         on_model_error=[recover],
     )
 
@@ -465,10 +465,10 @@ async def test_retries_are_bounded_and_the_last_error_closes_the_turn() -> None:
         return True
 
     loop, model = make_loop(
-        session, [Overflow("too long 1"), Overflow("too long 2")], on_model_error=[always]
+        session, [WindowError("too long 1"), WindowError("too long 2")], on_model_error=[always]
     )
 
-    with pytest.raises(Overflow, match="too long 2"):
+    with pytest.raises(WindowError, match="too long 2"):
         await loop.run_turn("go")
 
     assert attempts == ["too long 1"]
@@ -489,9 +489,9 @@ async def test_a_declining_or_failing_hook_preserves_the_original_error(
     async def decline(ctx: StepContext, error: Exception) -> bool:
         return False
 
-    loop, model = make_loop(session, [Overflow("too long")], on_model_error=[broken, decline])
+    loop, model = make_loop(session, [WindowError("too long")], on_model_error=[broken, decline])
 
-    with caplog.at_level(logging.WARNING, logger="sessions.loop"), pytest.raises(Overflow):
+    with caplog.at_level(logging.WARNING, logger="sessions.loop"), pytest.raises(WindowError):
         await loop.run_turn("go")
 
     assert len(model.requests) == 1
@@ -588,8 +588,9 @@ async def test_the_demo_session_is_long_tool_heavy_and_realistic(sqlite_url: str
     assert max(len(o) for o in outputs) <= 3200
     assert sum(len(o) for o in outputs) / len(outputs) >= 500
     text = "\n".join(outputs)
-    for expected in ("AssertionError: expected", "ModuleNotFoundError: No module named", "passed in"):
-        assert expected in text
+    assert "AssertionError: expected" in text
+    assert "ModuleNotFoundError: No module named" in text
+    assert "passed in" in text
     assert any(r.error is not None for r in results)  # a stale edit is reported as an error
     calls = [e for e in session.events() if isinstance(e, ToolCall)]
     assert {c.name for c in calls} == {"bash", "read_file", "grep", "edit_file"}

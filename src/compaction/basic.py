@@ -79,19 +79,22 @@ class BasicCompactService(CompactService):
             measurement = self.meter.measure(session)
             if measurement.total_tokens < threshold:
                 return None
-        result: CompactionResult | None = None
+        attempts = 0
         for _ in range(self.config.compaction_retries + 1):
             span = select_span(
                 session, self.meter, retain, keep_first_user=self.config.keep_first_user_message
             )
             if span is None:
-                return result
+                if attempts == 0:
+                    return None
+                break  # compacted, still above the threshold, and nothing left to select
+            attempts += 1
             result = await self._transaction(session, store, span, manual=False)
             measurement = self.meter.measure(session)
             if measurement.total_tokens < threshold:
                 return result
         raise ConvergenceError(
-            f"compaction still above threshold after {self.config.compaction_retries + 1} "
+            f"compaction still above threshold after {attempts} "
             f"compaction attempts ({measurement.total_tokens} estimated tokens >= threshold "
             f"{threshold}) in session {session.id}"
         )

@@ -87,6 +87,7 @@ class CompactPrune(SessionEvent, frozen=True, kw_only=True):
     shadowed_token_count: int
     chars_before: int = 0
     chars_after: int = 0
+    meter: str = "heuristic"
 
 
 COMPACT_PLUGIN = "compact"

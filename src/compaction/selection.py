@@ -46,20 +46,21 @@ def select_span(
     nodes = session.nodes
     if not nodes:
         return None
-    head = 0
-    protected = protected_position(session, keep_first_user)
-    if protected is not None:
-        head = protected + 1 if protected == 0 else 0
+    surface = session.surface
     keep = _retention_index(session, meter, retain_tokens)
-    while keep > head and not session.surface.balanced_before(nodes[keep]):
+    while keep > 0 and not surface.balanced_before(nodes[keep]):
         keep -= 1
-    if keep <= head:
-        return None
-    first, last = head, keep - 1
-    if protected is not None and first <= protected <= last:
-        last = protected - 1  # the task statement sits later on the surface: compact what precedes it
-        if last < first or not session.surface.balanced_after(nodes[last]):
+    protected = protected_position(session, keep_first_user)
+    if protected is None or protected >= keep:
+        first, last = 0, keep - 1  # no task statement to keep, or it is in the retained tail
+    elif protected + 1 < keep and surface.balanced_before(nodes[protected + 1]):
+        first, last = protected + 1, keep - 1  # anchored right after the task statement
+    else:
+        first, last = 0, protected - 1  # only what precedes the task statement
+        if last >= first and not surface.balanced_after(nodes[last]):
             return None
+    if last < first:
+        return None
     return Span(first, last, tuple(nodes[first : last + 1]))
 
 

@@ -25,6 +25,7 @@ from compaction.contract import CompactionResult
 from compaction.errors import (
     BusyError,
     CommitError,
+    EmptySummaryError,
     FidelityError,
     ShrinkError,
     SpanError,
@@ -113,7 +114,13 @@ class Transaction:
         request = self._request(start.compaction_id)
         output = await self.summarizer.summarize(request)
         self._progress(f"summary received from {output.provider}/{output.model}", "summarized")
-        summary = (TextBlock(output.text.strip() + "\n"),)
+        text = output.text.strip()
+        if not text:
+            raise EmptySummaryError(
+                f"summarization produced no text summary content ({output.provider}/"
+                f"{output.model}, compaction {start.compaction_id})"
+            )
+        summary = (TextBlock(text),)
         checkpoint = checkpoint_message(start.compaction_id, summary)
         framed_tokens = self.meter.message(checkpoint)
         if framed_tokens >= shadowed_tokens:

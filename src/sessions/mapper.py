@@ -8,6 +8,7 @@ decoder per type. An unknown type raises :class:`~sessions.errors.UnknownEventTy
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
@@ -51,11 +52,24 @@ def encode_event(event: SessionEvent) -> bytes:
 
 
 def decode_event(event_type: str, payload: bytes, where: str = "") -> SessionEvent:
-    cls = event_class(event_type, where)
+    return _decode(event_type, payload, lambda: where)
+
+
+_TYPE_DECODERS: dict[str, msgspec.json.Decoder[Any]] = {}
+
+
+def _decode(event_type: str, payload: bytes, where: Callable[[], str]) -> SessionEvent:
+    """Decode one payload; ``where`` is only rendered when something is wrong (hot path)."""
+    decoder = _TYPE_DECODERS.get(event_type)
+    if decoder is None:
+        decoder = _TYPE_DECODERS[event_type] = _decoder(event_class(event_type, where()))
     try:
-        event: SessionEvent = _decoder(cls).decode(payload)
+        event: SessionEvent = decoder.decode(payload)
     except msgspec.DecodeError as e:
-        raise StoreError(f"cannot decode {event_type} payload{' at ' + where if where else ''}: {e}") from e
+        location = where()
+        raise StoreError(
+            f"cannot decode {event_type} payload{' at ' + location if location else ''}: {e}"
+        ) from e
     return event
 
 
@@ -78,8 +92,7 @@ class SessionMapper(Mapper[UUID]):
             state=state,
         )
 
-    def _state(self, stored: StoredEvent) -> bytes:
-        state = stored.state
+    def _state(self, state: bytes) -> bytes:
         if self.cipher:
             state = self.cipher.decrypt(state)
         if self.compressor:
@@ -87,17 +100,36 @@ class SessionMapper(Mapper[UUID]):
         return state
 
     def decode_event(self, stored: StoredEvent) -> SessionEvent:
-        where = f"session {stored.originator_id} seq {stored.originator_version}"
-        event = decode_event(stored.topic, self._state(stored), where)
-        if event.seq != stored.originator_version:
+        return self.decode_row(
+            stored.originator_id, stored.originator_version, stored.topic, stored.state
+        )
+
+    def decode_row(
+        self, originator_id: object, version: int, topic: str, state: bytes
+    ) -> SessionEvent:
+        """Decode one stored row of stream ``originator_id`` at position ``version``."""
+
+        def where() -> str:
+            return f"session {originator_id} seq {version}"
+
+        if self.cipher or self.compressor:
+            state = self._state(state)
+        event = _decode(topic, state, where)
+        if event.seq != version:
             raise StoreError(
-                f"stored event at {where} carries seq {event.seq}; the stored payload does not "
+                f"stored event at {where()} carries seq {event.seq}; the stored payload does not "
                 "match its position (tampered or corrupt row)"
             )
         return event
 
     def decode_snapshot(self, stored: StoredEvent) -> SessionSnapshot:
-        snapshot: SessionSnapshot = _decoder(SessionSnapshot).decode(self._state(stored))
+        try:
+            snapshot: SessionSnapshot = _decoder(SessionSnapshot).decode(self._state(stored.state))
+        except msgspec.DecodeError as e:
+            raise StoreError(
+                f"cannot decode the snapshot of session {stored.originator_id} at length "
+                f"{stored.originator_version}: {e}"
+            ) from e
         return snapshot
 
     def to_domain_event(self, stored_event: StoredEvent) -> Any:

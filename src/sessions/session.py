@@ -56,8 +56,8 @@ class SessionSnapshot(msgspec.Struct, frozen=True):
 
 
 @dataclass(frozen=True, slots=True)
-class _Mark:
-    """What :meth:`Session.append_all` restores when a batch is rejected."""
+class SessionMark:
+    """The fold state :meth:`Session.rollback` (and a rejected ``append_all``) restores."""
 
     length: int
     surface: Mark
@@ -174,8 +174,8 @@ class Session:
             raise
         return appended
 
-    def _mark(self, *, replaces: bool) -> _Mark:
-        return _Mark(
+    def _mark(self, *, replaces: bool) -> SessionMark:
+        return SessionMark(
             length=len(self._events),
             surface=self.surface.mark(replaces=replaces),
             structure=self.structure.state(),
@@ -184,12 +184,12 @@ class Session:
             first_user_seq=self.first_user_seq,
         )
 
-    def _rollback(self, mark: _Mark) -> None:
+    def _rollback(self, mark: SessionMark) -> None:
         del self._events[mark.length :]
         self.surface.rollback(mark.surface)
         self.structure = Structure(mark.structure)
-        self.last_by_type = mark.last_by_type
-        self.type_counts = mark.type_counts
+        self.last_by_type = dict(mark.last_by_type)
+        self.type_counts = dict(mark.type_counts)
         self.first_user_seq = mark.first_user_seq
         if self._derived_generation != self.surface.generation:
             self._derived = []
@@ -230,11 +230,11 @@ class Session:
     # Public marks: the compaction transaction stages appends, saves them, and rolls back
     # when the store refuses the save (another writer won).
 
-    def mark(self) -> _Mark:
+    def mark(self) -> SessionMark:
         """Capture the fold state so :meth:`rollback` can undo later, unsaved appends."""
         return self._mark(replaces=True)
 
-    def rollback(self, mark: _Mark) -> None:
+    def rollback(self, mark: SessionMark) -> None:
         """Forget every event appended after ``mark``; they must not have been saved."""
         if self.saved_length > mark.length:
             raise ValueError(
@@ -255,7 +255,9 @@ class Session:
     def discard_pending(self) -> None:
         """Drop unsaved events by refolding the saved prefix (used after a failed save)."""
         saved = list(self.events(0, self.saved_length))
-        self.adopt(Session.replay(self.id, saved, strict_structure=self.strict_structure))
+        fresh = Session.replay(self.id, saved, strict_structure=self.strict_structure)
+        fresh.clock = self.clock
+        self.adopt(fresh)
 
     # ------------------------------------------------------------ the model's view
 

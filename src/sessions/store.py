@@ -13,6 +13,7 @@ state are taken every ``snapshot_interval`` events so loading a long session sta
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from uuid import UUID
 
 from eventsourcing.application import Application
 from eventsourcing.persistence import IntegrityError, Mapper, PersistenceError
+from eventsourcing.sqlite import SQLiteAggregateRecorder
 
 from sessions.errors import (
     ConcurrencyError,
@@ -152,7 +154,7 @@ class SessionStore(Application[UUID]):
         """A new, empty session (nothing is stored until the first :meth:`save`)."""
         return Session(session_id, strict_structure=strict_structure)
 
-    def save(self, session: Session) -> int:
+    def save(self, session: Session) -> int:  # type: ignore[override]  # sessions, not aggregates
         """Store every pending event of ``session`` in one atomic insert; return how many."""
         pending = session.pending
         if not pending:
@@ -163,21 +165,26 @@ class SessionStore(Application[UUID]):
         except IntegrityError as e:
             raise ConcurrencyError(session.id, pending[0].seq, pending[-1].seq) from e
         except PersistenceError as e:
-            raise StoreError(f"session {session.id}: saving seqs {pending[0].seq}..{pending[-1].seq} failed: {e}") from e
+            raise StoreError(
+                f"session {session.id}: saving seqs {pending[0].seq}..{pending[-1].seq} failed: {e}"
+            ) from e
         before = session.saved_length
         session.mark_saved()
-        if self.snapshots is not None and self.snapshot_interval > 0:
-            if len(session) // self.snapshot_interval > before // self.snapshot_interval:
-                self.take_session_snapshot(session)
+        interval = self.snapshot_interval
+        if (
+            self.snapshots is not None
+            and interval > 0
+            and len(session) // interval > before // interval
+        ):
+            self.take_session_snapshot(session)
         return len(pending)
 
     def take_session_snapshot(self, session: Session) -> None:
         assert self.snapshots is not None
         snapshot = session.snapshot()
-        try:
+        # IntegrityError: another handle already snapshotted this exact version.
+        with contextlib.suppress(IntegrityError):
             self.snapshots.put([SnapshotEnvelope(session.id, snapshot.length, snapshot)])
-        except IntegrityError:
-            pass  # another handle already snapshotted this exact version
 
     # ------------------------------------------------------------ reading
 
@@ -185,11 +192,20 @@ class SessionStore(Application[UUID]):
         self, session_id: UUID, lo: int = 0, hi: int | None = None
     ) -> list[SessionEvent]:
         """Stored events with ``lo <= seq < hi``, in order."""
-        stored = self.recorder.select_events(
-            session_id, gt=lo - 1 if lo > 0 else None, lte=None if hi is None else hi - 1
-        )
         mapper: SessionMapper = self.mapper  # type: ignore[assignment]
-        return [mapper.decode_event(s) for s in stored]
+        return [
+            mapper.decode_row(session_id, version, topic, state)
+            for version, topic, state in self._rows(session_id, lo, hi)
+        ]
+
+    def _rows(self, session_id: UUID, lo: int, hi: int | None) -> Sequence[_Row]:
+        gt = lo - 1 if lo > 0 else None
+        lte = None if hi is None else hi - 1
+        recorder = self.recorder
+        if isinstance(recorder, SQLiteAggregateRecorder):
+            return _sqlite_rows(recorder, session_id, gt, lte)
+        stored = recorder.select_events(session_id, gt=gt, lte=lte)
+        return [(s.originator_version, s.topic, s.state) for s in stored]
 
     def get(
         self,
@@ -200,6 +216,19 @@ class SessionStore(Application[UUID]):
         strict_structure: bool = True,
     ) -> Session:
         """Load a session, optionally as it was right after event ``at``."""
+        if at is not None and at < 0:
+            raise StoreError(f"session {session_id}: cannot load it at seq {at}; seqs start at 0")
+        session = self._load(session_id, at, use_snapshots, strict_structure)
+        if at is not None and len(session) <= at:
+            raise StoreError(
+                f"session {session_id} has {len(session)} events (seqs 0..{len(session) - 1}); "
+                f"cannot load it at seq {at}"
+            )
+        return session
+
+    def _load(
+        self, session_id: UUID, at: int | None, use_snapshots: bool, strict_structure: bool
+    ) -> Session:
         snapshot = self._latest_snapshot(session_id, at) if use_snapshots else None
         if snapshot is None:
             events = self.load_events(session_id, 0, None if at is None else at + 1)
@@ -253,8 +282,37 @@ def _distinct_ids(store: SessionStore) -> Iterator[UUID]:
         if not batch:
             return
         for n in batch:
-            sid = n.originator_id if isinstance(n.originator_id, UUID) else UUID(str(n.originator_id))
+            sid = n.originator_id
+            if not isinstance(sid, UUID):
+                sid = UUID(str(sid))
             if n.originator_version == 0 and sid not in seen:
                 seen.add(sid)
                 yield sid
         start = batch[-1].id + 1
+
+
+_Row = tuple[int, str, bytes]  # originator_version, topic, state
+
+
+def _sqlite_rows(
+    recorder: SQLiteAggregateRecorder, session_id: UUID, gt: int | None, lte: int | None
+) -> list[_Row]:
+    """Plain tuples straight from sqlite3: the stock ``select_events`` builds a ``sqlite3.Row``,
+    a ``StoredEvent`` and a ``UUID`` per row, which costs more than decoding the payload."""
+    statement = (
+        "SELECT originator_version, topic, state FROM "
+        f"{recorder.events_table_name} WHERE originator_id=? "
+    )
+    params: list[object] = [session_id.hex]
+    if gt is not None:
+        statement += "AND originator_version>? "
+        params.append(gt)
+    if lte is not None:
+        statement += "AND originator_version<=? "
+        params.append(lte)
+    statement += "ORDER BY originator_version ASC"
+    with recorder.datastore.transaction(commit=False) as cursor:
+        cursor.sqlite_cursor.row_factory = None
+        cursor.execute(statement, params)
+        rows: list[_Row] = cursor.fetchall()
+    return rows

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
+from sessions.blocks import ToolResultBlock
 from sessions.errors import StructureRuleError
 from sessions.events import (
     AssistantChunk,
@@ -100,7 +101,13 @@ class Structure:
             return
         self._require_step(event.TYPE, seq, event.turn, event.step)
         call_id = event.message.source.call_id or ""
-        not_started = event.error is not None and event.error.code == NOT_STARTED
+        head = event.message.content[0] if event.message.content else None
+        not_started = (
+            event.error is not None
+            and event.error.code == NOT_STARTED
+            and isinstance(head, ToolResultBlock)
+            and head.is_error
+        )
         if call_id not in self.pending and not not_started:
             _fail(seq, f"tool/result for {call_id} with no prior tool/call in this step")
 

@@ -166,6 +166,7 @@ def _rewrite(
         shadowed_token_count=meter.node_price(session, seq),
         chars_before=before,
         chars_after=after,
+        meter=meter.name,
     )
     replacement = msgspec.structs.replace(
         original,

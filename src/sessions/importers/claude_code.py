@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 from sessions.blocks import (
     Block,
@@ -32,10 +33,10 @@ from sessions.blocks import (
     ToolCallBlock,
 )
 from sessions.events import Usage
+from sessions.importers.builder import SessionBuilder
 from sessions.importers.common import (
     JSON,
     ImportedSession,
-    SessionBuilder,
     as_dict,
     as_int,
     as_list,
@@ -59,22 +60,20 @@ def import_file(path: Path, data: bytes) -> list[ImportedSession]:
     lines, truncated = json_lines(path, data)
     main = [(n, d) for n, d in lines if not d.get("isSidechain")]
     threads = _sidechain_threads([(n, d) for n, d in lines if d.get("isSidechain")])
+    sub_agent = not main and len(threads) == 1
+    if sub_agent:
+        main, threads = threads[0], []
+    groups = [(0, str(path), main)] if main or not threads else []
+    groups += [(k, f"{path}#sidechain-{k}", t) for k, t in enumerate(threads, start=1)]
     digest = file_digest(data)
-    if not main and len(threads) == 1:
-        imported = _import_lines(path, threads[0], session_id_for(FORMAT, digest, 0), str(path))
-        imported.notes.append(
-            "every line is a sidechain (a sub-agent transcript): imported as one session"
-        )
-        imported.skipped[:0] = truncated
-        return [imported]
-    sessions: list[ImportedSession] = []
-    if main or not threads:
-        sessions.append(_import_lines(path, main, session_id_for(FORMAT, digest, 0), str(path)))
-        sessions[0].skipped[:0] = truncated
-    for k, thread in enumerate(threads, start=1):
-        source = f"{path}#sidechain-{k}"
-        sessions.append(_import_lines(path, thread, session_id_for(FORMAT, digest, k), source))
-    if threads and main:
+    sessions = [
+        _import_lines(chain, session_id_for(FORMAT, digest, k), source)
+        for k, source, chain in groups
+    ]
+    sessions[0].skipped[:0] = truncated
+    if sub_agent:
+        sessions[0].notes.append("every line is a sidechain (a sub-agent transcript)")
+    elif main and threads:
         kept = ", ".join(f"#sidechain-{k} ({len(t)} lines)" for k, t in enumerate(threads, 1))
         sessions[0].notes.append(f"sidechain lines kept apart as separate sessions: {kept}")
     return sessions
@@ -283,7 +282,7 @@ class _ChainImporter:
             self.b.user(extra, f"{after_origin} text sent with tool results", time=time)
 
 
-def _import_lines(path: Path, lines: list[Line], session_id: Any, source: str) -> ImportedSession:
+def _import_lines(lines: list[Line], session_id: UUID, source: str) -> ImportedSession:
     builder = SessionBuilder(session_id, source=source, format=FORMAT)
     importer = _ChainImporter(builder)
     for number, line in lines:

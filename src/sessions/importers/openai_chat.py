@@ -23,10 +23,10 @@ import msgspec
 
 from sessions.blocks import Block, ImageBlock, Message, ReasoningBlock, TextBlock, ToolCallBlock
 from sessions.errors import TranscriptError
+from sessions.importers.builder import SessionBuilder
 from sessions.importers.common import (
     JSON,
     ImportedSession,
-    SessionBuilder,
     as_dict,
     as_list,
     as_str,

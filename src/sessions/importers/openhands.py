@@ -24,10 +24,10 @@ import msgspec
 from sessions.blocks import Block, Message, ReasoningBlock, TextBlock, ToolCallBlock
 from sessions.errors import TranscriptError
 from sessions.events import ToolSpec, TurnEndReason, Usage
+from sessions.importers.builder import SessionBuilder
 from sessions.importers.common import (
     JSON,
     ImportedSession,
-    SessionBuilder,
     as_dict,
     as_int,
     as_list,

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from sessions.blocks import Block, ImageBlock, Message, ReasoningBlock, TextBlock, ToolCallBlock
-from sessions.events import TurnEndReason, Usage
+from sessions.events import TurnEndKind, TurnEndReason, Usage
+from sessions.importers.builder import SessionBuilder
 from sessions.importers.common import (
     JSON,
     ImportedSession,
-    SessionBuilder,
     as_dict,
     as_int,
     as_list,
@@ -38,7 +38,7 @@ from sessions.importers.common import (
 )
 
 FORMAT = "pi"
-STOPPED = {"error": "error", "aborted": "aborted"}
+STOPPED: dict[str, TurnEndKind] = {"error": "error", "aborted": "aborted"}
 
 
 def import_file(path: Path, data: bytes) -> list[ImportedSession]:
@@ -121,7 +121,7 @@ def _assistant(b: SessionBuilder, origin: str, message_id: str, message: JSON) -
     )
     if stop in STOPPED:
         error = as_str(message.get("errorMessage")) or None
-        b.turn_reason(TurnEndReason(kind=STOPPED[stop], message=error))  # type: ignore[arg-type]
+        b.turn_reason(TurnEndReason(kind=STOPPED[stop], message=error))
 
 
 def _compaction(b: SessionBuilder, origin: str, line: JSON) -> None:
