@@ -323,12 +323,6 @@ def test_bad_store_url_is_one_clear_line(capsys: pytest.CaptureFixture[str]) -> 
     assert "Traceback" not in err
 
 
-def test_unreachable_postgresql_is_a_store_error(capsys: pytest.CaptureFixture[str]) -> None:
-    url = "postgresql://postgres@127.0.0.1:1/none"
-    code, document = run_json(capsys, "--store", url, "sessions")
-    assert_error(code, document, "StoreError", "127.0.0.1:1")
-
-
 @pytest.mark.parametrize(
     "argv",
     [[], ["show"], ["nope"], ["demo", "--turns", "0"], ["show", "x", "--format", "yaml"]],

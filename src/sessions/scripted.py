@@ -555,10 +555,10 @@ class DemoModel:
         self._step = 0
         self._calls = 0
         self._turn = _Plan()
-        self.requests = 0
+        self.completions = 0
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        self.requests += 1
+        self.completions += 1
         self._step += 1
         calls: tuple[ToolCallBlock, ...] = ()
         if self._step >= self.steps_per_turn:
@@ -569,7 +569,7 @@ class DemoModel:
             text = " ".join(filter(None, [_observation(request), *(a.intent for a in actions)]))
             calls = tuple(self._call_block(a) for a in actions)
         message = Message(
-            id=f"msg_{self.id_prefix}{self.requests:04d}",
+            id=f"msg_{self.id_prefix}{self.completions:04d}",
             role="assistant",
             content=(TextBlock(text), *calls),
             source=self.source,

@@ -1,8 +1,8 @@
 """Session: one session's event stream, its append rules, and what the model sees.
 
 A session is a pure fold over its log: the :class:`~sessions.surface.Surface`, the turn/step
-:class:`~sessions.structure.Structure`, and a few counters. :meth:`Session.append` validates an event
-against all of them before it enters the log, so a rejected event leaves everything unchanged.
+:class:`~sessions.structure.Structure`, and a few counters. :meth:`Session.append` validates an
+event against all of them before it enters the log, so a rejected event leaves everything unchanged.
 Appended events stay *pending* until a :class:`~sessions.store.SessionStore` saves them.
 
 Sessions loaded from a snapshot keep only the fold state in memory and fetch event payloads lazily

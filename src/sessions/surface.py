@@ -1,11 +1,12 @@
 """The surface: the ordered list of seqs the model sees, folded positionally from the log.
 
 Validation follows spec §b.2, in order: contiguity, marker eligibility, replace range,
-provenance (``source_event_seqs``), and the single tool-result rewrite rule. :meth:`Surface.plan`
-validates without mutating; :meth:`Surface.apply` commits a plan. Appending costs O(1); a replacement
-costs O(surface) once (a splice and a position-index rebuild).
+provenance (``source_event_seqs``), and the single tool-result rewrite rule.
+:meth:`Surface.plan` validates without mutating; :meth:`Surface.apply` commits a plan. Appending
+costs O(1); a replacement costs O(surface) once (a splice and a position-index rebuild).
 
-Tool-pairing balance (spec §c) is folded lazily over surface order and cached per replace generation.
+Tool-pairing balance (spec §c) is folded lazily over surface order and cached per replace
+generation.
 """
 
 from __future__ import annotations
@@ -67,7 +68,9 @@ class Surface:
     # ------------------------------------------------------------ state
 
     @classmethod
-    def restore(cls, nodes: Sequence[int], deltas: Sequence[int], generation: int, length: int) -> Surface:
+    def restore(
+        cls, nodes: Sequence[int], deltas: Sequence[int], generation: int, length: int
+    ) -> Surface:
         surface = cls(length)
         surface.nodes = list(nodes)
         surface.deltas = list(deltas)
@@ -114,7 +117,7 @@ class Surface:
     # ------------------------------------------------------------ validation
 
     def plan(self, event: SessionEvent, lookup: EventLookup) -> Plan:
-        """Validate ``event`` against the current surface; raise SurfaceRuleError or return a plan."""
+        """Validate ``event`` against the current surface; raise SurfaceRuleError or plan it."""
         seq = event.seq
         if seq != self.length:
             raise SurfaceRuleError(
@@ -259,7 +262,8 @@ def _check_log_only(event: SessionEvent) -> None:
     if event.source_event_seqs is not None:
         raise SurfaceRuleError(
             "eligibility", event.seq,
-            f'session event "{event.TYPE}" is not surface-eligible and cannot carry sourceEventSeqs',
+            f'session event "{event.TYPE}" is not surface-eligible and cannot carry '
+            "sourceEventSeqs",
             event_type=event.TYPE,
         )
 

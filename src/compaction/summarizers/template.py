@@ -23,6 +23,8 @@ REQUEST_CHARS = 600
 CURRENT_CHARS = 400
 MAX_ITEMS = 400
 MAX_ERROR_LINES = 40
+TOOLS_USED = "- Tools used: "
+CURRENT_STATE = ("Current Work", "Next Step")  # replaced, not merged, by a fresh span's state
 
 
 class TemplateSummarizer(Summarizer):
@@ -43,9 +45,10 @@ def render_summary(messages: Iterable[Message]) -> str:
     prior = _prior_sections(messages)
     fresh = [m for m in messages if not _is_checkpoint(m)]
     found = extract(fresh)
+    prior_tools = _tool_counts(prior.pop("Key Technical Concepts", []))
     sections = {
         "Primary Request and Intent": _requests(fresh),
-        "Key Technical Concepts": _concepts(fresh),
+        "Key Technical Concepts": _concepts(fresh, prior_tools),
         "Files and Code": _files(fresh, found),
         "Errors and Fixes": _errors(fresh, found),
         "Pending Jobs": _pending(fresh),
@@ -55,7 +58,8 @@ def render_summary(messages: Iterable[Message]) -> str:
     }
     lines: list[str] = []
     for name in SECTIONS:
-        bullets = _merge(prior.get(name, []), sections[name])
+        stale = name in CURRENT_STATE and bool(sections[name])  # the fresh span supersedes it
+        bullets = _merge([] if stale else prior.get(name, []), sections[name])
         lines.append(f"## {name}")
         lines.extend(bullets or ["- (none)"])
         lines.append("")
@@ -119,12 +123,24 @@ def _tool_calls(messages: list[Message]) -> list[ToolCallBlock]:
     return [b for m in messages for b in m.content if isinstance(b, ToolCallBlock)]
 
 
-def _concepts(messages: list[Message]) -> list[str]:
-    counts = Counter(call.name for call in _tool_calls(messages))
+def _concepts(messages: list[Message], prior: Counter[str]) -> list[str]:
+    counts = prior + Counter(call.name for call in _tool_calls(messages))
     if not counts:
         return []
     used = ", ".join(f"{name} x{n}" for name, n in counts.most_common())
-    return [f"- Tools used: {used}"]
+    return [f"{TOOLS_USED}{used}"]
+
+
+def _tool_counts(bullets: list[str]) -> Counter[str]:
+    """Tool counts of a prior checkpoint's ``Tools used`` bullet, so a merge adds them up."""
+    counts: Counter[str] = Counter()
+    for bullet in bullets:
+        if bullet.startswith(TOOLS_USED):
+            for item in bullet[len(TOOLS_USED) :].split(", "):
+                name, _, n = item.rpartition(" x")
+                if name and n.isdigit():
+                    counts[name] += int(n)
+    return counts
 
 
 def _files(messages: list[Message], found: Identifiers) -> list[str]:

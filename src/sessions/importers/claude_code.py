@@ -163,7 +163,7 @@ class _ChainImporter:
         message = as_dict(line.get("message"))
         message_id = as_str(message.get("id")) or as_str(line.get("uuid")) or f"line-{number}"
         if self.step is None or self.step.message_id != message_id:
-            self.flush(origin)
+            self.flush()
             time = parse_time(line.get("timestamp"))
             self.step = _Step(message_id, as_str(message.get("model")), number, number, time)
         step = self.step
@@ -193,7 +193,7 @@ class _ChainImporter:
         if any(as_dict(p).get("type") == "tool_result" for p in parts):
             self.tool_results(number, line, origin, parts)
             return
-        self.flush(origin)
+        self.flush()
         message = user_message(_message_id(line, number), self.user_blocks(origin, parts))
         if line.get("isCompactSummary"):
             self.b.user(message, f"{origin} isCompactSummary")
@@ -221,10 +221,12 @@ class _ChainImporter:
                 result_id = f"{_message_id(line, number)}#{index}"
                 time = parse_time(line.get("timestamp"))
                 self.step.results.append(_Result(origin, part, result_id, time))
-        if others and self.step is not None:
-            extra = user_message(
-                f"{_message_id(line, number)}-text", self.user_blocks(origin, others)
-            )
+        if not others:
+            return
+        extra = user_message(f"{_message_id(line, number)}-text", self.user_blocks(origin, others))
+        if self.step is None:
+            self.b.user(extra, f"{origin} text sent with tool results")
+        else:
             self.step.after.append((origin, extra, parse_time(line.get("timestamp"))))
 
     def user_blocks(self, origin: str, parts: list[Any]) -> tuple[Block, ...]:
@@ -242,7 +244,7 @@ class _ChainImporter:
 
     # ------------------------------------------------------------ steps
 
-    def flush(self, origin: str) -> None:
+    def flush(self) -> None:
         step, self.step = self.step, None
         if step is None:
             return
@@ -287,7 +289,7 @@ def _import_lines(lines: list[Line], session_id: UUID, source: str) -> ImportedS
     importer = _ChainImporter(builder)
     for number, line in lines:
         importer.line(number, line)
-    importer.flush("end of input")
+    importer.flush()
     versions = sorted({as_str(d.get("version")) for _, d in lines} - {""})
     if versions:
         builder.note(f"Claude Code version {', '.join(versions)}")

@@ -191,29 +191,14 @@ class _RunImporter:
         step, self.step = self.step, None
         if step is None:
             return
-        choice = as_dict(
-            as_list(step.response.get("choices"))[0] if step.response.get("choices") else {}
-        )
-        reply = as_dict(choice.get("message"))
-        raw_calls = {
-            as_str(c.get("id")): as_dict(c) for c in map(as_dict, as_list(reply.get("tool_calls")))
-        }
-        blocks: list[Block] = []
-        reasoning = as_str(reply.get("reasoning_content"))
-        if reasoning:
-            blocks.append(ReasoningBlock(reasoning))
-        text = text_of_content(reply.get("content"))
-        if text:
-            blocks.append(TextBlock(text))
+        reply = _reply(step.response)
+        raw_calls = {as_str(c.get("id")): c for c in map(as_dict, as_list(reply.get("tool_calls")))}
+        blocks = _reply_blocks(reply)
         origins: dict[str, str] = {}
         for call_origin, action in step.calls:
-            metadata = as_dict(action.get("tool_call_metadata"))
-            call_id = as_str(metadata.get("tool_call_id"))
-            function = as_dict(raw_calls.get(call_id, {}).get("function"))
-            arguments = as_str(function.get("arguments")) or compact_json(action.get("args", {}))
-            name = as_str(function.get("name")) or as_str(metadata.get("function_name"))
-            blocks.append(ToolCallBlock(id=call_id, name=name, arguments=arguments))
-            origins[call_id] = call_origin
+            block = _call_block(action, raw_calls)
+            blocks.append(block)
+            origins[block.id] = call_origin
         model = as_str(step.response.get("model")) or self.model
         message = Message(
             id=step.response_id,
@@ -240,6 +225,33 @@ class _RunImporter:
                 message_id=_id(result_origin),
                 time=parse_time(observation.get("timestamp")),
             )
+
+
+def _reply(response: JSON) -> JSON:
+    """The assistant message of a chat-completion response (its first choice)."""
+    choices = as_list(response.get("choices"))
+    return as_dict(as_dict(choices[0]).get("message")) if choices else {}
+
+
+def _reply_blocks(reply: JSON) -> list[Block]:
+    blocks: list[Block] = []
+    reasoning = as_str(reply.get("reasoning_content"))
+    if reasoning:
+        blocks.append(ReasoningBlock(reasoning))
+    text = text_of_content(reply.get("content"))
+    if text:
+        blocks.append(TextBlock(text))
+    return blocks
+
+
+def _call_block(action: JSON, raw_calls: dict[str, JSON]) -> ToolCallBlock:
+    """The call as the model wrote it when the response has it, else rebuilt from the action."""
+    metadata = as_dict(action.get("tool_call_metadata"))
+    call_id = as_str(metadata.get("tool_call_id"))
+    function = as_dict(raw_calls.get(call_id, {}).get("function"))
+    arguments = as_str(function.get("arguments")) or compact_json(action.get("args", {}))
+    name = as_str(function.get("name")) or as_str(metadata.get("function_name"))
+    return ToolCallBlock(id=call_id, name=name, arguments=arguments)
 
 
 def _id(origin: str) -> str:
