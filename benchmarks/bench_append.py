@@ -8,7 +8,12 @@ Ratio = raw seconds / library seconds (the library's share of raw throughput).
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script (scripts/bench.sh): the repository root first
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 
 from benchmarks import raw_sqlite
 from benchmarks.common import Result, fmt_seconds, scratch_dir, timed
@@ -72,3 +77,9 @@ def run() -> list[Result]:
             higher_is_better=True,
         )
     ]
+
+
+if __name__ == "__main__":
+    from benchmarks.run import main
+
+    sys.exit(main(["append"]))

@@ -11,7 +11,12 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script (scripts/bench.sh): the repository root first
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from uuid import UUID
 
 from benchmarks import raw_sqlite
@@ -91,3 +96,9 @@ def run() -> list[Result]:
             _snapshots(tmp / "compacting.db", compacted=True),
             _snapshots(tmp / "growing.db", compacted=False),
         ]
+
+
+if __name__ == "__main__":
+    from benchmarks.run import main
+
+    sys.exit(main(["load"]))

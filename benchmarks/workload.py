@@ -2,8 +2,8 @@
 
 Each turn is ``turn/start`` + ``user/message``, then tool steps of five events
 (``step/start``, ``assistant/message`` with one tool call, ``tool/call``, ``tool/result``,
-``step/end``), then a final answer step and ``turn/end``. :func:`agent_batches` yields the events one save at a time (one agent
-step per save), exactly as an agent loop would hand them to the store.
+``step/end``), then a final answer step and ``turn/end``. :func:`agent_batches` yields the events
+one save at a time (one agent step per save), exactly as an agent loop would hand them to the store.
 
 :func:`compacted_batches` adds what a long-running agent also logs: every few turns a standalone
 compaction (``compact/start``; then ``compact/summary``, a ``user/message`` checkpoint replacing the

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from aiohttp import web
 
 JSON = dict[str, Any]
-Then = Literal["end", "disconnect", "forever"]
+Then = Literal["end", "disconnect", "forever", "silent"]
 
 
 @dataclass
@@ -60,7 +60,8 @@ class ProviderServer:
     async def start(self) -> ProviderServer:
         app = web.Application()
         app.router.add_post("/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app)
+        # handler_cancellation: a client that goes away cancels its handler (sleeps included)
+        self._runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
@@ -74,6 +75,9 @@ class ProviderServer:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.received.append(Received(request.path, dict(request.headers), await request.json()))
+        if not self.replies:  # a request the test did not expect: fail it loudly, never retry
+            error = {"error": {"message": "test server: no scripted reply left", "type": "test"}}
+            return web.json_response(error, status=418)
         reply = self.replies.popleft()
         if reply.before:
             await asyncio.sleep(reply.before)
@@ -86,9 +90,16 @@ class ProviderServer:
         try:
             await self._stream(request, response, reply)
         except ConnectionResetError:
-            self.closed_at = asyncio.get_running_loop().time()
-            self.closed_early.set()
+            self._closed_early()
+        except asyncio.CancelledError:
+            self._closed_early()
+            raise
         return response
+
+    def _closed_early(self) -> None:
+        if self.closed_at is None:
+            self.closed_at = asyncio.get_running_loop().time()
+        self.closed_early.set()
 
     async def _stream(
         self, request: web.Request, response: web.StreamResponse, reply: Reply
@@ -104,6 +115,8 @@ class ProviderServer:
             while True:
                 await response.write(reply.forever_frame)
                 await asyncio.sleep(0.02)
+        elif reply.then == "silent":
+            await asyncio.sleep(30)
         else:
             await response.write_eof()
 
@@ -232,7 +245,7 @@ ANTHROPIC_MODEL = "claude-sonnet-4-5-20250929"
 
 
 def anthropic_start(input_tokens: int = 2095, cache_read: int = 0, cache_write: int = 0) -> bytes:
-    message = {
+    message: JSON = {
         "id": "msg_01QC4g3HwBThD4BaNtBckFDJ",
         "type": "message",
         "role": "assistant",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -234,7 +235,7 @@ def test_show_at_outside_the_log_is_a_clear_error(
     row = richest(rows)
     seq = str(row["events"]) if at == "events" else at
     code, document = run_json(capsys, "--store", url, "show", row["session_id"], "--at", seq)
-    assert_error(code, document, "ConfigurationError", f"--at {seq}")
+    assert_error(code, document, "StoreError", f"cannot load it at seq {seq}")
 
 
 def test_show_accepts_a_unique_prefix(
@@ -349,3 +350,29 @@ def test_installed_entry_point_exit_status_and_json_error() -> None:
         [str(ENTRY_POINT), "--version"], capture_output=True, text=True, timeout=60, check=True
     )
     assert version.stdout.startswith("compaction ")
+
+
+# ---------------------------------------------------------------- documentation snippets
+
+ROOT = Path(__file__).resolve().parents[1]
+PLACEHOLDER_TRANSCRIPTS = ("transcript.jsonl", "session.jsonl")
+
+
+def python_blocks(markdown: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", markdown.read_text(), flags=re.DOTALL)
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/sessions.md"])
+def test_python_snippets_in_the_docs_run(
+    page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocks = python_blocks(ROOT / page)
+    assert blocks, f"{page} has no python snippet"
+    transcript = min(PUBLIC_TRANSCRIPTS, key=lambda p: p.stat().st_size)
+    monkeypatch.chdir(tmp_path)
+    for block in blocks:
+        source = block
+        for placeholder in PLACEHOLDER_TRANSCRIPTS:
+            source = source.replace(f'"{placeholder}"', repr(str(transcript)))
+        exec(compile(source, f"{page} snippet", "exec"), {})
+        assert capsys.readouterr().out.strip(), f"a {page} snippet printed nothing"

@@ -435,3 +435,41 @@ def test_unknown_format_name_is_a_configuration_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="expected auto or one of"):
         import_path(path, "nonsense")
     assert set(FORMATS) == set(COUNTERS)
+
+
+def _chat(task: str) -> list[dict[str, Any]]:
+    call = {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
+    return [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": task},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "a.txt"},
+        {"role": "tool", "tool_call_id": "c9", "content": "stray"},
+        {"role": "assistant", "content": "done"},
+    ]
+
+
+def test_openai_jsonl_messages_and_conversations(tmp_path: Path) -> None:
+    flat = _write(tmp_path, "flat.jsonl", _chat("list files"))
+    assert detect_format(flat) == "openai"
+    (result,) = import_path(flat)
+    assert (result.tool_calls, result.tool_results, result.synthesized_results) == (1, 1, 0)
+    assert any(s.startswith("line 5:") and "'c9'" in s for s in result.skipped)
+    header = next(e for e in events(result) if e.type == "request/header")
+    assert header.system == "be brief"  # type: ignore[attr-defined]
+    runs = _write(tmp_path, "runs.jsonl", [{"messages": _chat("a")}, {"messages": _chat("b")}])
+    first, second = import_path(runs)
+    assert (first.source, second.source) == (f"{runs}#run-1", f"{runs}#run-2")
+    assert first.session.id != second.session.id
+    for imported_run in (first, second):
+        assert render.pairing_problems(imported_run.session.derive_messages()) == []
+
+
+def test_openhands_single_run_document(tmp_path: Path) -> None:
+    path = TRANSCRIPTS / "openhands/multi_swe_bench/output.jsonl"
+    run = _jsonl(path)[0]
+    single = tmp_path / "run.json"
+    single.write_text(json.dumps(run, indent=2))
+    assert detect_format(single) == "openhands"
+    (result,) = import_path(single)
+    assert result.tool_calls == imported(path)[0].tool_calls

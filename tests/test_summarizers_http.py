@@ -6,7 +6,9 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from typing import Any
 
+import msgspec
 import pytest
 
 from compaction.errors import (
@@ -18,8 +20,15 @@ from compaction.errors import (
     UnsupportedOutputError,
 )
 from compaction.instruction import INSTRUCTION
+from compaction.meters import HeuristicMeter
 from compaction.summarizers.anthropic import AnthropicSummarizer, build_anthropic_payload
-from compaction.summarizers.base import SummaryRequest
+from compaction.summarizers.base import SummaryOutput, SummaryRequest
+from compaction.summarizers.chunking import (
+    ChunkingSummarizer,
+    balanced_chunks,
+    chunk_count,
+    tool_units,
+)
 from compaction.summarizers.http import (
     HttpSummarizer,
     RetryPolicy,
@@ -30,19 +39,11 @@ from compaction.summarizers.http import (
     retry_after,
 )
 from compaction.summarizers.openai import OpenAISummarizer, build_openai_payload
-from sessions.blocks import (
-    ImageBlock,
-    Message,
-    ReasoningBlock,
-    TextBlock,
-    ToolCallBlock,
-    ToolResultBlock,
-)
-from sessions.events import ToolSpec, Usage
-from tests.provider_servers import (
+from provider_servers import (
     ANTHROPIC_CONTEXT_ERROR,
     ANTHROPIC_MODEL,
     ANTHROPIC_OVERLOADED,
+    JSON,
     LLAMA_CPP_CONTEXT_ERROR,
     LLAMA_CPP_RECORDED,
     OPENAI_CONTEXT_ERROR,
@@ -60,9 +61,18 @@ from tests.provider_servers import (
     openai_usage,
     sse,
 )
+from sessions.blocks import (
+    ImageBlock,
+    Message,
+    ReasoningBlock,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+)
+from sessions.events import ToolSpec, Usage
 
 KEY = "sk-test-4f9c2a7be1d05533"
-FAST = {"backoff_base": 0.001, "backoff_max": 0.01}
+FAST: dict[str, Any] = {"backoff_base": 0.001, "backoff_max": 0.01}
 
 SUMMARY = ["## Primary Request and Intent\n", "- Fix the failing test in `src/app.py`\n"]
 
@@ -119,16 +129,18 @@ async def server() -> AsyncIterator[ProviderServer]:
 
 
 def openai(server: ProviderServer, **options: object) -> OpenAISummarizer:
-    options.setdefault("api_key", KEY)
-    return OpenAISummarizer(server.base_url, "gpt-4o-mini", **FAST, **options)  # type: ignore[arg-type]
+    options = {"api_key": KEY, **FAST, **options}
+    return OpenAISummarizer(server.base_url, "gpt-4o-mini", **options)  # type: ignore[arg-type]
 
 
 def anthropic(server: ProviderServer, **options: object) -> AnthropicSummarizer:
-    options.setdefault("api_key", KEY)
-    return AnthropicSummarizer(server.base_url, "claude-sonnet-4-5", **FAST, **options)  # type: ignore[arg-type]
+    options = {"api_key": KEY, **FAST, **options}
+    return AnthropicSummarizer(server.base_url, "claude-sonnet-4-5", **options)  # type: ignore[arg-type]
 
 
-async def summarize(summarizer: HttpSummarizer, request: SummaryRequest | None = None) -> object:
+async def summarize(
+    summarizer: HttpSummarizer, request: SummaryRequest | None = None
+) -> SummaryOutput:
     async with summarizer:
         return await summarizer.summarize(request or make_request())
 
@@ -136,7 +148,9 @@ async def summarize(summarizer: HttpSummarizer, request: SummaryRequest | None =
 # ---------------------------------------------------------------- OpenAI: the request
 
 
-async def test_openai_success_assembles_text_usage_and_reported_model(server: ProviderServer) -> None:
+async def test_openai_success_assembles_text_usage_and_reported_model(
+    server: ProviderServer,
+) -> None:
     usage = openai_usage(prompt=1200, completion=42, cached=1000, reasoning=7)
     server.script(Reply(frames=openai_frames(SUMMARY, usage=usage, reasoning=["hmm, "])))
     output = await summarize(openai(server))
@@ -177,7 +191,13 @@ async def test_openai_request_shape(server: ProviderServer) -> None:
     messages = body["messages"]
     assert messages[0] == {"role": "system", "content": "You are a coding agent."}
     assert [m["role"] for m in messages] == [
-        "system", "user", "assistant", "tool", "user", "assistant", "user"
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "user",
+        "assistant",
+        "user",
     ]
     assert messages[2]["tool_calls"][0]["id"] == "call_1"
     assert messages[2]["content"] == "Reading the file."  # reasoning is not sent back
@@ -263,8 +283,7 @@ async def test_openai_read_timeout_before_headers(server: ProviderServer) -> Non
 
 async def test_openai_read_timeout_mid_stream(server: ProviderServer) -> None:
     frames = openai_frames(SUMMARY)
-    server.script(Reply(frames=frames[:2], then="forever", forever_frame=b": keep-alive?\n"))
-    server.replies[0].forever_frame = b""  # writes nothing: the stream goes silent
+    server.script(Reply(frames=frames[:2], then="silent"))
     with pytest.raises(SummarizerError) as caught:
         await summarize(openai(server, timeout=Timeouts(connect=1.0, read=0.2)))
     assert caught.value.code == "timeout"
@@ -335,12 +354,27 @@ async def test_openai_error_inside_stream(server: ProviderServer) -> None:
     assert "upstream overloaded" in str(caught.value)
 
 
+async def test_openai_json_instead_of_a_stream(server: ProviderServer) -> None:
+    completion = {"object": "chat.completion", "choices": [{"message": {"content": "hi"}}]}
+    error = {"error": {"message": f"upstream failed for key {KEY}", "type": "server_error"}}
+    server.script(Reply(body=completion), Reply(body=error))
+    with pytest.raises(SummarizerError, match=r"ignored .stream.: true") as caught:
+        await summarize(openai(server))
+    assert caught.value.code == "protocol"
+    with pytest.raises(SummarizerError) as caught:
+        await summarize(openai(server))
+    assert caught.value.code == "stream_error" and caught.value.retryable
+    assert "upstream failed for key ***" in str(caught.value)
+
+
 async def test_openai_not_found_and_bad_request(server: ProviderServer) -> None:
     missing = {"error": {"message": "The model `nope` does not exist", "code": "model_not_found"}}
     server.script(Reply(status=404, body=missing), Reply(status=422, body={"detail": "bad"}))
     with pytest.raises(SummarizerError) as caught:
         await summarize(openai(server))
-    assert caught.value.code == "not_found" and "check the base URL and the model" in str(caught.value)
+    assert caught.value.code == "not_found" and "check the base URL and the model" in str(
+        caught.value
+    )
     with pytest.raises(SummarizerError) as caught:
         await summarize(openai(server))
     assert caught.value.code == "bad_request" and len(server.received) == 2
@@ -369,8 +403,14 @@ async def test_cancellation_closes_the_stream_promptly(
         summarizer: HttpSummarizer = openai(server)
     else:
         head = [anthropic_start(), *anthropic_text(0, ["x"])[:2]]
-        more = sse({"type": "content_block_delta", "index": 0,
-                    "delta": {"type": "text_delta", "text": " more"}}, "content_block_delta")
+        more = sse(
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": " more"},
+            },
+            "content_block_delta",
+        )
         summarizer = anthropic(server)
     server.script(Reply(frames=head, then="forever", forever_frame=more))
     async with summarizer:
@@ -392,8 +432,13 @@ async def test_key_never_in_errors_reprs_or_logs(
     server: ProviderServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    echo = {"error": {"message": f"Incorrect API key provided: {KEY}.", "type": "invalid_request_error",
-                      "code": "invalid_api_key"}}
+    echo = {
+        "error": {
+            "message": f"Incorrect API key provided: {KEY}.",
+            "type": "invalid_request_error",
+            "code": "invalid_api_key",
+        }
+    }
     server.script(
         Reply(status=429, headers={"Retry-After": "0"}, body={"error": {"message": f"slow {KEY}"}}),
         Reply(status=401, body=echo),
@@ -413,8 +458,9 @@ async def test_key_never_in_errors_reprs_or_logs(
 
 
 async def test_anthropic_success_strips_thinking(server: ProviderServer) -> None:
-    frames = anthropic_frames(SUMMARY, thinking=["The user ", "wants a checkpoint."],
-                              cache_read=1800, cache_write=40)
+    frames = anthropic_frames(
+        SUMMARY, thinking=["The user ", "wants a checkpoint."], cache_read=1800, cache_write=40
+    )
     server.script(Reply(frames=frames))
     output = await summarize(anthropic(server))
     assert output.text == "".join(SUMMARY).strip()
@@ -445,8 +491,12 @@ async def test_anthropic_request_shape(server: ProviderServer) -> None:
     messages = body["messages"]
     assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant", "user"]
     tool_use = messages[1]["content"][-1]
-    assert tool_use == {"type": "tool_use", "id": "call_1", "name": "read_file",
-                        "input": {"path": "src/app.py"}}
+    assert tool_use == {
+        "type": "tool_use",
+        "id": "call_1",
+        "name": "read_file",
+        "input": {"path": "src/app.py"},
+    }
     assert messages[2]["content"][0]["type"] == "tool_result"
     assert messages[2]["content"][0]["tool_use_id"] == "call_1"
     assert messages[-1]["content"][-1] == {"type": "text", "text": INSTRUCTION}
@@ -455,8 +505,12 @@ async def test_anthropic_request_shape(server: ProviderServer) -> None:
 
 async def test_anthropic_span_starting_with_assistant_gets_a_user_lead() -> None:
     request = make_request()
-    request = SummaryRequest(**{**{f: getattr(request, f) for f in request.__struct_fields__},
-                                "messages": request.messages[1:]})
+    request = SummaryRequest(
+        **{
+            **{f: getattr(request, f) for f in request.__struct_fields__},
+            "messages": request.messages[1:],
+        }
+    )
     body = build_anthropic_payload(request, "m")
     assert body["messages"][0]["role"] == "user"
     assert body["messages"][1]["role"] == "assistant"
@@ -466,22 +520,28 @@ async def test_anthropic_empty_tool_result_sent_without_empty_text() -> None:
     request = make_request()
     empty = Message(id="r1", role="user", content=(ToolResultBlock("call_1", ()),))
     messages = (*request.messages[:2], empty, *request.messages[3:])
-    request = SummaryRequest(**{**{f: getattr(request, f) for f in request.__struct_fields__},
-                                "messages": messages})
+    request = SummaryRequest(
+        **{**{f: getattr(request, f) for f in request.__struct_fields__}, "messages": messages}
+    )
     result = build_anthropic_payload(request, "m")["messages"][2]["content"][0]
     assert result == {"type": "tool_result", "tool_use_id": "call_1"}
 
 
 async def test_anthropic_truncation(server: ProviderServer) -> None:
-    server.script(Reply(frames=anthropic_frames(SUMMARY, stop_reason="max_tokens", output_tokens=512)))
+    server.script(
+        Reply(frames=anthropic_frames(SUMMARY, stop_reason="max_tokens", output_tokens=512))
+    )
     with pytest.raises(TruncatedError, match=r"'max_tokens' after 512 output tokens"):
         await summarize(anthropic(server))
 
 
 async def test_anthropic_tool_use_refused(server: ProviderServer) -> None:
     tool = {"type": "tool_use", "id": "toolu_01", "name": "read_file", "input": {}}
-    frames = [anthropic_start(), *anthropic_block(0, tool, [
-        {"type": "input_json_delta", "partial_json": '{"path": "a'}]), *anthropic_end("tool_use")]
+    frames = [
+        anthropic_start(),
+        *anthropic_block(0, tool, [{"type": "input_json_delta", "partial_json": '{"path": "a'}]),
+        *anthropic_end("tool_use"),
+    ]
     server.script(Reply(frames=frames))
     with pytest.raises(UnsupportedOutputError, match="'tool_use' content block"):
         await summarize(anthropic(server))
@@ -500,14 +560,19 @@ async def test_anthropic_context_length(server: ProviderServer) -> None:
 
 
 async def test_anthropic_overloaded_then_success(server: ProviderServer) -> None:
-    server.script(Reply(status=529, body=ANTHROPIC_OVERLOADED), Reply(frames=anthropic_frames(SUMMARY)))
+    server.script(
+        Reply(status=529, body=ANTHROPIC_OVERLOADED), Reply(frames=anthropic_frames(SUMMARY))
+    )
     output = await summarize(anthropic(server))
     assert output.text and len(server.received) == 2
 
 
 async def test_anthropic_error_event_mid_stream(server: ProviderServer) -> None:
-    frames = [anthropic_start(), *anthropic_text(0, ["partial"])[:2],
-              sse(ANTHROPIC_OVERLOADED, "error")]
+    frames = [
+        anthropic_start(),
+        *anthropic_text(0, ["partial"])[:2],
+        sse(ANTHROPIC_OVERLOADED, "error"),
+    ]
     server.script(Reply(frames=frames))
     with pytest.raises(SummarizerError) as caught:
         await summarize(anthropic(server))
@@ -516,8 +581,9 @@ async def test_anthropic_error_event_mid_stream(server: ProviderServer) -> None:
 
 
 async def test_anthropic_disconnect_before_message_stop(server: ProviderServer) -> None:
-    server.script(Reply(frames=[anthropic_start(), *anthropic_text(0, ["partial"])],
-                        then="disconnect"))
+    server.script(
+        Reply(frames=[anthropic_start(), *anthropic_text(0, ["partial"])], then="disconnect")
+    )
     with pytest.raises(SummarizerError) as caught:
         await summarize(anthropic(server))
     assert caught.value.code == "disconnected"
@@ -564,6 +630,136 @@ def test_backoff_is_exponential_jittered_and_capped() -> None:
 
 def test_endpoint_urls() -> None:
     assert endpoint_url("http://h:8080", "/messages") == "http://h:8080/v1/messages"
-    assert endpoint_url("http://h:8080/v1/", "/chat/completions") == "http://h:8080/v1/chat/completions"
+    assert (
+        endpoint_url("http://h:8080/v1/", "/chat/completions")
+        == "http://h:8080/v1/chat/completions"
+    )
     with pytest.raises(CompactionConfigError, match="base URL"):
         endpoint_url("localhost:8080", "/messages")
+
+
+# ---------------------------------------------------------------- chunking
+
+METER = HeuristicMeter()
+
+
+def long_request(steps: int = 12, output_chars: int = 400, max_tokens: int = 100) -> SummaryRequest:
+    messages: list[Message] = [Message(id="u0", role="user", content=(TextBlock("Refactor"),))]
+    for i in range(steps):
+        call = ToolCallBlock(f"c{i}", "read_file", f'{{"path": "src/m{i}.py"}}')
+        messages.append(
+            Message(id=f"a{i}", role="assistant", content=(TextBlock(f"step {i}"), call))
+        )
+        output = (f"m{i} " * output_chars)[:output_chars]
+        messages.append(
+            Message(
+                id=f"r{i}", role="user", content=(ToolResultBlock(f"c{i}", (TextBlock(output),)),)
+            )
+        )
+    return msgspec.structs.replace(make_request(max_tokens), messages=tuple(messages))
+
+
+def chunk_replies(texts: list[str], usage: JSON | None = None) -> list[Reply]:
+    return [Reply(frames=openai_frames([t], usage=usage or openai_usage(100, 10))) for t in texts]
+
+
+def conversation(body: JSON) -> list[JSON]:
+    """The request's messages between the system prompt and the instruction."""
+    messages: list[JSON] = body["messages"]
+    assert messages[0]["role"] == "system" and messages[-1] == {
+        "role": "user",
+        "content": INSTRUCTION,
+    }
+    return messages[1:-1]
+
+
+def test_tool_units_keep_calls_with_results() -> None:
+    call = ToolCallBlock("c1", "bash", "{}")
+    call2 = ToolCallBlock("c2", "bash", "{}")
+    messages = [
+        Message(id="u", role="user", content=(TextBlock("go"),)),
+        Message(id="a", role="assistant", content=(call, call2)),
+        Message(id="r1", role="user", content=(ToolResultBlock("c1"),)),
+        Message(id="steer", role="user", content=(TextBlock("also check tests"),)),
+        Message(id="r2", role="user", content=(ToolResultBlock("c2"),)),
+        Message(id="a2", role="assistant", content=(TextBlock("done"),)),
+    ]
+    units = tool_units(messages)
+    assert [[m.id for m in unit] for unit in units] == [["u"], ["a", "r1", "steer", "r2"], ["a2"]]
+
+
+def test_balanced_chunks_even_out_sizes() -> None:
+    assert chunk_count([5] * 10, 30) == 2
+    assert balanced_chunks([5] * 10, 2) == [0, 5]  # 25 + 25, not 30 + 20
+    sizes = [10, 1, 1, 1, 1, 1, 10]
+    assert chunk_count(sizes, 15) == 2
+    starts = balanced_chunks(sizes, 2)
+    chunks = [sum(sizes[a:b]) for a, b in zip(starts, [*starts[1:], 7], strict=True)]
+    assert len(chunks) == 2 and max(chunks) <= 13
+
+
+async def test_chunking_passes_through_when_the_span_fits(server: ProviderServer) -> None:
+    server.script(*chunk_replies(["whole"]))
+    request = make_request()
+    async with ChunkingSummarizer(openai(server), 100_000, METER.message) as chunker:
+        output = await chunker.summarize(request)
+    assert (output.text, output.chunks, len(server.received)) == ("whole", 1, 1)
+    assert server.received[0].body == build_openai_payload(request, "gpt-4o-mini")
+
+
+async def test_chunking_splits_balanced_pairs_intact_and_merges(server: ProviderServer) -> None:
+    request = long_request()
+    chunker = ChunkingSummarizer(openai(server), 1200, METER.message)
+    budget = chunker.budget(request)
+    total = METER.messages(request.messages)
+    assert budget < total <= 3 * budget  # needs three chunks
+    server.script(*chunk_replies(["part A", "part B", "part C", "## merged"]))
+    async with chunker:
+        output = await chunker.summarize(request)
+    assert output.text == "## merged" and output.chunks == 3
+    assert output.usage == Usage(input_tokens=400, output_tokens=40)  # four calls summed
+    assert output.model == OPENAI_MODEL and output.max_tokens == 100
+    *chunks, merge = [r.body for r in server.received]
+    whole = conversation(build_openai_payload(request, "gpt-4o-mini"))
+    assert [m for body in chunks for m in conversation(body)] == whole  # nothing lost or repeated
+    for body in chunks:
+        assert (
+            body["tools"] == chunks[0]["tools"] and body["messages"][0] == chunks[0]["messages"][0]
+        )
+        called = set()
+        for message in conversation(body):
+            called |= {c["id"] for c in message.get("tool_calls", ())}
+            if message["role"] == "tool":
+                assert message["tool_call_id"] in called  # its call travels in the same chunk
+    tokens = [sum(len(str(m.get("content") or "")) for m in conversation(b)) for b in chunks]
+    assert max(tokens) - min(tokens) <= max(tokens) // 3  # balanced, not full-full-remainder
+    assert conversation(merge) == [
+        {"role": "user", "content": f"<compacted-summary>\n{text}\n</compacted-summary>"}
+        for text in ("part A", "part B", "part C")
+    ]
+
+
+async def test_chunking_splits_again_when_the_server_says_too_long(server: ProviderServer) -> None:
+    request = long_request(steps=4)
+    server.script(Reply(status=400, body=OPENAI_CONTEXT_ERROR), *chunk_replies(["x", "y", "xy"]))
+    async with ChunkingSummarizer(openai(server), 100_000, METER.message) as chunker:
+        output = await chunker.summarize(request)
+    assert (output.text, output.chunks, len(server.received)) == ("xy", 2, 4)
+    halves = [conversation(r.body) for r in server.received[1:3]]
+    assert [len(h) for h in halves] == [5, 4]  # u0 + two call/result pairs, then two pairs
+    assert halves[1][0]["tool_calls"][0]["id"] == "c2"
+
+
+async def test_chunking_refuses_an_unsplittable_unit(server: ProviderServer) -> None:
+    request = long_request(steps=3, output_chars=8000)
+    async with ChunkingSummarizer(openai(server), 2000, METER.message) as chunker:
+        with pytest.raises(ContextLengthError, match=r"messages a0\.\.r0 form one unsplittable"):
+            await chunker.summarize(request)
+    assert server.received == []
+
+
+async def test_chunking_refuses_a_window_without_room(server: ProviderServer) -> None:
+    async with ChunkingSummarizer(openai(server), 500, METER.message) as chunker:
+        with pytest.raises(ContextLengthError, match="window of 500 tokens leaves -"):
+            await chunker.summarize(make_request(max_tokens=400))
+    assert server.received == []

@@ -5,3 +5,4 @@ strategies). Importing this package registers its event types (``compact/*``, ``
 
 from compaction import events as _events  # noqa: F401
 from compaction.strategies import checkpoint as _checkpoint  # noqa: F401
+from compaction import foreign as _foreign  # noqa: F401  (imports other harnesses' compactions)

@@ -99,6 +99,22 @@ class BasicCompactService(CompactService):
             f"{threshold}) in session {session.id}"
         )
 
+    async def compact_to_threshold(
+        self, session: Session, *, store: SessionStore | None = None
+    ) -> list[CompactionResult]:
+        """Offline compaction between turns (the CLI): standalone brackets until the request total
+        is under the threshold or nothing more can be compacted."""
+        threshold, retain = self.config.budget(self.context_window(session))
+        results: list[CompactionResult] = []
+        while self.meter.measure(session).total_tokens >= threshold:
+            span = select_span(
+                session, self.meter, retain, keep_first_user=self.config.keep_first_user_message
+            )
+            if span is None:
+                break
+            results.append(await self._transaction(session, store, span, manual=True))
+        return results
+
     def _prune(self, session: Session, store: SessionStore | None) -> bool:
         """The cheaper operation first (seed 002): prune oversized tool results."""
         assert self.pruner is not None

@@ -10,19 +10,28 @@ from compaction.events import Fidelity
 from compaction.identifiers import Identifiers, retained
 from compaction.instruction import SECTIONS
 
-_HEADING = re.compile(r"^#{1,6}\s*(.+?)\s*#*\s*$", re.MULTILINE)
+_HEADING = re.compile(r"^[ \t]*(?:#{1,6}|\d+[.)])[ \t]*\**(.+?)\**[ \t]*:?[ \t]*#*[ \t]*$", re.MULTILINE)
+
+
+def _known(title: str) -> str | None:
+    """The section a heading names: ours exactly, or one that starts with ours ("Files and Code
+    Sections" counts as "Files and Code"), case-insensitive."""
+    title = title.strip().rstrip(":").strip("* ").lower()
+    for name in SECTIONS:
+        if title == name.lower() or title.startswith(name.lower() + " "):
+            return name
+    return None
 
 
 def section_bodies(summary: str) -> dict[str, str]:
-    """Body text under each known section heading (case-insensitive heading match)."""
-    wanted = {s.lower(): s for s in SECTIONS}
+    """Body text under each known section heading (``## Name`` or ``1. Name:``); a body runs to the
+    next known heading, so numbered lists inside a section stay in it."""
+    known = [(m, _known(m.group(1))) for m in _HEADING.finditer(summary)]
+    known = [(m, name) for m, name in known if name is not None]
     bodies: dict[str, str] = {}
-    matches = list(_HEADING.finditer(summary))
-    for index, match in enumerate(matches):
-        name = wanted.get(match.group(1).strip().rstrip(":").lower())
-        if name is None:
-            continue
-        end = matches[index + 1].start() if index + 1 < len(matches) else len(summary)
+    for index, (match, name) in enumerate(known):
+        end = known[index + 1][0].start() if index + 1 < len(known) else len(summary)
+        assert name is not None
         bodies[name] = summary[match.end() : end].strip()
     return bodies
 

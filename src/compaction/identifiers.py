@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from sessions.blocks import Message, TextBlock, ToolCallBlock, ToolResultBlock
 
 PATH_RE = re.compile(
-    r"(?<![\w/.-])(?:~|\.{1,2})?(?:/?[\w.-]+)*/[\w.-]+\.[A-Za-z0-9]{1,8}\b"  # a/b.py, /x/y.txt
+    r"(?<![\w/.-])(?:~/|\.{1,2}/|/)?(?:[\w.-]+/)+[\w.-]*[\w-]\.[A-Za-z0-9]{1,8}\b"  # a/b.py, /x/y.txt
     r"|(?<![\w/.-])(?:/[\w.-]+){2,}/?"  # absolute directories /usr/lib/python3
 )
 ERROR_NAME_RE = re.compile(r"\b[A-Z][A-Za-z0-9]*(?:Error|Exception|Warning|Failure|Fault)\b")

@@ -1,22 +1,21 @@
-"""The surface hash: one stable fingerprint of what the model sees.
+"""The surface hash: one stable fingerprint of what the model sees, shared by the whole library.
 
-``surface_hash(session)`` is the lowercase hex sha256 of, in order::
+The recipe is defined once, at the bottom layer, as :func:`sessions.native.surface_hash` (export
+and copy record it; recovery reports it; audit can compare it). It is the lowercase hex sha256 of::
 
-    b"surface-hash/v1\\n"
-    msgspec.json.encode(surface_seqs)                          # e.g. b"[0,3,4,17]"
-    b"\\n"
-    msgspec.json.encode(derived_messages, order="deterministic")
+    msgspec.json.encode(surface_seqs)              # e.g. b"[0,3,4,17]"
+    msgspec.json.encode(message)                   # for each derived message, in surface order
 
-``surface_seqs`` is the surface (``Session.nodes``), ``derived_messages`` is
-``Session.derive_messages()`` (spec §b.7: one message per node that projects to one, in surface
-order). ``order="deterministic"`` sorts dictionary keys (tool arguments, metadata) so the hash does
-not depend on insertion order; Struct fields keep their declared order.
+with nothing between the parts (each is a self-delimiting JSON value). ``surface_seqs`` is the
+surface (``Session.nodes``); the messages are what ``Session.derive_messages()`` returns (spec
+§b.7: one message per node that projects to one). Messages hold only Structs (field order fixed by
+their declarations) and strings, so the encoding is deterministic.
 
-Two sessions with the same hash show the model the same history at the same positions. Recovery
-uses it in the inertness proof, export and copy record it so a copy can be verified anywhere.
-The hash is stable across stores, processes and versions as long as the message Structs evolve by
-msgspec's rules (new fields get defaults and are omitted when default). A change to this recipe
-must bump the ``v1`` tag (:data:`SURFACE_HASH_VERSION`).
+Two sessions with the same hash show the model the same history at the same positions. The hash is
+stable across stores, processes and versions as long as the message Structs evolve by msgspec's
+rules (new fields get defaults and are omitted when default). :func:`hash_surface` applies the same
+recipe to an explicit surface, such as the inertness proof's from-scratch folds; a test pins the two
+functions together. :data:`SURFACE_HASH_VERSION` names this recipe; a change must bump it.
 """
 
 from __future__ import annotations
@@ -27,22 +26,17 @@ from collections.abc import Iterable, Sequence
 import msgspec
 
 from sessions.blocks import Message
-from sessions.session import Session
+from sessions.native import surface_hash
+
+__all__ = ["SURFACE_HASH_VERSION", "hash_surface", "surface_hash"]
 
 SURFACE_HASH_VERSION = 1
-_PREFIX = f"surface-hash/v{SURFACE_HASH_VERSION}\n".encode()
-_ENCODER = msgspec.json.Encoder(order="deterministic")
+_ENCODER = msgspec.json.Encoder()
 
 
 def hash_surface(seqs: Sequence[int], messages: Iterable[Message]) -> str:
-    """The surface hash of an explicit surface (seqs) and its derived messages."""
-    digest = hashlib.sha256(_PREFIX)
-    digest.update(_ENCODER.encode(list(seqs)))
-    digest.update(b"\n")
-    digest.update(_ENCODER.encode(list(messages)))
+    """The surface hash of an explicit surface (its seqs) and its derived messages."""
+    digest = hashlib.sha256(_ENCODER.encode(list(seqs)))
+    for message in messages:
+        digest.update(_ENCODER.encode(message))
     return digest.hexdigest()
-
-
-def surface_hash(session: Session) -> str:
-    """The surface hash of ``session`` as it stands (pending events included)."""
-    return hash_surface(session.nodes, session.derive_messages())

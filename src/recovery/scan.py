@@ -59,7 +59,7 @@ class ScanPass:
 
 
 class OrphanScanner:
-    """Folds the notification log into the set of open brackets and the latest resume per session."""
+    """Folds the notification log into the open brackets and the latest resume of each session."""
 
     def __init__(self, store: SessionStore, *, batch: int = BATCH) -> None:
         self.store = store

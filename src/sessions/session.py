@@ -20,6 +20,7 @@ from uuid import UUID, uuid4
 import msgspec
 
 from sessions.blocks import Message
+from sessions.errors import StoreError
 from sessions.events import (
     APPEND,
     UNSET_SEQ,
@@ -115,7 +116,11 @@ class Session:
         if found is None:
             self._fetch(seq)
             found = self._events[seq]
-            assert found is not None
+            if found is None:
+                raise StoreError(
+                    f"session {self.id}: the store returned no event at seq {seq} although the "
+                    f"snapshot counts {self.saved_length} saved events (truncated store?)"
+                )
         return found
 
     def events(self, start: int = 0, stop: int | None = None) -> Iterator[SessionEvent]:

@@ -67,9 +67,11 @@ def parse_store_url(url: str) -> StoreLocation:
         env["PERSISTENCE_MODULE"] = "eventsourcing.popo"
         return StoreLocation(url, "memory", env)
     if parsed.scheme == "sqlite":
+        # sqlite:///PATH: PATH is everything after the third slash (sqlite:///./x.db is
+        # relative, sqlite:////var/x.db absolute).
         raw = unquote(url[len("sqlite://") :])
-        path = raw[1:] if raw.startswith("/./") or raw.startswith("/../") else raw
-        if not path or path == "/":
+        path = raw[1:] if raw.startswith("/") else ""
+        if not path:
             raise ConfigurationError(
                 f"store URL {url!r} has no database path; expected sqlite:///PATH, for example "
                 f"{DEFAULT_URL}"

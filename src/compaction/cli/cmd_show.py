@@ -10,17 +10,13 @@ from __future__ import annotations
 
 import argparse
 from typing import Any
-from uuid import UUID
 
 from rich.console import Console
 from rich.text import Text
 
 from compaction.cli.command import Command, Context, Document
 from sessions.blocks import Message
-from sessions.errors import ConfigurationError
 from sessions.render import to_anthropic, to_openai, to_text
-from sessions.session import Session
-from sessions.store import SessionStore
 
 SHAPES = ("text", "openai", "anthropic")
 
@@ -40,7 +36,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(context: Context, args: argparse.Namespace) -> Document:
     session_id = context.resolve_session(args.session)
-    session = load_at(context.store, session_id, args.at)
+    session = context.store.get(session_id, at=args.at)  # a seq outside the log: StoreError
     return {
         "session_id": str(session_id),
         "at": len(session) - 1,
@@ -48,21 +44,6 @@ def run(context: Context, args: argparse.Namespace) -> Document:
         "surface": list(session.nodes),
         "messages": provider_messages(session.derive_messages(), args.shape),
     }
-
-
-def load_at(store: SessionStore, session_id: UUID, at: int | None) -> Session:
-    """The session as it was right after event ``at`` (the latest state when None)."""
-    if at is None:
-        return store.get(session_id)
-    if at < 0:
-        raise ConfigurationError(f"--at {at}: expected a seq >= 0 (session {session_id})")
-    session = store.get(session_id, at=at)
-    if len(session) <= at:
-        raise ConfigurationError(
-            f"--at {at}: session {session_id} has seqs 0..{len(session) - 1}; "
-            f"expected a seq in that range"
-        )
-    return session
 
 
 def provider_messages(messages: list[Message], shape: str) -> list[dict[str, Any]]:

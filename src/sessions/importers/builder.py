@@ -45,7 +45,7 @@ from sessions.events import (
     UserMessage,
     now_utc,
 )
-from sessions.importers.common import ImportedSession
+from sessions.importers.common import ForeignCompaction, ImportedSession, compaction_handler
 from sessions.session import Session
 
 OUTCOME_UNKNOWN = ToolError("ToolOutcomeUnknownError", "TOOL_OUTCOME_UNKNOWN")
@@ -275,8 +275,29 @@ class SessionBuilder:
             self._turn_reason = reason
 
     def compaction(self, origin: str, what: str) -> None:
+        """Count a compaction marker of the input (its summary arrives via :meth:`foreign`)."""
         self.compactions += 1
-        self.note(f"{origin}: compaction marker ({what}); imported as-is, not as compact/* events")
+        self.note(f"{origin}: compaction marker ({what})")
+
+    def foreign(self, compaction: ForeignCompaction) -> None:
+        """Another harness's compaction: closes the open turn, then becomes a compaction bracket
+        when the compaction package registered a handler, else a plain user message."""
+        self.close_turn(compaction.origin)
+        handler = compaction_handler()
+        if handler is None:
+            self._append(
+                UserMessage(message=compaction.summary, surface_op="append", origin=compaction.origin)
+            )
+            self.note(f"{compaction.origin}: compaction summary imported as a user message")
+        else:
+            try:
+                handler(self.session, compaction)
+            except EventRuleError as e:
+                raise TranscriptError(
+                    self.source, None, f"the compaction at {compaction.origin} was rejected: {e}"
+                ) from e
+            self.note(f"{compaction.origin}: imported as a compaction bracket ({compaction.provider})")
+        self.messages += 1
 
     # ------------------------------------------------------------ closing
 

@@ -35,6 +35,7 @@ from sessions.blocks import (
 from sessions.events import Usage
 from sessions.importers.builder import SessionBuilder
 from sessions.importers.common import (
+    ForeignCompaction,
     JSON,
     ImportedSession,
     as_dict,
@@ -133,6 +134,7 @@ class _ChainImporter:
         self.b = builder
         self.step: _Step | None = None
         self.seen_ids: dict[str, int] = {}
+        self.last_model: str | None = None
 
     def line(self, number: int, line: JSON) -> None:
         kind = as_str(line.get("type"))
@@ -166,6 +168,7 @@ class _ChainImporter:
             self.flush()
             time = parse_time(line.get("timestamp"))
             self.step = _Step(message_id, as_str(message.get("model")), number, number, time)
+            self.last_model = as_str(message.get("model")) or self.last_model
         step = self.step
         step.last_line = number
         step.usage = _usage(as_dict(message.get("usage"))) or step.usage
@@ -196,9 +199,14 @@ class _ChainImporter:
         self.flush()
         message = user_message(_message_id(line, number), self.user_blocks(origin, parts))
         if line.get("isCompactSummary"):
-            self.b.user(message, f"{origin} isCompactSummary")
-            self.b.note(
-                f"{origin}: compaction summary (isCompactSummary) imported as a user message"
+            self.b.foreign(
+                ForeignCompaction(
+                    summary=message,
+                    provider="claude-code",
+                    model=self.last_model,
+                    first_kept_seq=None,
+                    origin=f"{origin} isCompactSummary",
+                )
             )
         elif line.get("isMeta"):
             self.b.context(message, f"{origin} isMeta")

@@ -6,6 +6,7 @@ import base64
 import binascii
 import hashlib
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,6 +27,37 @@ NAMESPACE = uuid.UUID("6b1f2c1e-9d1a-5c3e-8f47-0d6e1c2a9b30")
 """Namespace of imported session ids: ``uuid5(NAMESPACE, f"{format}:{sha256}:{index}")``."""
 
 JSON = dict[str, Any]
+
+
+# ---------------------------------------------------------------- other harnesses' compactions
+
+
+@dataclass(frozen=True)
+class ForeignCompaction:
+    """A compaction another harness made (Claude Code ``compact_boundary`` + ``isCompactSummary``,
+    pi ``compaction``): its summary message, who made it, and where its retained tail begins."""
+
+    summary: Message
+    provider: str  # "claude-code" | "pi"
+    model: str | None
+    first_kept_seq: int | None  # None: everything on the surface before the boundary is replaced
+    origin: str
+    detail: str = ""
+
+
+CompactionHandler = Callable[[Session, ForeignCompaction], None]
+"""Turns a foreign compaction into events; registered by the compaction package."""
+
+_HANDLERS: list[CompactionHandler] = []
+
+
+def register_compaction_handler(handler: CompactionHandler) -> None:
+    """Install the handler importers call for foreign compactions (the latest one wins)."""
+    _HANDLERS[:] = [handler]
+
+
+def compaction_handler() -> CompactionHandler | None:
+    return _HANDLERS[0] if _HANDLERS else None
 
 
 # ---------------------------------------------------------------- the result record

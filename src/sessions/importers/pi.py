@@ -21,6 +21,7 @@ from sessions.blocks import Block, ImageBlock, Message, ReasoningBlock, TextBloc
 from sessions.events import TurnEndKind, TurnEndReason, Usage
 from sessions.importers.builder import SessionBuilder
 from sessions.importers.common import (
+    ForeignCompaction,
     JSON,
     ImportedSession,
     as_dict,
@@ -47,9 +48,16 @@ def import_file(path: Path, data: bytes) -> list[ImportedSession]:
         session_id_for(FORMAT, file_digest(data), 0), source=str(path), format=FORMAT
     )
     builder.skipped.extend(truncated)
-    for number, line in lines:
+    entry_seqs: dict[str, int] = {}
+    for index, (number, line) in enumerate(lines):
         builder.at(parse_time(line.get("timestamp")))
-        _entry(builder, number, line)
+        entry_seqs[f"index:{index}"] = len(builder.session)
+        if isinstance(line.get("id"), str):
+            entry_seqs[f"id:{line['id']}"] = len(builder.session)
+        if as_str(line.get("type")) == "compaction":
+            _compaction(builder, f"line {number}", line, entry_seqs)
+        else:
+            _entry(builder, number, line)
     return [builder.finish()]
 
 
@@ -75,8 +83,6 @@ def _entry(b: SessionBuilder, number: int, line: JSON) -> None:
             origin,
             f"thinking level change to {line.get('thinkingLevel')!r}: no session event for it",
         )
-    elif kind == "compaction":
-        _compaction(b, origin, line)
     else:
         b.skip(origin, f"{kind or 'untyped'} entry: not a conversation message")
 
@@ -124,13 +130,24 @@ def _assistant(b: SessionBuilder, origin: str, message_id: str, message: JSON) -
         b.turn_reason(TurnEndReason(kind=STOPPED[stop], message=error))
 
 
-def _compaction(b: SessionBuilder, origin: str, line: JSON) -> None:
-    kept = line.get("firstKeptEntryIndex")
-    b.compaction(origin, f"firstKeptEntryIndex {kept}, tokensBefore {line.get('tokensBefore')}")
-    summary = as_str(line.get("summary"))
-    b.user(
-        user_message(origin.replace(" ", "-"), (TextBlock(summary),)),
-        f"{origin} compaction summary",
+def _compaction(b: SessionBuilder, origin: str, line: JSON, entry_seqs: dict[str, int]) -> None:
+    """A pi compaction: entries before ``firstKeptEntryIndex`` (0-based over the file's entries; v2
+    files name ``firstKeptEntryId``) were replaced by ``summary``."""
+    kept_index = line.get("firstKeptEntryIndex")
+    kept_id = line.get("firstKeptEntryId")
+    b.compaction(origin, f"firstKeptEntryIndex {kept_index}, tokensBefore {line.get('tokensBefore')}")
+    key = f"id:{kept_id}" if isinstance(kept_id, str) else f"index:{kept_index}"
+    first_kept = entry_seqs.get(key)
+    if first_kept is None:
+        b.note(f"{origin}: first kept entry {key} not found; the summary replaces everything before it")
+    b.foreign(
+        ForeignCompaction(
+            summary=user_message(origin.replace(" ", "-"), (TextBlock(as_str(line.get("summary"))),)),
+            provider="pi",
+            model=None,
+            first_kept_seq=first_kept,
+            origin=f"{origin} compaction summary",
+        )
     )
 
 
