@@ -68,33 +68,38 @@ def store(store_url: str) -> Iterator[SessionStore]:
 class Writer:
     """Grows sessions with random but legal activity and saves after every operation."""
 
-    def __init__(self, store: SessionStore, rng: random.Random) -> None:
+    def __init__(self, store: SessionStore, rng: random.Random, *, autosave: bool = True) -> None:
         self.store = store
         self.rng = rng
+        self.autosave = autosave
         self.orphans: dict[UUID, list[CompactStart]] = {}
 
     def new_session(self) -> Session:
         session = self.store.create()
         user(session, "fix the failing tests in src/app")
-        self.store.save(session)
+        if self.autosave:
+            self.store.save(session)
         return session
 
     def step(self, session: Session) -> None:
         operation = self.rng.choice(
-            ["turn", "turn", "turn", "compact", "compact", "prune", "fail", "orphan", "close"]
+            ["turn"] * 4 + ["compact", "compact", "prune", "prune", "fail", "orphan", "close"]
         )
         getattr(self, f"_{operation}")(session)
-        self.store.save(session)
+        if self.autosave:
+            self.store.save(session)
 
     def _turn(self, session: Session) -> None:
         start_turn(session)
         for _ in range(self.rng.randint(0, 3)):
-            size = self.rng.choice([20, 700])
+            size = self.rng.choice([20, 700, 700])
             tool_step(session, n_calls=self.rng.randint(0, 2), output="output line\n" * (size // 12))
         answer_step(session, "done for now")
         end_turn(session)
         if self.rng.random() < 0.3:
             user(session, "next: also check the docs")
+        if self.rng.random() < 0.5:
+            self._prune(session)
 
     def _compact(self, session: Session) -> None:
         nodes, cuts = session.nodes, session.surface.cuts()
@@ -233,7 +238,7 @@ def test_incremental_equals_rebuilt_equals_aggregate(store: SessionStore, seed: 
     writer = Writer(store, rng)
     sessions = [writer.new_session() for _ in range(rng.randint(1, 3))]
     with ProjectionRunner(store, batch_size=rng.choice([1, 7, 50, 2000])) as runner:
-        for _ in range(rng.randint(4, 14)):
+        for _ in range(rng.randint(6, 16)):
             writer.step(rng.choice(sessions))
             if rng.random() < 0.4:
                 runner.catch_up()

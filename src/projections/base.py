@@ -110,7 +110,7 @@ class SessionProjection(Projection[ViewRecorder], Generic[S]):
         self.max_cached_sessions = max_cached_sessions
         self.changes = Changes()
         self.position: int = view.max_tracking_id(store.name) or 0
-        self.applied = 0  # notifications committed by this object
+        self.applied = 0  # notifications committed since this object was made (or dropped)
         self._states: dict[str, S] = {}
         self._touched: dict[str, S] = {}
         self._empty_view = False  # after a drop: a session not in memory is new (or evicted)
@@ -239,6 +239,7 @@ class SessionProjection(Projection[ViewRecorder], Generic[S]):
         self._evicted.clear()
         self._empty_view = True
         self.position = 0
+        self.applied = 0
 
     def rows(self) -> int:
         try:
