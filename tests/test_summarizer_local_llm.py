@@ -20,6 +20,7 @@ import msgspec
 import pytest
 
 from compaction.errors import CompactionConfigError, ContextLengthError, TruncatedError
+from compaction.fidelity import section_bodies
 from compaction.instruction import INSTRUCTION, SECTIONS
 from compaction.summarizers.base import SummaryRequest
 from compaction.summarizers.local import LocalModelServer, LocalServerError, checkpoint_grammar
@@ -106,6 +107,8 @@ async def test_checkpoint_from_the_real_model(server: LocalModelServer) -> None:
         output = await summarizer.summarize(short_request(max_tokens=256))
     headings = [line for line in output.text.splitlines() if line.startswith("## ")]
     assert headings == [f"## {name}" for name in SECTIONS]
+    bodies = section_bodies(output.text)  # what the fidelity gate reads
+    assert list(bodies) == list(SECTIONS) and all(body.startswith("- ") for body in bodies.values())
     assert (output.provider, output.model, output.max_tokens) == ("local", "smollm2", 256)
     assert output.usage is not None
     assert output.usage.input_tokens + output.usage.cache_read_tokens > 300  # instruction included

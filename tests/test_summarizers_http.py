@@ -503,26 +503,19 @@ async def test_anthropic_request_shape(server: ProviderServer) -> None:
     assert all(b["type"] != "thinking" for m in messages for b in m["content"])
 
 
-async def test_anthropic_span_starting_with_assistant_gets_a_user_lead() -> None:
+def test_anthropic_span_starting_with_assistant_gets_a_user_lead() -> None:
     request = make_request()
-    request = SummaryRequest(
-        **{
-            **{f: getattr(request, f) for f in request.__struct_fields__},
-            "messages": request.messages[1:],
-        }
-    )
+    request = msgspec.structs.replace(request, messages=request.messages[1:])
     body = build_anthropic_payload(request, "m")
     assert body["messages"][0]["role"] == "user"
     assert body["messages"][1]["role"] == "assistant"
 
 
-async def test_anthropic_empty_tool_result_sent_without_empty_text() -> None:
+def test_anthropic_empty_tool_result_sent_without_empty_text() -> None:
     request = make_request()
     empty = Message(id="r1", role="user", content=(ToolResultBlock("call_1", ()),))
     messages = (*request.messages[:2], empty, *request.messages[3:])
-    request = SummaryRequest(
-        **{**{f: getattr(request, f) for f in request.__struct_fields__}, "messages": messages}
-    )
+    request = msgspec.structs.replace(request, messages=messages)
     result = build_anthropic_payload(request, "m")["messages"][2]["content"][0]
     assert result == {"type": "tool_result", "tool_use_id": "call_1"}
 
