@@ -12,6 +12,7 @@ a while are evicted after a commit and reloaded when they come back.
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 from uuid import UUID
 
@@ -30,6 +31,9 @@ from sessions.store import SessionStore
 from sessions.surface import EventLookup
 
 S = TypeVar("S")
+
+Decoded = tuple[int, str, SessionEvent]
+"""A decoded notification: ``(notification id, session key, event)``."""
 
 DEFAULT_MAX_CACHED_SESSIONS = 10_000
 
@@ -54,26 +58,35 @@ class RowDecoder:
             key = self._keys[originator_id] = str(as_uuid)
         return key
 
-    def decode(self, row: StoredRow) -> tuple[str, SessionEvent]:
-        notification_id, originator_id, version, topic, state = row
-        key = self._keys.get(originator_id) or self.key(originator_id)
-        decoder = self._decoders.get(topic) or self._decoder(topic, key, version, notification_id)
+    def decode_all(self, rows: Sequence[StoredRow]) -> list[Decoded]:
+        """Decode a batch of stored rows, in order."""
+        keys, decoders = self._keys, self._decoders
+        transform = self.cipher is not None or self.compressor is not None
+        decoded: list[Decoded] = []
+        append = decoded.append
+        for notification_id, originator_id, version, topic, state in rows:
+            key = keys.get(originator_id) or self.key(originator_id)
+            decoder = decoders.get(topic) or self._decoder(topic, key, version, notification_id)
+            try:
+                event: SessionEvent = decoder.decode(self._plain(state) if transform else state)
+            except msgspec.DecodeError as e:
+                raise ProjectionFoldError(
+                    "decode", key, version, notification_id, f"cannot decode {topic}: {e}"
+                ) from e
+            if event.seq != version:
+                raise ProjectionFoldError(
+                    "decode", key, version, notification_id,
+                    f"the stored payload carries seq {event.seq} (tampered or corrupt row)",
+                )
+            append((notification_id, key, event))
+        return decoded
+
+    def _plain(self, state: bytes) -> bytes:
         if self.cipher is not None:
             state = self.cipher.decrypt(state)
         if self.compressor is not None:
             state = self.compressor.decompress(state)
-        try:
-            event: SessionEvent = decoder.decode(state)
-        except msgspec.DecodeError as e:
-            raise ProjectionFoldError(
-                "decode", key, version, notification_id, f"cannot decode {topic}: {e}"
-            ) from e
-        if event.seq != version:
-            raise ProjectionFoldError(
-                "decode", key, version, notification_id,
-                f"the stored payload carries seq {event.seq} (tampered or corrupt row)",
-            )
-        return key, event
+        return state
 
     def _decoder(
         self, topic: str, key: str, version: int, notification_id: int
@@ -137,13 +150,21 @@ class SessionProjection(Projection[ViewRecorder], Generic[S]):
 
     def apply(self, notification_id: int, key: str, event: SessionEvent) -> None:
         """Fold one event of session ``key`` (not written until :meth:`commit`)."""
-        state = self._touched.get(key)
-        if state is None:
-            state = self._touched[key] = self.state(key)
-        try:
-            self.fold(state, event)
-        except EventCompactionError as e:
-            raise ProjectionFoldError(self.name, key, event.seq, notification_id, str(e)) from e
+        self.apply_all([(notification_id, key, event)])
+
+    def apply_all(self, items: Sequence[Decoded]) -> None:
+        """Fold a batch of decoded notifications, in order (not written until :meth:`commit`)."""
+        touched, state_of, fold = self._touched, self.state, self.fold
+        for notification_id, key, event in items:
+            state = touched.get(key)
+            if state is None:
+                state = touched[key] = state_of(key)
+            try:
+                fold(state, event)
+            except EventCompactionError as e:
+                raise ProjectionFoldError(
+                    self.name, key, event.seq, notification_id, str(e)
+                ) from e
 
     def state(self, key: str) -> S:
         """The session's state, loaded on first use; marks it most recently used."""
