@@ -25,18 +25,24 @@ MODEL = Source(kind="model", provider="test", model="test-model")
 def user(session: Session, text: str, msg_id: str | None = None) -> int:
     event = session.append(
         UserMessage(
-            message=Message(id=msg_id or f"u{len(session)}", role="user", content=(TextBlock(text),)),
+            message=Message(
+                id=msg_id or f"u{len(session)}", role="user", content=(TextBlock(text),)
+            ),
             surface_op="append",
         )
     )
     return event.seq
 
 
-def start_turn(session: Session, *, window: int | None = 4000, system: str | None = "You are a test agent.") -> int:
+def start_turn(
+    session: Session, *, window: int | None = 4000, system: str | None = "You are a test agent."
+) -> int:
     turn = session.structure.next_turn
     session.append(TurnStart(turn=turn))
     if session.last_of("request/header") is None:
-        session.append(RequestHeader(provider="test", model="test-model", system=system, context_window=window))
+        session.append(
+            RequestHeader(provider="test", model="test-model", system=system, context_window=window)
+        )
     return turn
 
 
@@ -46,7 +52,11 @@ def end_turn(session: Session) -> None:
 
 
 def tool_step(
-    session: Session, n_calls: int = 1, output: str = "ok", text: str = "working", close: bool = True
+    session: Session,
+    n_calls: int = 1,
+    output: str = "ok",
+    text: str = "working",
+    close: bool = True,
 ) -> tuple[int, list[int]]:
     """One step: an assistant message with ``n_calls`` bash calls and their results."""
     turn = session.open_turn
@@ -54,14 +64,21 @@ def tool_step(
     step = session.structure.next_step
     session.append(StepStart(turn=turn, step=step))
     calls = tuple(
-        ToolCallBlock(f"c{len(session)}-{i}", "bash", json.dumps({"command": f"cat src/mod_{step}_{i}.py"}))
+        ToolCallBlock(
+            f"c{len(session)}-{i}", "bash", json.dumps({"command": f"cat src/mod_{step}_{i}.py"})
+        )
         for i in range(n_calls)
     )
     assistant = session.append(
         AssistantMessage(
             turn=turn,
             step=step,
-            message=Message(id=f"a{len(session)}", role="assistant", content=(TextBlock(text), *calls), source=MODEL),
+            message=Message(
+                id=f"a{len(session)}",
+                role="assistant",
+                content=(TextBlock(text), *calls),
+                source=MODEL,
+            ),
             surface_op="append",
         )
     )
@@ -69,7 +86,11 @@ def tool_step(
     if not close:
         return assistant.seq, results
     for call in calls:
-        call_event = session.append(ToolCall(turn=turn, step=step, call_id=call.id, name=call.name, arguments=call.arguments))
+        call_event = session.append(
+            ToolCall(
+                turn=turn, step=step, call_id=call.id, name=call.name, arguments=call.arguments
+            )
+        )
         result = session.append(
             ToolResult(
                 turn=turn,
@@ -96,8 +117,11 @@ def answer_step(session: Session, text: str = "done") -> int:
     session.append(StepStart(turn=turn, step=step))
     event = session.append(
         AssistantMessage(
-            turn=turn, step=step,
-            message=Message(id=f"a{len(session)}", role="assistant", content=(TextBlock(text),), source=MODEL),
+            turn=turn,
+            step=step,
+            message=Message(
+                id=f"a{len(session)}", role="assistant", content=(TextBlock(text),), source=MODEL
+            ),
             surface_op="append",
         )
     )

@@ -18,7 +18,9 @@ import compaction  # noqa: F401  (registers compact/* event types)
 
 TRANSCRIPTS = Path(__file__).resolve().parents[2] / "shared" / "data" / "transcripts"
 if not TRANSCRIPTS.exists():  # a clone next to shared/ under another name
-    TRANSCRIPTS = Path(os.environ.get("COMPACTION_TRANSCRIPTS", "../shared/data/transcripts")).resolve()
+    TRANSCRIPTS = Path(
+        os.environ.get("COMPACTION_TRANSCRIPTS", "../shared/data/transcripts")
+    ).resolve()
 
 PUBLIC_TRANSCRIPTS: list[Path] = sorted(
     p
@@ -53,7 +55,9 @@ def require_pg() -> None:
     if reason is None:
         return
     if os.environ.get("CI") == "true":
-        pytest.fail(f"PostgreSQL is required under CI=true but is unreachable at {PG_BASE}: {reason}")
+        pytest.fail(
+            f"PostgreSQL is required under CI=true but is unreachable at {PG_BASE}: {reason}"
+        )
     pytest.skip(f"PostgreSQL unreachable at {PG_BASE}: {reason}")
 
 

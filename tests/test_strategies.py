@@ -6,10 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-from builders import end_turn, start_turn, tool_step, user
-from conftest import PUBLIC_TRANSCRIPTS
 
 from audit.checks import audit_events
+from builders import end_turn, start_turn, tool_step, user
 from compaction.basic import BasicCompactService
 from compaction.config import BasicConfig
 from compaction.errors import BusyError, CompactionError, ContextLengthError
@@ -23,6 +22,7 @@ from compaction.strategies.checkpoint import (
 )
 from compaction.strategies.overflow import OverflowRecovery
 from compaction.strategies.prune import MARKER, PruneConfig, prune_session
+from conftest import PUBLIC_TRANSCRIPTS
 from sessions.blocks import TextBlock, ToolResultBlock, text_of
 from sessions.events import StepStart, ToolResult
 from sessions.importers import import_path
@@ -50,14 +50,22 @@ def test_pruning_every_public_transcript(path: Path) -> None:
             rewritten = session.event(pruned.replacement_seq)
             assert isinstance(original, ToolResult) and isinstance(rewritten, ToolResult)
             assert rewritten.message.id == original.message.id
-            assert rewritten.message.source.call_id == original.message.source.call_id == pruned.call_id
+            assert (
+                rewritten.message.source.call_id
+                == original.message.source.call_id
+                == pruned.call_id
+            )
             block = rewritten.message.content[0]
             assert isinstance(block, ToolResultBlock)
             text = "".join(b.text for b in block.content if isinstance(b, TextBlock))
             assert MARKER in text and len(text) == LOW.head_chars + len(MARKER) + LOW.tail_chars
-            assert pruned.original_seq not in session.nodes and pruned.replacement_seq in session.nodes
+            assert (
+                pruned.original_seq not in session.nodes and pruned.replacement_seq in session.nodes
+            )
             record = session.event(pruned.replacement_seq - 1)
-            assert isinstance(record, CompactPrune) and record.shadowed_seqs == (pruned.original_seq,)
+            assert isinstance(record, CompactPrune) and record.shadowed_seqs == (
+                pruned.original_seq,
+            )
         assert session.surface.is_balanced()
         assert pairing_problems(session.derive_messages()) == []
         if report.pruned:
@@ -110,12 +118,22 @@ def _tools() -> dict[str, object]:
 def _busy_history(session: Session, store: SessionStore) -> None:
     """A first turn of eight tool steps, so later requests are long."""
     script = [
-        reply("step", tool_call("bash", {"command": f"make target_{i}"}, f"call-{i}"), message_id=f"m{i}")
+        reply(
+            "step",
+            tool_call("bash", {"command": f"make target_{i}"}, f"call-{i}"),
+            message_id=f"m{i}",
+        )
         for i in range(8)
     ] + [reply("built everything", message_id="m-done")]
     loop = AgentLoop(
-        session, ScriptedModel(script), _tools(), store=store,  # type: ignore[arg-type]
-        provider="scripted", model_name="scripted-1", system="You build things.", context_window=20000,
+        session,
+        ScriptedModel(script),
+        _tools(),
+        store=store,  # type: ignore[arg-type]
+        provider="scripted",
+        model_name="scripted-1",
+        system="You build things.",
+        context_window=20000,
     )
     import asyncio
 
@@ -137,11 +155,19 @@ def _overflowing_model(fail_always: bool) -> tuple[ScriptedModel, list[ContextLe
     return ScriptedModel([answer] * 6), raised
 
 
-def _overflow_loop(session: Session, store: SessionStore, model: ScriptedModel, retries: int) -> AgentLoop:
+def _overflow_loop(
+    session: Session, store: SessionStore, model: ScriptedModel, retries: int
+) -> AgentLoop:
     service = BasicCompactService(BasicConfig(context_window=20000, max_overflow_retries=retries))
     return AgentLoop(
-        session, model, _tools(), store=store,  # type: ignore[arg-type]
-        provider="scripted", model_name="scripted-1", system="You build things.", context_window=20000,
+        session,
+        model,
+        _tools(),
+        store=store,  # type: ignore[arg-type]
+        provider="scripted",
+        model_name="scripted-1",
+        system="You build things.",
+        context_window=20000,
         on_model_error=[OverflowRecovery(service, max_overflow_retries=retries)],
         max_model_retries=retries,
     )
@@ -184,7 +210,7 @@ def test_overflow_that_keeps_failing_surfaces_the_original_error() -> None:
     assert len(raised) == 2  # the first call, then one retry after a real compaction
     assert session.open_turn is None
     last_end = session.event(session.last_of("turn/end") or 0)
-    assert getattr(last_end, "reason").kind == "error"
+    assert last_end.reason.kind == "error"
 
 
 def test_overflow_without_a_context_length_error_is_not_handled() -> None:
@@ -203,7 +229,9 @@ def test_overflow_without_a_context_length_error_is_not_handled() -> None:
 REQUEST = "Customer reports order 4921 arrived damaged. Decide the credit under the current policy."
 
 
-def _phase(session: Session, name: str, steps: int, values: list[tuple[str, object, str]], conclusion: str) -> None:
+def _phase(
+    session: Session, name: str, steps: int, values: list[tuple[str, object, str]], conclusion: str
+) -> None:
     for _ in range(steps):
         tool_step(session, 2, output="policy chunk c-88xx: clause text " * 40)
     for key, value, source in values:
@@ -219,21 +247,39 @@ def test_phase_workflow_rebuilds_the_context_at_each_boundary() -> None:
     user(session, REQUEST)
     start_turn(session, window=100_000)
     service = CheckpointCompactService()
-    _phase(session, "investigate", 4, [("order_id", "4921", "tool:c-order"), ("policy", {"id": "c-8812", "version": 7}, "tool:c-policy")],
-           "Policy v7 applies (chunk c-8812); the damage is covered.")
+    _phase(
+        session,
+        "investigate",
+        4,
+        [
+            ("order_id", "4921", "tool:c-order"),
+            ("policy", {"id": "c-8812", "version": 7}, "tool:c-policy"),
+        ],
+        "Policy v7 applies (chunk c-8812); the damage is covered.",
+    )
     store.save(session)
     first = asyncio.run(service.compact_if_needed(session, store=store))
     assert first is not None
-    _phase(session, "compute-credit", 3, [("credit_cents", 25000, "tool:c-credit"), ("goodwill_cents", 500, "")],
-           "Credit computed: 25000 cents; approval needed.")
+    _phase(
+        session,
+        "compute-credit",
+        3,
+        [("credit_cents", 25000, "tool:c-credit"), ("goodwill_cents", 500, "")],
+        "Credit computed: 25000 cents; approval needed.",
+    )
     second = asyncio.run(service.compact_if_needed(session, store=store))
     assert second is not None
     messages = session.derive_messages()
     assert len(messages) == 2
     assert messages[0].content == (TextBlock(REQUEST),)  # the request stays verbatim, first
     rebuilt = text_of(messages[1].content)
-    for expected in ("order_id: 4921 (via tool:c-order)", '"id": "c-8812"', "credit_cents: 25000 (via tool:c-credit)",
-                     "[investigate] Policy v7 applies", "[compute-credit] Credit computed: 25000 cents"):
+    for expected in (
+        "order_id: 4921 (via tool:c-order)",
+        '"id": "c-8812"',
+        "credit_cents: 25000 (via tool:c-credit)",
+        "[investigate] Policy v7 applies",
+        "[compute-credit] Credit computed: 25000 cents",
+    ):
         assert expected in rebuilt
     flagged = [line for line in rebuilt.splitlines() if "goodwill_cents" in line]
     assert flagged and "UNVERIFIED" in flagged[0]

@@ -178,16 +178,23 @@ def _check_bracket(bracket: Bracket) -> Check:
     if bracket.end.error:
         if bracket.replacement is not None:
             return Check(
-                "bracket", False,
+                "bracket",
+                False,
                 f"compact/end seq {end} records an error but replacement seq {bracket.replacement.seq} "
                 "landed",
             )
-        return Check("bracket", True, f"failed bracket {start}..{end} closed with error: {bracket.end.error}")
+        return Check(
+            "bracket", True, f"failed bracket {start}..{end} closed with error: {bracket.end.error}"
+        )
     summary, replacement = bracket.summary, bracket.replacement
     if summary is None or replacement is None:
-        return Check("bracket", False, f"committed bracket {start}..{end} lacks its summary or replacement")
+        return Check(
+            "bracket", False, f"committed bracket {start}..{end} lacks its summary or replacement"
+        )
     order = (start, summary.seq, replacement.seq, end)
-    ok = list(order) == sorted(order) and len(set(order)) == 4 and replacement.seq == summary.seq + 1
+    ok = (
+        list(order) == sorted(order) and len(set(order)) == 4 and replacement.seq == summary.seq + 1
+    )
     return Check(
         "bracket",
         ok,
@@ -200,11 +207,19 @@ def _check_untouched(bracket: Bracket, folded: Replay) -> Check:
     citing = [
         e.seq
         for e in folded.events
-        if isinstance(e.surface_op, Replace) and e.source_event_seqs and bracket.start.seq in e.source_event_seqs
+        if isinstance(e.surface_op, Replace)
+        and e.source_event_seqs
+        and bracket.start.seq in e.source_event_seqs
     ]
     if citing:
-        return Check("surface-untouched", False, f"replacements {citing} cite compact/start seq {bracket.start.seq}")
-    return Check("surface-untouched", True, f"no replacement cites compact/start seq {bracket.start.seq}")
+        return Check(
+            "surface-untouched",
+            False,
+            f"replacements {citing} cite compact/start seq {bracket.start.seq}",
+        )
+    return Check(
+        "surface-untouched", True, f"no replacement cites compact/start seq {bracket.start.seq}"
+    )
 
 
 def _check_range(
@@ -218,28 +233,41 @@ def _check_range(
         return Check("replace-range", False, f"seq {seq} is not a replacement")
     nodes = moment.nodes
     if op.start not in nodes or op.end not in nodes:
-        return Check("replace-range", False, f"seq {seq}: range {op.start}..{op.end} not on the surface")
+        return Check(
+            "replace-range", False, f"seq {seq}: range {op.start}..{op.end} not on the surface"
+        )
     i, j = nodes.index(op.start), nodes.index(op.end)
     shadowed = nodes[i : j + 1]
     if shadowed != summary.shadowed_seqs:
         return Check(
-            "replace-range", False,
+            "replace-range",
+            False,
             f"seq {seq}: the range shadows {list(shadowed)} but compact/summary seq {summary.seq} "
             f"records {list(summary.shadowed_seqs)}",
         )
-    return Check("replace-range", True, f"seq {seq} replaces positions {i}..{j} ({len(shadowed)} nodes)")
+    return Check(
+        "replace-range", True, f"seq {seq} replaces positions {i}..{j} ({len(shadowed)} nodes)"
+    )
 
 
-def _check_provenance(start: CompactStart, summary: CompactSummary, replacement: UserMessage) -> Check:
+def _check_provenance(
+    start: CompactStart, summary: CompactSummary, replacement: UserMessage
+) -> Check:
     cited = set(replacement.source_event_seqs or ())
     needed = [start.seq, summary.seq, *summary.shadowed_seqs]
     missing = [s for s in needed if s not in cited]
     if missing:
         return Check(
-            "provenance", False,
+            "provenance",
+            False,
             f"replacement seq {replacement.seq} source_event_seqs miss {missing}",
         )
-    return Check("provenance", True, f"replacement seq {replacement.seq} cites start, summary and {len(summary.shadowed_seqs)} shadowed seqs")
+    return Check(
+        "provenance",
+        True,
+        f"replacement seq {replacement.seq} cites start, summary and "
+        f"{len(summary.shadowed_seqs)} shadowed seqs",
+    )
 
 
 def _messages(folded: Replay, seqs: Sequence[int]) -> list[Message]:
@@ -251,7 +279,8 @@ def _check_tokens(summary: CompactSummary, folded: Replay) -> Check:
     priced = sum(meter.event(folded.event(s)) for s in summary.shadowed_seqs)
     ok = priced == summary.shadowed_token_count
     return Check(
-        "shadowed-tokens", ok,
+        "shadowed-tokens",
+        ok,
         f"re-priced with {meter.name}: {priced}; recorded {summary.shadowed_token_count}",
     )
 
@@ -262,22 +291,33 @@ def _check_shrink(summary: CompactSummary, replacement: UserMessage) -> Check:
     ok = framed < summary.shadowed_token_count
     ratio = summary.shadowed_token_count / framed if framed else float("inf")
     return Check(
-        "summary-smaller", ok,
+        "summary-smaller",
+        ok,
         f"replacement {framed} tokens vs shadowed {summary.shadowed_token_count} ({ratio:.1f}x)",
     )
 
 
 def _check_cuts(replacement: UserMessage, moment: Moment | None) -> Check:
     op = replacement.surface_op
-    if moment is None or not isinstance(op, Replace) or op.start not in moment.nodes or op.end not in moment.nodes:
+    if (
+        moment is None
+        or not isinstance(op, Replace)
+        or op.start not in moment.nodes
+        or op.end not in moment.nodes
+    ):
         return Check("balanced-cuts", False, "no surface to check the cuts on")
     if moment.balance is None:
-        return Check("balanced-cuts", False, f"surface before seq {replacement.seq} is corrupt: {moment.corrupt}")
+        return Check(
+            "balanced-cuts",
+            False,
+            f"surface before seq {replacement.seq} is corrupt: {moment.corrupt}",
+        )
     i, j = moment.nodes.index(op.start), moment.nodes.index(op.end)
     before, after = moment.balance[i], moment.balance[j + 1]
     ok = before == 0 and after == 0
     return Check(
-        "balanced-cuts", ok,
+        "balanced-cuts",
+        ok,
         f"open tool calls before seq {op.start}: {before}; after seq {op.end}: {after}",
     )
 
@@ -296,15 +336,22 @@ def _check_first_user(replacement: UserMessage, folded: Replay) -> Check:
     after = _surface_after(folded, replacement.seq)
     ok = first in after
     return Check(
-        "first-user-message", ok,
-        f"first user message seq {first} {'is still' if ok else 'is no longer'} on the surface after seq {replacement.seq}",
+        "first-user-message",
+        ok,
+        f"first user message seq {first} {'is still' if ok else 'is no longer'} on the surface "
+        f"after seq {replacement.seq}",
     )
 
 
 def _surface_after(folded: Replay, seq: int) -> list[int]:
     moment = folded.moments.get(seq)
     op = folded.event(seq).surface_op
-    if moment is None or not isinstance(op, Replace) or op.start not in moment.nodes or op.end not in moment.nodes:
+    if (
+        moment is None
+        or not isinstance(op, Replace)
+        or op.start not in moment.nodes
+        or op.end not in moment.nodes
+    ):
         return list(moment.nodes) if moment else []
     nodes = list(moment.nodes)
     i, j = nodes.index(op.start), nodes.index(op.end)
@@ -326,15 +373,22 @@ def _check_sections(strategy: str, summary: CompactSummary) -> Check:
     return Check("sections", True, "all eight sections present and non-empty")
 
 
-def _check_retention(strategy: str, summary: CompactSummary, folded: Replay, min_ratio: float) -> Check:
+def _check_retention(
+    strategy: str, summary: CompactSummary, folded: Replay, min_ratio: float
+) -> Check:
     wanted = extract(_messages(folded, summary.shadowed_seqs)).all()
     kept, missing = retained(wanted, _summary_text(summary))
     ratio = 1.0 if not wanted else len(kept) / len(wanted)
     if strategy == "checkpoint":
-        return Check("identifier-retention", True, f"{len(kept)}/{len(wanted)} ({ratio:.0%}); the checkpoint strategy keeps decisions, not evidence")
+        return Check(
+            "identifier-retention",
+            True,
+            f"{len(kept)}/{len(wanted)} ({ratio:.0%}); the checkpoint strategy keeps decisions, not evidence",
+        )
     sample = ", ".join(missing[:6])
     return Check(
-        "identifier-retention", ratio >= min_ratio,
+        "identifier-retention",
+        ratio >= min_ratio,
         f"{len(kept)}/{len(wanted)} verbatim identifiers kept ({ratio:.0%}; required {min_ratio:.0%})"
         + (f"; missing e.g. {sample}" if missing else ""),
     )
@@ -344,12 +398,19 @@ def _check_hashes(summary: CompactSummary, folded: Replay) -> Check:
     if not summary.shadowed_hashes:
         return Check("content-hashes", False, "compact/summary records no content hashes")
     changed = [
-        s for s in summary.shadowed_seqs
+        s
+        for s in summary.shadowed_seqs
         if summary.shadowed_hashes.get(str(s)) != event_hash(folded.event(s))
     ]
     if changed:
-        return Check("content-hashes", False, f"shadowed events changed since the compaction: seqs {changed}")
-    return Check("content-hashes", True, f"{len(summary.shadowed_seqs)} shadowed events match their recorded hashes")
+        return Check(
+            "content-hashes", False, f"shadowed events changed since the compaction: seqs {changed}"
+        )
+    return Check(
+        "content-hashes",
+        True,
+        f"{len(summary.shadowed_seqs)} shadowed events match their recorded hashes",
+    )
 
 
 # ---------------------------------------------------------------- pruning records
@@ -368,19 +429,41 @@ def _audit_prune(record: CompactPrune, folded: Replay) -> CompactionAudit:
     nxt = folded.events[record.seq + 1] if record.seq + 1 < len(folded.events) else None
     if not isinstance(nxt, ToolResult) or not isinstance(nxt.surface_op, Replace):
         audit.outcome = "orphaned"
-        audit.checks.append(Check("bracket", False, f"compact/prune seq {record.seq} is not followed by a tool/result replacement"))
+        audit.checks.append(
+            Check(
+                "bracket",
+                False,
+                f"compact/prune seq {record.seq} is not followed by a tool/result replacement",
+            )
+        )
         return audit
-    audit.checks.append(Check("bracket", True, f"prune {record.seq} followed by replacement {nxt.seq}"))
+    audit.checks.append(
+        Check("bracket", True, f"prune {record.seq} followed by replacement {nxt.seq}")
+    )
     violation = folded.violations.get(nxt.seq)
     audit.checks.append(
-        Check("replace-range", violation is None, violation or f"seq {nxt.seq} rewrites seq {record.shadowed_seqs[0]} (content only)")
+        Check(
+            "replace-range",
+            violation is None,
+            violation or f"seq {nxt.seq} rewrites seq {record.shadowed_seqs[0]} (content only)",
+        )
     )
     original = folded.event(record.shadowed_seqs[0])
     meter = meter_named(record.meter)
     priced = meter.event(original)
-    audit.checks.append(Check("shadowed-tokens", priced == record.shadowed_token_count, f"re-priced {priced}; recorded {record.shadowed_token_count}"))
     audit.checks.append(
-        Check("pair-kept", isinstance(original, ToolResult) and original.message.source.call_id == nxt.message.source.call_id,
-              f"call id {nxt.message.source.call_id} kept")
+        Check(
+            "shadowed-tokens",
+            priced == record.shadowed_token_count,
+            f"re-priced {priced}; recorded {record.shadowed_token_count}",
+        )
+    )
+    audit.checks.append(
+        Check(
+            "pair-kept",
+            isinstance(original, ToolResult)
+            and original.message.source.call_id == nxt.message.source.call_id,
+            f"call id {nxt.message.source.call_id} kept",
+        )
     )
     return audit

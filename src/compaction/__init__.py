@@ -4,5 +4,5 @@ strategies). Importing this package registers its event types (``compact/*``, ``
 """
 
 from compaction import events as _events  # noqa: F401
-from compaction.strategies import checkpoint as _checkpoint  # noqa: F401
 from compaction import foreign as _foreign  # noqa: F401  (imports other harnesses' compactions)
+from compaction.strategies import checkpoint as _checkpoint  # noqa: F401

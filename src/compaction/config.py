@@ -35,25 +35,38 @@ class BasicConfig:
         if self.retain_ratio is not None:
             _ratio("retain_ratio", self.retain_ratio)
         if self.retain_ratio is not None and self.retain_tokens is not None:
-            raise CompactionConfigError(f"{NAME}: retain_ratio and retain_tokens are mutually exclusive")
+            raise CompactionConfigError(
+                f"{NAME}: retain_ratio and retain_tokens are mutually exclusive"
+            )
         _non_negative_int("retain_tokens", self.retain_tokens)
         _non_negative_int("compaction_retries", self.compaction_retries)
         _non_negative_int("max_overflow_retries", self.max_overflow_retries)
         if not _is_int(self.max_tokens) or self.max_tokens <= 0:
-            raise CompactionConfigError(f"{NAME}.max_tokens ({self.max_tokens!r}) must be a positive integer")
-        if self.context_window is not None and (not _is_int(self.context_window) or self.context_window <= 0):
+            raise CompactionConfigError(
+                f"{NAME}.max_tokens ({self.max_tokens!r}) must be a positive integer"
+            )
+        if self.context_window is not None and (
+            not _is_int(self.context_window) or self.context_window <= 0
+        ):
             raise CompactionConfigError(
                 f"{NAME}.context_window ({self.context_window!r}) must be a positive integer"
             )
         for name in ("auto", "keep_first_user_message", "require_sections"):
             if not isinstance(getattr(self, name), bool):
-                raise CompactionConfigError(f"{NAME}: {name} must be a boolean; got {getattr(self, name)!r}")
-        if not (isinstance(self.min_identifier_ratio, (int, float)) and 0 <= self.min_identifier_ratio <= 1):
+                raise CompactionConfigError(
+                    f"{NAME}: {name} must be a boolean; got {getattr(self, name)!r}"
+                )
+        if not (
+            isinstance(self.min_identifier_ratio, (int, float))
+            and 0 <= self.min_identifier_ratio <= 1
+        ):
             raise CompactionConfigError(
                 f"{NAME}.min_identifier_ratio ({self.min_identifier_ratio!r}) must be a number in [0, 1]"
             )
         if not (isinstance(self.lease_seconds, (int, float)) and self.lease_seconds > 0):
-            raise CompactionConfigError(f"{NAME}.lease_seconds ({self.lease_seconds!r}) must be positive")
+            raise CompactionConfigError(
+                f"{NAME}.lease_seconds ({self.lease_seconds!r}) must be positive"
+            )
         if self.retain_tokens is None and self.resolved_retain_ratio >= self.threshold_ratio:
             raise CompactionConfigError(
                 f"{NAME}: retain_ratio ({self.resolved_retain_ratio}) must be less than the resolved "
@@ -77,7 +90,9 @@ class BasicConfig:
     def budget(self, context_window: int) -> tuple[int, int]:
         """``(threshold_tokens, retain_tokens)`` for a window; raises when retention >= threshold."""
         if not _is_int(context_window) or context_window <= 0:
-            raise CompactionConfigError(f"{NAME}: contextWindow ({context_window!r}) must be a positive integer")
+            raise CompactionConfigError(
+                f"{NAME}: contextWindow ({context_window!r}) must be a positive integer"
+            )
         threshold = math.floor(context_window * self.threshold_ratio)
         retain = (
             self.retain_tokens

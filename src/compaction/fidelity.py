@@ -10,7 +10,9 @@ from compaction.events import Fidelity
 from compaction.identifiers import Identifiers, retained
 from compaction.instruction import SECTIONS
 
-_HEADING = re.compile(r"^[ \t]*(?:#{1,6}|\d+[.)])[ \t]*\**(.+?)\**[ \t]*:?[ \t]*#*[ \t]*$", re.MULTILINE)
+_HEADING = re.compile(
+    r"^[ \t]*(?:#{1,6}|\d+[.)])[ \t]*\**(.+?)\**[ \t]*:?[ \t]*#*[ \t]*$", re.MULTILINE
+)
 
 
 def _known(title: str) -> str | None:
@@ -58,7 +60,8 @@ def fidelity_problems(fidelity: Fidelity, require_sections: bool) -> Sequence[st
     problems: list[str] = []
     if require_sections and fidelity.sections_missing:
         problems.append(
-            "summary is missing or has empty sections: " + ", ".join(fidelity.sections_missing)
+            "summary is missing or has empty sections: "
+            + ", ".join(fidelity.sections_missing)
             + ' (write "(none)" for an empty section)'
         )
     if fidelity.retention_ratio < fidelity.required_ratio:

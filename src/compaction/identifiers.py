@@ -22,7 +22,9 @@ ERROR_NAME_RE = re.compile(r"\b[A-Z][A-Za-z0-9]*(?:Error|Exception|Warning|Failu
 ERROR_LINE_RE = re.compile(
     r"^\s*(?:E\s+)?([A-Z][A-Za-z0-9]*(?:Error|Exception)(?::[^\n]{0,140})?)\s*$", re.MULTILINE
 )
-ID_RE = re.compile(r"\b(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{12,40})\b")
+ID_RE = re.compile(
+    r"\b(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{12,40})\b"
+)
 COMMAND_KEYS = ("command", "cmd", "script")
 MAX_COMMAND = 160
 MAX_PATH = 200
@@ -102,7 +104,11 @@ def _paths(text: str) -> Iterator[str]:
         return
     for match in PATH_RE.finditer(text):
         path = match.group(0).rstrip(".,:;")
-        if 3 <= len(path) <= MAX_PATH and not path.startswith("//") and "://" not in text[max(0, match.start() - 8) : match.end()]:
+        if (
+            3 <= len(path) <= MAX_PATH
+            and not path.startswith("//")
+            and "://" not in text[max(0, match.start() - 8) : match.end()]
+        ):
             yield path
 
 

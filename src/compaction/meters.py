@@ -25,7 +25,6 @@ import msgspec
 
 from sessions.blocks import (
     Block,
-    ImageBlock,
     Message,
     ReasoningBlock,
     TextBlock,
@@ -60,7 +59,9 @@ class _SessionPrices:
     header_seq: int | None = None
     header_tokens: int = 0
     anchor_seq: int | None = None
-    anchor: tuple[int, int, int | None] | None = None  # (usage total, surface at anchor, header seq)
+    anchor: tuple[int, int, int | None] | None = (
+        None  # (usage total, surface at anchor, header seq)
+    )
 
 
 class Meter(ABC):
@@ -127,7 +128,9 @@ class Meter(ABC):
             price = state.prices[seq] = self.event(session.event(seq))
         return price
 
-    def node_prices(self, session: Session, seqs: Iterable[int] | None = None) -> list[tuple[int, int]]:
+    def node_prices(
+        self, session: Session, seqs: Iterable[int] | None = None
+    ) -> list[tuple[int, int]]:
         """``(seq, tokens)`` for the given seqs (default: the whole surface, in order)."""
         chosen = session.nodes if seqs is None else seqs
         return [(seq, self.node_price(session, seq)) for seq in chosen]
@@ -182,7 +185,11 @@ class Meter(ABC):
         state.anchor_seq = seq
         event = session.event(seq)
         state.anchor = None
-        if isinstance(event, AssistantMessage) and event.usage is not None and seq in session.surface:
+        if (
+            isinstance(event, AssistantMessage)
+            and event.usage is not None
+            and seq in session.surface
+        ):
             step_start = _step_start_before(session, seq)
             later = 0
             for node in reversed(session.nodes):

@@ -71,9 +71,12 @@ class Transaction:
         try:
             return await self._summarize_and_commit(start)
         except asyncio.CancelledError as e:
-            self._close(start, f"cancelled: {error_chain(e) if str(e) else 'the compaction task was cancelled'}")
+            self._close(
+                start,
+                f"cancelled: {error_chain(e) if str(e) else 'the compaction task was cancelled'}",
+            )
             raise
-        except _Closed as closed:
+        except _ClosedError as closed:
             raise closed.error from None
         except Exception as e:
             self._close(start, error_chain(e))
@@ -154,18 +157,25 @@ class Transaction:
 
     def _request(self, compaction_id: str) -> SummaryRequest:
         return build_request(
-            self.session, self.span.seqs, compaction_id, self.config.max_tokens,
+            self.session,
+            self.span.seqs,
+            compaction_id,
+            self.config.max_tokens,
             keep_first_user=self.config.keep_first_user_message,
         )
 
     def _check_stable(self, session: Session, captured: tuple[int, ...]) -> None:
         if self.stability == "whole-surface":
             if tuple(session.nodes) != captured:
-                raise SurfaceChangedError("compaction: session surface changed during summarization")
+                raise SurfaceChangedError(
+                    "compaction: session surface changed during summarization"
+                )
             return
         try:
             span = span_for(
-                session, self.span.start, self.span.end,
+                session,
+                self.span.start,
+                self.span.end,
                 keep_first_user=self.config.keep_first_user_message,
             )
         except SpanError as e:
@@ -194,7 +204,9 @@ class Transaction:
             except ConcurrencyError as e:
                 session.rollback(mark)
                 if attempt == 2:
-                    raise CommitError(f"compaction: commit conflicted twice in session {session.id}") from e
+                    raise CommitError(
+                        f"compaction: commit conflicted twice in session {session.id}"
+                    ) from e
                 self._refresh_for_commit(start, captured)
                 continue
             self._progress(f"committed compaction {start.compaction_id}", "committed")
@@ -208,7 +220,7 @@ class Transaction:
         lock = inspect_lock(fresh)
         if lock.start_seq != start.seq:
             self.session.adopt(fresh)
-            raise _Closed(
+            raise _ClosedError(
                 CommitError(
                     f"compaction {start.compaction_id}: its compact/start (seq {start.seq}) was closed "
                     "by another process (lease expired and recovery released it, or a later "
@@ -249,7 +261,7 @@ class Transaction:
             self.on_progress(stage)
 
 
-class _Closed(Exception):
+class _ClosedError(Exception):
     """Internal: the bracket is already closed by someone else; surface the wrapped error."""
 
     def __init__(self, error: Exception) -> None:
@@ -303,7 +315,9 @@ def _commit_events(
     ]
 
 
-def _result(start: CompactStart, events: list[SessionEvent], summary: CompactSummary) -> CompactionResult:
+def _result(
+    start: CompactStart, events: list[SessionEvent], summary: CompactSummary
+) -> CompactionResult:
     summary_event, replacement, end = events
     return CompactionResult(
         compaction_id=start.compaction_id,

@@ -55,7 +55,9 @@ def copy_sessions(
     progress: Progress | None = None,
     batch: int = BATCH,
 ) -> list[CopyReport]:
-    return [copy_session(source, target, sid, progress=progress, batch=batch) for sid in session_ids]
+    return [
+        copy_session(source, target, sid, progress=progress, batch=batch) for sid in session_ids
+    ]
 
 
 def copy_session(
@@ -72,9 +74,16 @@ def copy_session(
     expected = surface_hash(source.get(session_id))
     present = _target_length(target, session_id)
     last_target = target.load_events(session_id, present - 1, present) if present else []
-    if present > len(events) or (last_target and encode_event(last_target[0]) != encode_event(events[present - 1])):
+    if present > len(events) or (
+        last_target and encode_event(last_target[0]) != encode_event(events[present - 1])
+    ):
         return CopyReport(
-            session_id, len(events), 0, expected, False, "conflict",
+            session_id,
+            len(events),
+            0,
+            expected,
+            False,
+            "conflict",
             f"the target holds different events at seqs < {present}; nothing written",
         )
     copied = 0
@@ -94,7 +103,9 @@ def copy_session(
     copied_session = target.get(session_id, use_snapshots=False)
     actual = surface_hash(copied_session)
     verified = len(copied_session) == len(events) and actual == expected
-    detail = "" if verified else f"target has {len(copied_session)} events, surface hash {actual[:12]}"
+    detail = (
+        "" if verified else f"target has {len(copied_session)} events, surface hash {actual[:12]}"
+    )
     return CopyReport(session_id, len(events), copied, expected, verified, status, detail)
 
 

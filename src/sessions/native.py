@@ -111,7 +111,11 @@ def read_header(path: Path) -> dict[str, Any]:
         raise _fail(str(path), 1, f"not a native event export (expected format {FORMAT!r})")
     file_version = header.get("version")
     if not isinstance(file_version, int) or not 1 <= file_version <= VERSION:
-        raise _fail(str(path), 1, f"unsupported format version {file_version!r}; this library reads 1..{VERSION}")
+        raise _fail(
+            str(path),
+            1,
+            f"unsupported format version {file_version!r}; this library reads 1..{VERSION}",
+        )
     return header
 
 
@@ -127,7 +131,9 @@ def import_session(path: Path) -> Session:
                 continue
             event = _decode_line(str(path), number, raw, header["version"])
             if event.seq != len(session):
-                raise _fail(str(path), number, f"seq {event.seq} is not contiguous; expected {len(session)}")
+                raise _fail(
+                    str(path), number, f"seq {event.seq} is not contiguous; expected {len(session)}"
+                )
             try:
                 session.append(event)
             except EventRuleError as e:
@@ -151,11 +157,12 @@ def _decode_line(path: str, number: int, raw: str, file_version: int) -> Session
         upcast = UPCASTERS.get((kind, file_version))
         if upcast is not None:
             payload = upcast(payload)
-        payload.update(
-            seq=line["seq"], time=line["time"],
-            surface_op=line.get("surface_op"), source_event_seqs=line.get("source_event_seqs"),
-        )
-        payload = {k: v for k, v in payload.items() if v is not None}
+        payload.update(seq=line["seq"], time=line["time"])
+        # Only the envelope's nulls mean "absent": a payload field may be None on purpose
+        # (``turn: int | None`` has no default, so dropping it would make the line undecodable).
+        for key in ("surface_op", "source_event_seqs"):
+            if line.get(key) is not None:
+                payload[key] = line[key]
         return decode_event(kind, msgspec.json.encode(payload), f"{path}:{number}")
     except UnknownEventTypeError as e:
         raise _fail(path, number, str(e)) from e
@@ -168,7 +175,9 @@ def _decode_line(path: str, number: int, raw: str, file_version: int) -> Session
 def _verify(path: str, header: dict[str, Any], session: Session) -> None:
     expected = header.get("events")
     if expected is not None and expected != len(session):
-        raise _fail(path, 1, f"the header announces {expected} events but the file holds {len(session)}")
+        raise _fail(
+            path, 1, f"the header announces {expected} events but the file holds {len(session)}"
+        )
     recorded = header.get("surface_hash")
     if recorded and recorded != surface_hash(session):
         raise _fail(path, 1, "the rebuilt surface hash differs from the header's (file altered?)")

@@ -55,8 +55,7 @@ def _openai_message(message: Message) -> list[JSON]:
     results = [b for b in message.content if isinstance(b, ToolResultBlock)]
     if results:
         rendered: list[JSON] = [
-            {"role": "tool", "tool_call_id": r.tool_call_id, "content": _plain(r.content)}
-            for r in results
+            {"role": "tool", "tool_call_id": r.tool_call_id, "content": _plain(r.content)} for r in results
         ]
         rest = _plain(tuple(b for b in message.content if not isinstance(b, ToolResultBlock)))
         if rest:
@@ -107,7 +106,12 @@ def _anthropic_block(block: Block) -> JSON | None:
     if isinstance(block, ImageBlock):
         return {"type": "text", "text": image_placeholder(block)}
     if isinstance(block, ToolCallBlock):
-        return {"type": "tool_use", "id": block.id, "name": block.name, "input": parse_arguments(block.arguments)}
+        return {
+            "type": "tool_use",
+            "id": block.id,
+            "name": block.name,
+            "input": parse_arguments(block.arguments),
+        }
     result: JSON = {
         "type": "tool_result",
         "tool_use_id": block.tool_call_id,
@@ -171,9 +175,7 @@ def pairing_problems(messages: list[Message]) -> list[str]:
     answered: set[str] = set()
     for message in messages:
         if message.role == "assistant" and open_calls:
-            problems.extend(
-                f"tool call {c} unanswered before the next assistant message" for c in open_calls
-            )
+            problems.extend(f"tool call {c} unanswered before the next assistant message" for c in open_calls)
             open_calls.clear()
         for block in message.content:
             if isinstance(block, ToolCallBlock):
@@ -185,8 +187,7 @@ def pairing_problems(messages: list[Message]) -> list[str]:
                     problems.append(f"tool call {block.tool_call_id} answered twice")
                 elif block.tool_call_id not in open_calls:
                     problems.append(
-                        f"tool result for {block.tool_call_id} has no earlier call "
-                        f"(message {message.id})"
+                        f"tool result for {block.tool_call_id} has no earlier call (message {message.id})"
                     )
                 else:
                     del open_calls[block.tool_call_id]

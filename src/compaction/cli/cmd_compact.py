@@ -38,18 +38,36 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("session", metavar="SESSION", help="session id or a unique prefix")
     parser.add_argument("--strategy", choices=("summary", "prune", "checkpoint"), default="summary")
     parser.add_argument("--window", type=positive_int, metavar="N", help="context window in tokens")
-    parser.add_argument("--threshold", type=float, default=0.8, metavar="R", help="threshold ratio (default 0.8)")
-    parser.add_argument("--retain-tokens", type=int, metavar="N", help="tokens of recent history kept verbatim")
+    parser.add_argument(
+        "--threshold", type=float, default=0.8, metavar="R", help="threshold ratio (default 0.8)"
+    )
+    parser.add_argument(
+        "--retain-tokens", type=int, metavar="N", help="tokens of recent history kept verbatim"
+    )
     parser.add_argument("--summarizer", choices=SUMMARIZERS, default="template")
     parser.add_argument("--base-url", metavar="URL", help="provider base URL (openai, anthropic)")
-    parser.add_argument("--model", metavar="M", help="summarization model name (or a GGUF path for local)")
-    parser.add_argument("--max-tokens", type=positive_int, default=8192, metavar="N", help="generation cap")
-    parser.add_argument("--min-ratio", type=float, default=0.9, metavar="R",
-                        help="fidelity gate: identifier retention required (default 0.9)")
+    parser.add_argument(
+        "--model", metavar="M", help="summarization model name (or a GGUF path for local)"
+    )
+    parser.add_argument(
+        "--max-tokens", type=positive_int, default=8192, metavar="N", help="generation cap"
+    )
+    parser.add_argument(
+        "--min-ratio",
+        type=float,
+        default=0.9,
+        metavar="R",
+        help="fidelity gate: identifier retention required (default 0.9)",
+    )
     parser.add_argument("--meter", choices=("heuristic", "tiktoken"), default="heuristic")
-    parser.add_argument("--manual", action="store_true", help="compact once, keeping only the newest unit")
-    parser.add_argument("--instruction", default="Continue with the next phase.",
-                        help="checkpoint strategy: the next instruction after the rebuilt state")
+    parser.add_argument(
+        "--manual", action="store_true", help="compact once, keeping only the newest unit"
+    )
+    parser.add_argument(
+        "--instruction",
+        default="Continue with the next phase.",
+        help="checkpoint strategy: the next instruction after the rebuilt state",
+    )
 
 
 def run(context: Context, args: argparse.Namespace) -> Document:
@@ -76,8 +94,13 @@ async def _compact(
     if args.strategy == "prune":
         report = prune_session(session, meter, PruneConfig(), store=store)
         return [], [
-            {"original_seq": p.original_seq, "replacement_seq": p.replacement_seq, "call_id": p.call_id,
-             "chars_before": p.chars_before, "chars_after": p.chars_after}
+            {
+                "original_seq": p.original_seq,
+                "replacement_seq": p.replacement_seq,
+                "call_id": p.call_id,
+                "chars_before": p.chars_before,
+                "chars_after": p.chars_after,
+            }
             for p in report.pruned
         ]
     config = _config(args)
@@ -150,25 +173,46 @@ def _result_json(result: CompactionResult) -> dict[str, Any]:
 
 def render(document: Document, console: Console) -> None:
     rows = [
-        [c["compaction_id"][:8], c["start_seq"], c["end_seq"], len(c["shadowed_seqs"]),
-         c["shadowed_tokens"], c["summary_tokens"]]
+        [
+            c["compaction_id"][:8],
+            c["start_seq"],
+            c["end_seq"],
+            len(c["shadowed_seqs"]),
+            c["shadowed_tokens"],
+            c["summary_tokens"],
+        ]
         for c in document["compactions"]
     ]
     if rows:
-        console.print(table(
-            f"compactions of {document['session_id']}",
-            ("compaction", "start", "end", "shadowed nodes", "shadowed tokens", "summary tokens"),
-            rows,
-        ))
+        console.print(
+            table(
+                f"compactions of {document['session_id']}",
+                (
+                    "compaction",
+                    "start",
+                    "end",
+                    "shadowed nodes",
+                    "shadowed tokens",
+                    "summary tokens",
+                ),
+                rows,
+            )
+        )
     if document["pruned"]:
         console.print(f"pruned {len(document['pruned'])} tool results", markup=False)
     if not rows and not document["pruned"]:
         console.print("nothing to compact", markup=False)
     console.print(
-        f"tokens before {document['tokens_before']} -> after {document['tokens_after']} ({document['meter']})",
+        f"tokens before {document['tokens_before']} -> after {document['tokens_after']} "
+        f"({document['meter']})",
         markup=False,
     )
 
 
-COMMAND = Command(name="compact", help="compact a session now or until it fits", configure=configure,
-                  run=run, render=render)
+COMMAND = Command(
+    name="compact",
+    help="compact a session now or until it fits",
+    configure=configure,
+    run=run,
+    render=render,
+)

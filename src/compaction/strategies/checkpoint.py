@@ -83,15 +83,17 @@ def compactions_count(session: Session) -> int:
 def _failed_ends(session: Session) -> int:
     if not session.type_counts.get("compact/end"):
         return 0
-    return sum(
-        1 for e in session.events() if e.TYPE == "compact/end" and getattr(e, "error", None)
-    )
+    return sum(1 for e in session.events() if e.TYPE == "compact/end" and getattr(e, "error", None))
 
 
 def render_checkpoint(pad: Scratchpad, next_instruction: str, compactions: int) -> str:
     lines = ["## State (from the scratchpad)"]
     for key, item in pad.values.items():
-        flag = "" if item.source.startswith(("tool:", "seq:")) else "  [UNVERIFIED: written by the model, no tool source]"
+        flag = (
+            ""
+            if item.source.startswith(("tool:", "seq:"))
+            else "  [UNVERIFIED: written by the model, no tool source]"
+        )
         source = item.source or "model"
         lines.append(f"- {key}: {_value(item.value)} (via {source}){flag}")
     if not pad.values:
@@ -104,7 +106,9 @@ def render_checkpoint(pad: Scratchpad, next_instruction: str, compactions: int) 
 
 
 def _value(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return (
+        value if isinstance(value, str) else json.dumps(value, sort_keys=True, ensure_ascii=False)
+    )
 
 
 class _ScratchpadRenderer(Summarizer):
@@ -133,12 +137,21 @@ class CheckpointCompactService(CompactService):
     ) -> CompactionResult | None:
         """Rebuild only right after a boundary event, never mid-step."""
         last = len(session) - 1
-        if last < 0 or session.event(last).TYPE not in BOUNDARY_TYPES or session.open_step is not None:
+        if (
+            last < 0
+            or session.event(last).TYPE not in BOUNDARY_TYPES
+            or session.open_step is not None
+        ):
             return None
         return await self.compact_now(session, store=store)
 
     async def compact_region(
-        self, session: Session, start: int, end: int, *, store: SessionStore | None = None,
+        self,
+        session: Session,
+        start: int,
+        end: int,
+        *,
+        store: SessionStore | None = None,
         manual: bool = False,
     ) -> CompactionResult:
         raise CompactionError(
@@ -157,7 +170,9 @@ class CheckpointCompactService(CompactService):
         if span is None:
             return None
         pad = read_scratchpad(session)
-        text = render_checkpoint(pad, next_instruction or self.next_instruction, compactions_count(session))
+        text = render_checkpoint(
+            pad, next_instruction or self.next_instruction, compactions_count(session)
+        )
         transaction = Transaction(
             session=session,
             store=store,
@@ -197,7 +212,10 @@ class CheckpointCompactService(CompactService):
         nodes = session.nodes
         if position + 1 >= len(nodes):
             return None
-        if not session.surface.balanced_before(nodes[position + 1]) or not session.surface.is_balanced():
+        if (
+            not session.surface.balanced_before(nodes[position + 1])
+            or not session.surface.is_balanced()
+        ):
             raise SpanError(
                 f"checkpoint rebuild: the surface after seq {first} is not tool-pairing balanced "
                 "(a tool call is still waiting for its result)"

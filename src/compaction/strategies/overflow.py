@@ -50,7 +50,9 @@ class OverflowRecovery:
             return False
         count = self._count(session)
         if count >= self.max_overflow_retries:
-            log.warning("context overflow: %d recovery attempts used; preserving the original error", count)
+            log.warning(
+                "context overflow: %d recovery attempts used; preserving the original error", count
+            )
             return False
         generation = session.surface.generation
         try:
@@ -63,11 +65,14 @@ class OverflowRecovery:
             if session.surface.generation > generation:
                 log.warning(
                     "context-overflow compaction failed after durable surface progress: %s; "
-                    "retrying from the replacement surface", e,
+                    "retrying from the replacement surface",
+                    e,
                 )
                 self._retries[session] = (session.last_of("assistant/message"), count + 1)
                 return True
-            log.warning("context-overflow compaction failed: %s; preserving the original request error", e)
+            log.warning(
+                "context-overflow compaction failed: %s; preserving the original request error", e
+            )
             return False
         if session.surface.generation <= generation:
             return False

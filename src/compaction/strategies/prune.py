@@ -40,7 +40,9 @@ class PruneConfig:
             )
         for name, value in (("headChars", self.head_chars), ("tailChars", self.tail_chars)):
             if not _is_int(value) or value < 0:
-                raise CompactionConfigError(f"{NAME}: {name} ({value!r}) must be a non-negative integer")
+                raise CompactionConfigError(
+                    f"{NAME}: {name} ({value!r}) must be a non-negative integer"
+                )
         total = self.head_chars + len(MARKER) + self.tail_chars
         if total > self.threshold_chars:
             raise CompactionConfigError(
@@ -51,8 +53,12 @@ class PruneConfig:
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> PruneConfig:
         aliases = {
-            "thresholdChars": "threshold_chars", "headChars": "head_chars", "tailChars": "tail_chars",
-            "threshold_chars": "threshold_chars", "head_chars": "head_chars", "tail_chars": "tail_chars",
+            "thresholdChars": "threshold_chars",
+            "headChars": "head_chars",
+            "tailChars": "tail_chars",
+            "threshold_chars": "threshold_chars",
+            "head_chars": "head_chars",
+            "tail_chars": "tail_chars",
         }
         unknown = [k for k in values if k not in aliases]
         if unknown:
@@ -141,7 +147,7 @@ def prune_session(
         content = prune_content(block.content, config)
         if content is None:
             continue
-        report.pruned.append(_rewrite(session, meter, original, block, content, store))
+        report.pruned.append(_rewrite(session, meter, original, content, store=store))
     return report
 
 
@@ -149,11 +155,13 @@ def _rewrite(
     session: Session,
     meter: Meter,
     original: ToolResult,
-    block: ToolResultBlock,
     content: tuple[TextBlock | ImageBlock, ...],
+    *,
     store: SessionStore | None,
 ) -> Pruned:
     seq = original.seq
+    block = original.message.content[0]
+    assert isinstance(block, ToolResultBlock)
     new_block = msgspec.structs.replace(block, content=content)
     message: Message = msgspec.structs.replace(
         original.message, content=(new_block, *original.message.content[1:])

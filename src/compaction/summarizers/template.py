@@ -83,7 +83,9 @@ def _prior_sections(messages: list[Message]) -> dict[str, list[str]]:
         text = text_of(message.content)
         body = text.split(OPEN_TAG, 1)[-1].split(CLOSE_TAG, 1)[0]
         for name, section in section_bodies(body).items():
-            bullets = [ln for ln in section.splitlines() if ln.startswith("- ") and ln != "- (none)"]
+            bullets = [
+                ln for ln in section.splitlines() if ln.startswith("- ") and ln != "- (none)"
+            ]
             merged.setdefault(name, []).extend(bullets)
     return merged
 
@@ -177,7 +179,9 @@ def _failed_calls(messages: list[Message]) -> list[str]:
 
 
 def _pending(messages: list[Message]) -> list[str]:
-    answered = {b.tool_call_id for m in messages for b in m.content if isinstance(b, ToolResultBlock)}
+    answered = {
+        b.tool_call_id for m in messages for b in m.content if isinstance(b, ToolResultBlock)
+    }
     return [
         f"- Unanswered tool call {c.id}: {c.name} {_clip(c.arguments, 160)}"
         for c in _tool_calls(messages)
@@ -186,7 +190,9 @@ def _pending(messages: list[Message]) -> list[str]:
 
 
 def _assistant_texts(messages: list[Message]) -> list[str]:
-    return [text_of(m.content) for m in messages if m.role == "assistant" and text_of(m.content).strip()]
+    return [
+        text_of(m.content) for m in messages if m.role == "assistant" and text_of(m.content).strip()
+    ]
 
 
 def _current(messages: list[Message]) -> list[str]:

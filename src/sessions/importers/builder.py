@@ -57,8 +57,7 @@ OUTCOME_UNKNOWN_TEXT = (
 )
 NOT_STARTED = ToolError("ToolNotStartedError", "TOOL_NOT_STARTED")
 NOT_STARTED_TEXT = (
-    "The tool call was interrupted before the Harness recorded it as started. "
-    "Retry it if it is still needed."
+    "The tool call was interrupted before the Harness recorded it as started. Retry it if it is still needed."
 )
 
 
@@ -321,17 +320,13 @@ class SessionBuilder:
 
     def _synthesize(self, pending: _PendingCall) -> None:
         recorded = pending.call_seq is not None
-        error, text = (
-            (OUTCOME_UNKNOWN, OUTCOME_UNKNOWN_TEXT) if recorded else (NOT_STARTED, NOT_STARTED_TEXT)
-        )
+        error, text = (OUTCOME_UNKNOWN, OUTCOME_UNKNOWN_TEXT) if recorded else (NOT_STARTED, NOT_STARTED_TEXT)
         seq = self.session.next_seq
         message = Message(
             id=f"interrupted-tool-result-{pending.call_id}-{seq}",
             role="user",
             content=(
-                ToolResultBlock(
-                    tool_call_id=pending.call_id, content=(TextBlock(text),), is_error=True
-                ),
+                ToolResultBlock(tool_call_id=pending.call_id, content=(TextBlock(text),), is_error=True),
             ),
             source=Source(kind="tool", call_id=pending.call_id),
         )

@@ -35,8 +35,8 @@ from sessions.blocks import (
 from sessions.events import Usage
 from sessions.importers.builder import SessionBuilder
 from sessions.importers.common import (
-    ForeignCompaction,
     JSON,
+    ForeignCompaction,
     ImportedSession,
     as_dict,
     as_int,
@@ -68,8 +68,7 @@ def import_file(path: Path, data: bytes) -> list[ImportedSession]:
     groups += [(k, f"{path}#sidechain-{k}", t) for k, t in enumerate(threads, start=1)]
     digest = file_digest(data)
     sessions = [
-        _import_lines(chain, session_id_for(FORMAT, digest, k), source)
-        for k, source, chain in groups
+        _import_lines(chain, session_id_for(FORMAT, digest, k), source) for k, source, chain in groups
     ]
     sessions[0].skipped[:0] = truncated
     if sub_agent:
@@ -150,8 +149,7 @@ class _ChainImporter:
                 meta = as_dict(line.get("compactMetadata"))
                 self.b.compaction(
                     origin,
-                    f"compact_boundary, trigger {meta.get('trigger')}, "
-                    f"preTokens {meta.get('preTokens')}",
+                    f"compact_boundary, trigger {meta.get('trigger')}, preTokens {meta.get('preTokens')}",
                 )
             self.b.skip(origin, f"system line ({subtype}): harness metadata, not sent to the model")
         elif kind == "summary":
@@ -180,9 +178,7 @@ class _ChainImporter:
                     f"unsupported block type {as_dict(raw).get('type')!r}",
                 )
             elif isinstance(block, ToolCallBlock) and block.id in step.call_origins:
-                self.b.skip(
-                    f"{origin} block {index}", f"duplicate tool_use {block.id} in one message"
-                )
+                self.b.skip(f"{origin} block {index}", f"duplicate tool_use {block.id} in one message")
             else:
                 if isinstance(block, ToolCallBlock):
                     step.call_origins[block.id] = origin
@@ -222,8 +218,7 @@ class _ChainImporter:
             elif self.step is None:
                 self.b.skip(
                     origin,
-                    f"tool result for {part.get('tool_use_id')!r} not imported "
-                    "(no model call before it)",
+                    f"tool result for {part.get('tool_use_id')!r} not imported (no model call before it)",
                 )
             else:
                 result_id = f"{_message_id(line, number)}#{index}"

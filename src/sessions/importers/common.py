@@ -136,9 +136,7 @@ def json_document(path: Path, data: bytes) -> Any:
     try:
         return msgspec.json.decode(data)
     except msgspec.DecodeError as e:
-        raise TranscriptError(
-            str(path), None, f"expected a JSON document, found invalid JSON ({e})"
-        ) from e
+        raise TranscriptError(str(path), None, f"expected a JSON document, found invalid JSON ({e})") from e
 
 
 def as_dict(value: Any) -> JSON:
@@ -185,9 +183,7 @@ def image_block(data: str, media_type: str) -> ImageBlock:
     except (binascii.Error, ValueError):
         size = 0
     digest = hashlib.sha256(data.encode()).hexdigest()[:16]
-    return ImageBlock(
-        attachment_id=f"sha256-{digest}", media_type=media_type or "image", bytes=size
-    )
+    return ImageBlock(attachment_id=f"sha256-{digest}", media_type=media_type or "image", bytes=size)
 
 
 def text_of_content(content: Any) -> str:

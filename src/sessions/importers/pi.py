@@ -21,8 +21,8 @@ from sessions.blocks import Block, ImageBlock, Message, ReasoningBlock, TextBloc
 from sessions.events import TurnEndKind, TurnEndReason, Usage
 from sessions.importers.builder import SessionBuilder
 from sessions.importers.common import (
-    ForeignCompaction,
     JSON,
+    ForeignCompaction,
     ImportedSession,
     as_dict,
     as_int,
@@ -44,9 +44,7 @@ STOPPED: dict[str, TurnEndKind] = {"error": "error", "aborted": "aborted"}
 
 def import_file(path: Path, data: bytes) -> list[ImportedSession]:
     lines, truncated = json_lines(path, data)
-    builder = SessionBuilder(
-        session_id_for(FORMAT, file_digest(data), 0), source=str(path), format=FORMAT
-    )
+    builder = SessionBuilder(session_id_for(FORMAT, file_digest(data), 0), source=str(path), format=FORMAT)
     builder.skipped.extend(truncated)
     entry_seqs: dict[str, int] = {}
     for index, (number, line) in enumerate(lines):
@@ -112,9 +110,7 @@ def _assistant(b: SessionBuilder, origin: str, message_id: str, message: JSON) -
     for index, raw in enumerate(as_list(message.get("content"))):
         block = _assistant_block(as_dict(raw), f"{origin}-{index}")
         if block is None:
-            b.skip(
-                f"{origin} block {index}", f"unsupported block type {as_dict(raw).get('type')!r}"
-            )
+            b.skip(f"{origin} block {index}", f"unsupported block type {as_dict(raw).get('type')!r}")
         else:
             blocks.append(block)
     source = model_source(as_str(message.get("provider")), as_str(message.get("model")))
@@ -167,9 +163,7 @@ def _assistant_block(part: JSON, fallback_id: str) -> Block | None:
     return None
 
 
-def _user_blocks(
-    b: SessionBuilder, origin: str, content: Any
-) -> tuple[TextBlock | ImageBlock, ...]:
+def _user_blocks(b: SessionBuilder, origin: str, content: Any) -> tuple[TextBlock | ImageBlock, ...]:
     if isinstance(content, str):
         return (TextBlock(content),)
     blocks: list[TextBlock | ImageBlock] = []
