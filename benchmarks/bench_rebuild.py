@@ -29,7 +29,7 @@ import msgspec
 
 import compaction  # noqa: F401  (registers compact/* event types)
 from benchmarks.bench_load import build
-from benchmarks.common import Result, best_of, fmt_seconds, scratch_dir, timed
+from benchmarks.common import Result, fmt_seconds, scratch_dir, timed
 from projections import ProjectionRunner
 from sessions.events import SessionEvent, event_class
 from sessions.store import SessionStore

@@ -310,8 +310,7 @@ def test_source_event_seqs_must_be_non_negative_integers(bad: Any) -> None:
         user_event(sources=(0, bad)),
         SurfaceRuleError,
         "provenance",
-        'session event "user/message" sourceEventSeqs must densely contain non-negative safe '
-        "integers",
+        'session event "user/message" sourceEventSeqs must densely contain non-negative safe integers',
         f"found {bad!r}",
     )
 
@@ -459,9 +458,7 @@ def test_a_tool_result_rewrite_keeps_the_blocks_after_the_first() -> None:
     extra = ImageBlock(attachment_id="img", media_type="image/png")
     candidate = msgspec.structs.replace(
         candidate,
-        message=msgspec.structs.replace(
-            candidate.message, content=(*candidate.message.content, extra)
-        ),
+        message=msgspec.structs.replace(candidate.message, content=(*candidate.message.content, extra)),
     )
     reject(session, candidate, SurfaceRuleError, "tool-result-rewrite", "may change only content")
 
@@ -607,9 +604,7 @@ def _assistant(turn: int, step: int) -> AssistantMessage:
     return AssistantMessage(turn=turn, step=step, message=message, surface_op=APPEND)
 
 
-def _tool_result(
-    turn: int, step: int, call_id: str, *, error: ToolError | None = None
-) -> ToolResult:
+def _tool_result(turn: int, step: int, call_id: str, *, error: ToolError | None = None) -> ToolResult:
     block = ToolResultBlock(call_id, (TextBlock("out"),), is_error=error is not None)
     source = Source(kind="tool", call_id=call_id)
     message = Message(id=f"r-{call_id}", role="user", content=(block,), source=source)
@@ -700,8 +695,7 @@ def test_request_header_needs_an_open_turn() -> None:
         RequestHeader(provider="p", model="m"),
         StructureRuleError,
         "structure",
-        "request/header appended outside any open turn (core execution events must be "
-        "turn-enclosed)",
+        "request/header appended outside any open turn (core execution events must be turn-enclosed)",
     )
 
 
@@ -709,9 +703,7 @@ def test_unconstrained_events_pass_anywhere_and_strict_off_skips_structure() -> 
     session = Session()
     user(session, "between turns")
     session.append(
-        ContextMessage(
-            message=Message(id="ctx", role="user", content=(TextBlock("f"),)), surface_op=APPEND
-        )
+        ContextMessage(message=Message(id="ctx", role="user", content=(TextBlock("f"),)), surface_op=APPEND)
     )
     loose = Session(strict_structure=False)
     loose.append(StepEnd(turn=7, step=7))
@@ -754,9 +746,7 @@ def test_a_replacement_that_drops_calls_corrupts_the_surface() -> None:
     """Replacing an assistant message with a user message strands its results."""
     session, result_seq = with_tool_result()
     assistant_seq = result_seq - 2
-    session.append(
-        user_event("sum", op=Replace(assistant_seq, assistant_seq), sources=(assistant_seq,))
-    )
+    session.append(user_event("sum", op=Replace(assistant_seq, assistant_seq), sources=(assistant_seq,)))
     with pytest.raises(CorruptSurfaceError) as caught:
         session.surface.cuts()
     assert caught.value.seq == result_seq

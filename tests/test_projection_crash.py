@@ -18,10 +18,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from test_projections import Writer, check_against_aggregate, dump
 
 from projections import ALL, PROJECTIONS, ProjectionRunner, ViewDatabase, ViewRecorder
 from sessions.store import SessionStore
+from test_projections import Writer, check_against_aggregate, dump
 
 CLI = [sys.executable, "-m", "compaction.cli.main"]
 
@@ -68,7 +68,9 @@ def grow(store: SessionStore, seed: int, sessions: int, operations: int) -> None
 def run_cli(store_url: str, *arguments: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [*CLI, "--store", store_url, *arguments, "--json"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 

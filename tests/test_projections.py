@@ -14,11 +14,11 @@ from typing import Any
 from uuid import UUID
 
 import pytest
-from builders import answer_step, end_turn, start_turn, tool_step, user
 from eventsourcing.persistence import StoredEvent
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from builders import answer_step, end_turn, start_turn, tool_step, user
 from compaction.cli.main import main
 from compaction.events import (
     COMPACT_PLUGIN,
@@ -115,19 +115,27 @@ class Writer:
         summary = (TextBlock(f"## Goal\nsummary of {len(shadowed)} nodes"),)
         summary_event = session.append(
             CompactSummary(
-                compaction_id=compaction_id, summary=summary,
-                shadowed_range=ShadowedRange(shadowed[0], shadowed[-1]), shadowed_seqs=shadowed,
-                shadowed_token_count=10 * len(shadowed), summary_token_count=7, provider="test",
-                model="test-model", fidelity=Fidelity(identifiers_total=3, identifiers_kept=2),
+                compaction_id=compaction_id,
+                summary=summary,
+                shadowed_range=ShadowedRange(shadowed[0], shadowed[-1]),
+                shadowed_seqs=shadowed,
+                shadowed_token_count=10 * len(shadowed),
+                summary_token_count=7,
+                provider="test",
+                model="test-model",
+                fidelity=Fidelity(identifiers_total=3, identifiers_kept=2),
             )
         )
         checkpoint = Message(
-            id=f"checkpoint-{compaction_id}", role="user", content=summary,
+            id=f"checkpoint-{compaction_id}",
+            role="user",
+            content=summary,
             source=Source(kind="plugin", plugin=COMPACT_PLUGIN, compaction_id=compaction_id),
         )
         session.append(
             UserMessage(
-                message=checkpoint, surface_op=Replace(shadowed[0], shadowed[-1]),
+                message=checkpoint,
+                surface_op=Replace(shadowed[0], shadowed[-1]),
                 source_event_seqs=(start.seq, summary_event.seq, *shadowed),
             )
         )
@@ -165,18 +173,26 @@ def expected_ledger(session: Session) -> list[dict[str, Any]]:
     for event in session.events():
         if isinstance(event, CompactStart):
             rows[event.compaction_id] = {
-                "compaction_id": event.compaction_id, "start_seq": event.seq, "outcome": "orphaned",
-                "summary_seq": None, "replacement_seq": None, "end_seq": None, "error": None,
-                "shadowed_seqs": None, "summary_tokens": None,
+                "compaction_id": event.compaction_id,
+                "start_seq": event.seq,
+                "outcome": "orphaned",
+                "summary_seq": None,
+                "replacement_seq": None,
+                "end_seq": None,
+                "error": None,
+                "shadowed_seqs": None,
+                "summary_tokens": None,
             }
         elif isinstance(event, CompactSummary):
             rows[event.compaction_id] |= {
-                "summary_seq": event.seq, "shadowed_seqs": list(event.shadowed_seqs),
+                "summary_seq": event.seq,
+                "shadowed_seqs": list(event.shadowed_seqs),
                 "summary_tokens": event.summary_token_count,
             }
         elif isinstance(event, CompactEnd):
             rows[event.compaction_id] |= {
-                "end_seq": event.seq, "error": event.error,
+                "end_seq": event.seq,
+                "error": event.error,
                 "outcome": "committed" if event.error is None else "failed",
             }
         elif isinstance(event.surface_op, Replace) and isinstance(event, UserMessage):
@@ -201,10 +217,14 @@ def check_against_aggregate(store: SessionStore, views: dict[str, ViewRecorder])
         assert record.events == len(session)
         for seq in range(0, len(session), max(1, len(session) // 7)):
             assert surface_at(views["surface"], session_id, seq) == session.surface_at(seq)
-        ledger = [
-            {k: row[k] for k in expected_ledger(session)[0]}
-            for row in compactions(views["ledger"], session_id)
-        ] if expected_ledger(session) else compactions(views["ledger"], session_id)
+        ledger = (
+            [
+                {k: row[k] for k in expected_ledger(session)[0]}
+                for row in compactions(views["ledger"], session_id)
+            ]
+            if expected_ledger(session)
+            else compactions(views["ledger"], session_id)
+        )
         assert ledger == expected_ledger(session)
         usage = usage_of(views["usage"], session_id)
         assert usage is not None
@@ -219,19 +239,13 @@ def check_against_aggregate(store: SessionStore, views: dict[str, ViewRecorder])
 
 def dump(views: dict[str, ViewRecorder]) -> dict[str, list[tuple[Any, ...]]]:
     """Every row of every view table (in key order)."""
-    return {
-        t.name: view.select(t.name, t.column_names)
-        for view in views.values()
-        for t in view.tables
-    }
+    return {t.name: view.select(t.name, t.column_names) for view in views.values() for t in view.tables}
 
 
 # ---------------------------------------------------------------- the property
 
 
-@settings(
-    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(min_value=0, max_value=2**32 - 1))
 def test_incremental_equals_rebuilt_equals_aggregate(store: SessionStore, seed: int) -> None:
     rng = random.Random(seed)
@@ -341,7 +355,9 @@ def test_ledger_reevaluates_an_orphan_when_its_end_arrives(store: SessionStore) 
     assert committed["end_seq"] == committed["summary_seq"] + 2
     assert committed["fidelity"] == {"identifiers_total": 3, "identifiers_kept": 2}
     assert (committed["provider"], committed["model"], committed["meter"]) == (
-        "test", "test-model", "heuristic"
+        "test",
+        "test-model",
+        "heuristic",
     )
     assert committed["shadowed_tokens"] == 10 * len(committed["shadowed_seqs"])
     assert committed["shadowed_start"] == committed["shadowed_seqs"][0]
@@ -394,9 +410,7 @@ def test_polling_subscription_iterates_notifications_after_a_position(store: Ses
 def test_a_stored_event_of_unknown_type_stops_the_batch(store: SessionStore) -> None:
     writer = Writer(store, random.Random(8))
     session = writer.new_session()
-    store.recorder.insert_events(
-        [StoredEvent(session.id, 1, "martian/event", b'{"seq": 1}')]
-    )
+    store.recorder.insert_events([StoredEvent(session.id, 1, "martian/event", b'{"seq": 1}')])
     with ProjectionRunner(store, ["surface"]) as runner:
         with pytest.raises(ProjectionFoldError, match=f"session {session.id} seq 1") as raised:
             runner.catch_up()
@@ -410,8 +424,9 @@ def test_a_stored_event_that_breaks_a_surface_rule_names_it(store: SessionStore)
     session = writer.new_session()
     bad = b'{"seq":1,"time":"2026-01-01T00:00:00Z","message":{"id":"x","role":"user","content":[]}}'
     store.recorder.insert_events([StoredEvent(session.id, 1, "user/message", bad)])
-    with ProjectionRunner(store, ["surface", "usage"]) as runner, pytest.raises(
-        ProjectionFoldError, match=r"seq 1 .*requires a surfaceOp"
+    with (
+        ProjectionRunner(store, ["surface", "usage"]) as runner,
+        pytest.raises(ProjectionFoldError, match=r"seq 1 .*requires a surfaceOp"),
     ):
         runner.catch_up()
 
@@ -477,7 +492,9 @@ def test_cli_rebuild_json(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -
     assert main(["--store", sqlite_url, "rebuild", "--projection", "ledger", "--resume", "--json"]) == 0
     resumed = _json(capsys.readouterr().out)
     assert resumed["mode"] == "resume"
-    assert resumed["projections"] == [{"name": "ledger", "events": 0, "rows": rows["ledger"], "position": latest}]
+    assert resumed["projections"] == [
+        {"name": "ledger", "events": 0, "rows": rows["ledger"], "position": latest}
+    ]
 
 
 def test_cli_rebuild_for_people_and_errors(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -500,3 +517,14 @@ def _json(text: str) -> dict[str, Any]:
     assert len(lines) == 1, text
     document: dict[str, Any] = json.loads(lines[0])
     return document
+
+
+# ---------------------------------------------------------------- the documentation's example
+
+
+def test_the_python_example_in_the_docs_runs() -> None:
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "projections.md").read_text()
+    block = text.split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(block, "docs/projections.md", "exec"), {})

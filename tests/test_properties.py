@@ -54,9 +54,7 @@ PROPERTY_SETTINGS = settings(
 
 def text_message(kind: str, number: int, role: Any = "user") -> Message:
     source = MODEL if role == "assistant" else Source(kind="user")
-    return Message(
-        id=f"{kind}-{number}", role=role, content=(TextBlock(f"{kind} {number}"),), source=source
-    )
+    return Message(id=f"{kind}-{number}", role=role, content=(TextBlock(f"{kind} {number}"),), source=source)
 
 
 class Agent:
@@ -129,12 +127,13 @@ class Agent:
         return StepStart(turn=turn, step=self.session.structure.next_step)
 
     def step_end(self) -> SessionEvent:
-        return StepEnd(**self.turn_step())
+        turn, step = self.turn_step()
+        return StepEnd(turn=turn, step=step)
 
-    def turn_step(self) -> dict[str, int]:
+    def turn_step(self) -> tuple[int, int]:
         turn, step = self.session.open_turn, self.session.open_step
         assert turn is not None and step is not None
-        return {"turn": turn, "step": step}
+        return turn, step
 
     def header(self) -> SessionEvent:
         return RequestHeader(provider="p", model=f"m{self.number()}")
@@ -151,22 +150,18 @@ class Agent:
         return SteeringMessage(message=text_message("steer", self.number()), surface_op=APPEND)
 
     def chunk(self) -> SessionEvent:
-        return AssistantChunk(chunk="…", **self.turn_step())
+        turn, step = self.turn_step()
+        return AssistantChunk(turn=turn, step=step, chunk="…")
 
     def assistant(self) -> SessionEvent:
+        turn, step = self.turn_step()
         n_calls = self.data.draw(st.integers(0, 2), label="calls")
         number = self.number()
         calls = tuple(ToolCallBlock(f"call-{number}-{k}", "bash", "{}") for k in range(n_calls))
-        texts = (
-            () if self.data.draw(st.booleans(), label="empty") and not calls else (TextBlock("ok"),)
-        )
-        message = Message(
-            id=f"assistant-{number}", role="assistant", content=(*texts, *calls), source=MODEL
-        )
+        texts = () if self.data.draw(st.booleans(), label="empty") and not calls else (TextBlock("ok"),)
+        message = Message(id=f"assistant-{number}", role="assistant", content=(*texts, *calls), source=MODEL)
         self.requested += [c.id for c in calls]
-        chunks = [
-            s for s in range(len(self.session)) if isinstance(self.session.event(s), AssistantChunk)
-        ]
+        chunks = [s for s in range(len(self.session)) if isinstance(self.session.event(s), AssistantChunk)]
         cited = (
             tuple(self.data.draw(st.lists(st.sampled_from(chunks), unique=True), label="chunks"))
             if chunks
@@ -174,16 +169,18 @@ class Agent:
         )
         sources = cited if self.data.draw(st.booleans(), label="cite") else None
         return AssistantMessage(
-            message=message, surface_op=APPEND, source_event_seqs=sources, **self.turn_step()
+            message=message, surface_op=APPEND, source_event_seqs=sources, turn=turn, step=step
         )
 
     def tool_call(self) -> SessionEvent:
         call_id = self.data.draw(st.sampled_from(self.requested), label="dispatch")
         self.requested.remove(call_id)
         self.dispatched.append(call_id)
-        return ToolCall(call_id=call_id, name="bash", arguments="{}", **self.turn_step())
+        turn, step = self.turn_step()
+        return ToolCall(turn=turn, step=step, call_id=call_id, name="bash", arguments="{}")
 
     def tool_result(self) -> SessionEvent:
+        turn, step = self.turn_step()
         call_id = self.data.draw(st.sampled_from(self.dispatched), label="answer")
         self.dispatched.remove(call_id)
         call_seq = max(
@@ -199,7 +196,7 @@ class Agent:
             source=Source(kind="tool", call_id=call_id),
         )
         return ToolResult(
-            message=message, surface_op=APPEND, source_event_seqs=(call_seq,), **self.turn_step()
+            message=message, surface_op=APPEND, source_event_seqs=(call_seq,), turn=turn, step=step
         )
 
     # ------------------------------------------------------------ replacements
@@ -208,7 +205,7 @@ class Agent:
         """A random positional span of the current surface and a valid citation set for it."""
         nodes = self.session.nodes
         heads = [k for k in range(len(nodes) - 1) if nodes[k] > nodes[-1]]
-        if heads and self.data.draw(st.booleans(), label="reversed seqs"):
+        if bool(heads) and self.data.draw(st.booleans(), label="reversed seqs"):
             # a span from a replacement back at an earlier position: start > end numerically
             i = self.data.draw(st.sampled_from(heads), label="i")
             j = self.data.draw(
@@ -219,9 +216,7 @@ class Agent:
             i = self.data.draw(st.integers(0, len(nodes) - 1), label="i")
             j = self.data.draw(st.integers(i, len(nodes) - 1), label="j")
         shadowed = nodes[i : j + 1]
-        extra = self.data.draw(
-            st.lists(st.integers(0, len(self.session) - 1), max_size=3), label="extra"
-        )
+        extra = self.data.draw(st.lists(st.integers(0, len(self.session) - 1), max_size=3), label="extra")
         sources = list(dict.fromkeys([*shadowed, *extra]))
         order = self.data.draw(st.permutations(sources), label="order")
         return Replace(nodes[i], nodes[j]), tuple(order)
@@ -241,10 +236,11 @@ class Agent:
         )
 
     def replace_with_assistant(self) -> SessionEvent:
+        turn, step = self.turn_step()
         op, sources = self.span()
         message = text_message("assistant-summary", self.number(), role="assistant")
         return AssistantMessage(
-            message=message, surface_op=op, source_event_seqs=sources, **self.turn_step()
+            message=message, surface_op=op, source_event_seqs=sources, turn=turn, step=step
         )
 
     def rewrite_result(self) -> SessionEvent:
@@ -310,9 +306,7 @@ def test_live_fold_replay_reload_and_snapshot_agree(session: Session, data: st.D
     live = view(session)
     assert view(Session.replay(session.id, events)) == live
     interval = data.draw(st.integers(2, 9), label="snapshot interval")
-    cuts = sorted(
-        data.draw(st.sets(st.integers(1, len(events)), max_size=6), label="saves") | {len(events)}
-    )
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(events)), max_size=6), label="saves") | {len(events)})
     with SessionStore.open("memory://", snapshot_interval=interval) as store:
         writer = store.create(session.id)
         start = 0
@@ -352,14 +346,10 @@ def summary(op: Any, sources: Any) -> UserMessage:
     return UserMessage(message=text_message("bad", 0), surface_op=op, source_event_seqs=sources)
 
 
-def bad_event(
-    kind: str, session: Session, nodes: list[int], seq: int, data: st.DataObject
-) -> SessionEvent:
+def bad_event(kind: str, session: Session, nodes: list[int], seq: int, data: st.DataObject) -> SessionEvent:
     """An event that must be rejected when it would get ``seq`` on a surface of ``nodes``."""
     if kind == "bad seq":
-        wrong = data.draw(
-            st.sampled_from([seq + 1, seq + 5, *([seq - 1] if seq else [])]), label="seq"
-        )
+        wrong = data.draw(st.sampled_from([seq + 1, seq + 5, *([seq - 1] if seq else [])]), label="seq")
         return msgspec.structs.replace(summary(APPEND, None), seq=wrong)
     if kind == "surface op on a log-only type":
         return data.draw(
@@ -389,9 +379,7 @@ def bad_event(
         shadowed = nodes[i : j + 1]
         drop = data.draw(st.sampled_from(shadowed), label="drop")
         cited = tuple(s for s in shadowed if s != drop)
-        return summary(
-            Replace(nodes[i], nodes[j]), data.draw(st.sampled_from([cited or None, None]))
-        )
+        return summary(Replace(nodes[i], nodes[j]), data.draw(st.sampled_from([cited or None, None])))
     if kind == "duplicate sources":
         x = data.draw(st.integers(0, seq - 1), label="x")
         return summary(APPEND, (x, x))
@@ -430,9 +418,7 @@ def applicable(session: Session, nodes: list[int], seq: int) -> list[str]:
 
 @PROPERTY_SETTINGS
 @given(session=valid_sessions(max_events=40), data=st.data())
-def test_an_invalid_event_is_rejected_and_changes_nothing(
-    session: Session, data: st.DataObject
-) -> None:
+def test_an_invalid_event_is_rejected_and_changes_nothing(session: Session, data: st.DataObject) -> None:
     nodes, seq = list(session.nodes), len(session)
     kind = data.draw(st.sampled_from(applicable(session, nodes, seq)), label="kind")
     event = bad_event(kind, session, nodes, seq, data)
@@ -448,9 +434,7 @@ def test_an_invalid_event_is_rejected_and_changes_nothing(
 
 @PROPERTY_SETTINGS
 @given(session=valid_sessions(max_events=40), data=st.data())
-def test_a_batch_with_one_invalid_event_appends_nothing(
-    session: Session, data: st.DataObject
-) -> None:
+def test_a_batch_with_one_invalid_event_appends_nothing(session: Session, data: st.DataObject) -> None:
     """The bad event comes after a valid user message that is already on the batch's surface."""
     filler_seq = len(session)
     nodes, seq = [*session.nodes, filler_seq], filler_seq + 1

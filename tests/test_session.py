@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 from builders import answer_step, end_turn, start_turn, tool_step, user
-from sessions.blocks import Message, TextBlock
+from sessions.blocks import Message, TextBlock, text_of
 from sessions.errors import EventRuleError, StoreError, StructureRuleError, SurfaceRuleError
 from sessions.events import (
     APPEND,
@@ -26,6 +26,10 @@ def user_event(
 ) -> UserMessage:
     message = Message(id=f"m-{text}", role="user", content=(TextBlock(text),))
     return UserMessage(message=message, surface_op=op or APPEND, source_event_seqs=sources)
+
+
+def texts_of(session: Session) -> list[str]:
+    return [text_of(m.content) for m in session.derive_messages()]
 
 
 def state_of(session: Session) -> tuple[object, ...]:
@@ -160,9 +164,7 @@ def test_append_all_with_one_bad_event_appends_nothing(bad_at: int) -> None:
 def test_append_all_validates_each_event_against_the_batch_before_it() -> None:
     session = Session()
     user(session, "a")
-    events = session.append_all(
-        [user_event("b"), user_event("ab", op=Replace(0, 1), sources=(0, 1))]
-    )
+    events = session.append_all([user_event("b"), user_event("ab", op=Replace(0, 1), sources=(0, 1))])
     assert session.nodes == [events[1].seq]
 
 
@@ -199,16 +201,11 @@ def test_a_rolled_back_replacement_leaves_no_stale_message_cache(
         user(session, text)
     monkeypatch.setattr(Session, "validators", [peek])
     with pytest.raises(StructureRuleError):
-        session.append_all(
-            [user_event("first", op=Replace(0, 1), sources=(0, 1)), TurnStart(turn=99)]
-        )
+        session.append_all([user_event("first", op=Replace(0, 1), sources=(0, 1)), TurnStart(turn=99)])
     session.append(user_event("second", op=Replace(1, 2), sources=(1, 2)))
     monkeypatch.setattr(Session, "validators", [])
-    texts = [m.content[0].text for m in session.derive_messages()]  # type: ignore[union-attr]
-    assert texts == ["a", "second"]
-    assert texts == [
-        m.content[0].text for m in Session.replay(session.id, session.events()).derive_messages()
-    ]  # type: ignore[union-attr]
+    assert texts_of(session) == ["a", "second"]
+    assert texts_of(Session.replay(session.id, session.events())) == ["a", "second"]
 
 
 def test_mark_and_rollback_restore_every_fold() -> None:
@@ -220,9 +217,7 @@ def test_mark_and_rollback_restore_every_fold() -> None:
     start_turn(session)
     tool_step(session)
     replace_seq = session.append(
-        user_event(
-            "sum", op=Replace(session.nodes[0], session.nodes[2]), sources=tuple(session.nodes[:3])
-        )
+        user_event("sum", op=Replace(session.nodes[0], session.nodes[2]), sources=tuple(session.nodes[:3]))
     ).seq
     assert replace_seq in session.nodes
     session.rollback(mark)
@@ -282,9 +277,7 @@ def test_surface_at_is_the_surface_right_after_each_event() -> None:
 def test_snapshot_restores_the_fold_and_fetches_events_lazily() -> None:
     session = worked_session()
     user(session, "x")
-    session.append(
-        user_event("sum", op=Replace(0, session.nodes[-2]), sources=tuple(session.nodes[:-1]))
-    )
+    session.append(user_event("sum", op=Replace(0, session.nodes[-2]), sources=tuple(session.nodes[:-1])))
     stored = list(session.events())
     calls: list[tuple[int, int]] = []
 

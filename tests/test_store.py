@@ -94,9 +94,7 @@ def worked(session: Session, turns: int) -> Session:
         if session.structure.next_turn % 3 == 0:
             span = tuple(session.nodes[1:-1])
             session.append(
-                user_event(
-                    f"checkpoint {len(session)}", op=Replace(span[0], span[-1]), sources=span
-                )
+                user_event(f"checkpoint {len(session)}", op=Replace(span[0], span[-1]), sources=span)
             )
     return session
 
@@ -118,9 +116,7 @@ def view(session: Session) -> tuple[object, ...]:
 
 
 def every_kind_of_event(session: Session) -> None:
-    image = ImageBlock(
-        attachment_id="att-1", media_type="image/png", bytes=2048, width=64, height=32
-    )
+    image = ImageBlock(attachment_id="att-1", media_type="image/png", bytes=2048, width=64, height=32)
     bare_image = ImageBlock(attachment_id="att-2", media_type="image/jpeg")
     prompt = Message(id="u0", role="user", content=(TextBlock("look at this ✓"), image))
     session.append(UserMessage(message=prompt, surface_op=APPEND, origin="line 1"))
@@ -384,9 +380,7 @@ def test_a_session_loaded_from_a_snapshot_keeps_going(store: SessionStore) -> No
 
 
 @pytest.mark.parametrize("use_snapshots", [True, False])
-def test_loading_at_a_version_is_the_surface_at_that_seq(
-    store: SessionStore, use_snapshots: bool
-) -> None:
+def test_loading_at_a_version_is_the_surface_at_that_seq(store: SessionStore, use_snapshots: bool) -> None:
     store.snapshot_interval = 6
     session = store.create()
     for _ in range(4):
@@ -452,11 +446,7 @@ def test_an_unknown_session_is_not_found(store: SessionStore) -> None:
 def test_an_unknown_event_type_in_a_stored_row(store: SessionStore) -> None:
     session_id = uuid.uuid4()
     store.recorder.insert_events(
-        [
-            StoredEvent(
-                originator_id=session_id, originator_version=0, topic="bogus/type", state=b"{}"
-            )
-        ]
+        [StoredEvent(originator_id=session_id, originator_version=0, topic="bogus/type", state=b"{}")]
     )
     with pytest.raises(UnknownEventTypeError) as caught:
         store.get(session_id)
@@ -485,15 +475,9 @@ def test_a_row_whose_payload_disagrees_with_its_position(store: SessionStore) ->
 def test_an_undecodable_payload(store: SessionStore) -> None:
     session_id = uuid.uuid4()
     store.recorder.insert_events(
-        [
-            StoredEvent(
-                originator_id=session_id, originator_version=0, topic="turn/start", state=b"{"
-            )
-        ]
+        [StoredEvent(originator_id=session_id, originator_version=0, topic="turn/start", state=b"{")]
     )
-    with pytest.raises(
-        StoreError, match=f"cannot decode turn/start payload at session {session_id} seq 0"
-    ):
+    with pytest.raises(StoreError, match=f"cannot decode turn/start payload at session {session_id} seq 0"):
         store.get(session_id)
 
 

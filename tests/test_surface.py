@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 from builders import MODEL, answer_step, end_turn, start_turn, tool_step, user
-from sessions.blocks import Message, Source, TextBlock, ToolCallBlock, ToolResultBlock
+from sessions.blocks import Block, Message, Source, TextBlock, ToolCallBlock, ToolResultBlock
 from sessions.errors import CorruptSurfaceError, SurfaceRuleError
 from sessions.events import (
     APPEND,
@@ -28,9 +28,7 @@ from sessions.session import Session, project
 from sessions.surface import Surface
 
 
-def user_event(
-    text: str, *, op: Any = APPEND, sources: tuple[int, ...] | None = None
-) -> UserMessage:
+def user_event(text: str, *, op: Any = APPEND, sources: tuple[int, ...] | None = None) -> UserMessage:
     message = Message(id=f"m-{text}", role="user", content=(TextBlock(text),))
     return UserMessage(message=message, surface_op=op, source_event_seqs=sources)
 
@@ -51,11 +49,10 @@ def texts(session: Session) -> list[str]:
 
 
 def assistant_with_calls(session: Session, turn: int, step: int, *call_ids: str) -> int:
-    content = (TextBlock("calling"), *(ToolCallBlock(c, "bash", "{}") for c in call_ids))
+    calls = tuple(ToolCallBlock(c, "bash", "{}") for c in call_ids)
+    content: tuple[Block, ...] = (TextBlock("calling"), *calls)
     message = Message(id=f"a{len(session)}", role="assistant", content=content, source=MODEL)
-    return session.append(
-        AssistantMessage(turn=turn, step=step, message=message, surface_op=APPEND)
-    ).seq
+    return session.append(AssistantMessage(turn=turn, step=step, message=message, surface_op=APPEND)).seq
 
 
 def result(session: Session, turn: int, step: int, call_id: str) -> int:
@@ -210,9 +207,7 @@ def test_derive_messages_projects_surface_nodes_in_order() -> None:
     start_turn(session)
     session.append(StepStart(turn=1, step=1))
     empty = Message(id="empty", role="assistant", content=(), source=MODEL)
-    empty_seq = session.append(
-        AssistantMessage(turn=1, step=1, message=empty, surface_op=APPEND)
-    ).seq
+    empty_seq = session.append(AssistantMessage(turn=1, step=1, message=empty, surface_op=APPEND)).seq
     session.append(StepEnd(turn=1, step=1))
     answer_step(session, "done")
     assert empty_seq in session.nodes  # a node priced 0 that projects to nothing

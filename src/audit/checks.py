@@ -6,12 +6,20 @@ start, summary and every shadowed seq; the shadowed token count re-priced with t
 summary smaller than what it shadowed; both cuts tool-pairing balanced; the first user message still on
 the surface; the eight sections; the verbatim-identifier retention ratio; the content hashes of the
 shadowed events still matching the log. Pruning records (``compact/prune``) get their own checks.
+
+Invariants apply to every bracket. The three policies of this library (first user message kept, eight
+sections, identifier retention) apply to its own summaries only: on a compaction imported from another
+harness (its ``compact/start`` carries an import ``origin``) and on a checkpoint rebuild they are
+measured and reported with ``applies=False`` and ``passed=True``.
+
+A check that cannot run on a damaged log fails with the reason instead of stopping the audit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from audit.replay import Moment, Replay, replay
@@ -20,12 +28,31 @@ from compaction.events import CompactEnd, CompactPrune, CompactStart, CompactSum
 from compaction.fidelity import section_bodies
 from compaction.identifiers import extract, retained
 from compaction.instruction import SECTIONS
-from compaction.meters import meter_named
+from compaction.meters import Meter, meter_named
 from sessions.blocks import Message, text_of
 from sessions.events import Replace, SessionEvent, ToolResult, UserMessage
 from sessions.session import project
 
 DEFAULT_MIN_RATIO = 0.9
+
+CHECK_NAMES: tuple[str, ...] = (
+    "bracket",
+    "surface-untouched",
+    "replace-range",
+    "provenance",
+    "shadowed-tokens",
+    "summary-smaller",
+    "balanced-cuts",
+    "first-user-message",
+    "sections",
+    "identifier-retention",
+    "content-hashes",
+    "pair-kept",
+)
+"""Every per-compaction check name, in report order."""
+
+LOG_CHECK_NAMES: tuple[str, ...] = ("stored-rows", "log-rules", "bracket-members")
+"""Every log-level check name (``stored-rows`` is added by the store loader)."""
 
 
 @dataclass(frozen=True)
@@ -33,9 +60,15 @@ class Check:
     name: str
     passed: bool
     evidence: str
+    applies: bool = True  # False: a policy of this library measured on someone else's compaction
 
     def as_json(self) -> dict[str, Any]:
-        return {"name": self.name, "passed": self.passed, "evidence": self.evidence}
+        return {
+            "name": self.name,
+            "passed": self.passed,
+            "evidence": self.evidence,
+            "applies": self.applies,
+        }
 
 
 @dataclass
@@ -52,6 +85,11 @@ class Bracket:
             return "orphaned"
         return "failed" if self.end.error else "committed"
 
+    @property
+    def imported(self) -> bool:
+        """Made by another harness and imported (its start carries the transcript origin)."""
+        return self.start.origin is not None
+
 
 @dataclass
 class CompactionAudit:
@@ -64,17 +102,29 @@ class CompactionAudit:
     shadowed_seqs: tuple[int, ...]
     checks: list[Check] = field(default_factory=list)
     error: str | None = None
+    imported: bool = False
+    summary_seq: int | None = None
+    replacement_seq: int | None = None
+    end_seq: int | None = None
 
     @property
     def passed(self) -> bool:
         return all(c.passed for c in self.checks)
+
+    @property
+    def failed(self) -> list[Check]:
+        return [c for c in self.checks if not c.passed]
 
     def as_json(self) -> dict[str, Any]:
         return {
             "compaction_id": self.compaction_id,
             "outcome": self.outcome,
             "strategy": self.strategy,
+            "imported": self.imported,
             "start_seq": self.start_seq,
+            "summary_seq": self.summary_seq,
+            "replacement_seq": self.replacement_seq,
+            "end_seq": self.end_seq,
             "provider": self.provider,
             "model": self.model,
             "shadowed_seqs": list(self.shadowed_seqs),
@@ -82,6 +132,14 @@ class CompactionAudit:
             "passed": self.passed,
             "checks": [c.as_json() for c in self.checks],
         }
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What the auditor requires of this library's own summaries."""
+
+    min_ratio: float = DEFAULT_MIN_RATIO
+    keep_first_user: bool = True
 
 
 def find_brackets(events: Sequence[SessionEvent]) -> list[Bracket]:
@@ -112,33 +170,70 @@ def _compaction_id(event: SessionEvent) -> str | None:
 
 
 def audit_events(
-    events: Sequence[SessionEvent], *, min_ratio: float = DEFAULT_MIN_RATIO
+    events: Sequence[SessionEvent],
+    *,
+    min_ratio: float = DEFAULT_MIN_RATIO,
+    keep_first_user: bool = True,
 ) -> tuple[list[CompactionAudit], list[Check]]:
-    """Audit every compaction and pruning in a stored log; also return log-level checks."""
+    """Audit every compaction and pruning in a stored log; also return log-level checks.
+
+    ``events[i]`` must be the event at seq ``i`` (see :func:`audit.report.load_log` for a tolerant
+    loader that fills unreadable or missing rows with placeholders)."""
     folded = replay(events)
-    audits = [_audit_bracket(b, folded, min_ratio) for b in find_brackets(events)]
+    policy = Policy(min_ratio, keep_first_user)
+    audits = [_audit_bracket(b, folded, policy) for b in find_brackets(events)]
     audits += [_audit_prune(e, folded) for e in events if isinstance(e, CompactPrune)]
-    return audits, _log_checks(folded)
+    audits.sort(key=lambda a: a.start_seq)
+    return audits, [_check_log_rules(folded), _check_members(events)]
 
 
-def _log_checks(folded: Replay) -> list[Check]:
+def _check_log_rules(folded: Replay) -> Check:
     if not folded.violations:
-        return [Check("log-rules", True, f"all {len(folded.events)} events pass the surface rules")]
+        return Check("log-rules", True, f"all {len(folded.events)} events pass the surface rules")
     first = min(folded.violations)
-    return [
-        Check(
-            "log-rules",
-            False,
-            f"{len(folded.violations)} events break surface rules; first at seq {first}: "
-            f"{folded.violations[first]}",
-        )
+    return Check(
+        "log-rules",
+        False,
+        f"{len(folded.violations)} events break surface rules (seqs "
+        f"{_seqs(sorted(folded.violations))}); first at seq {first}: {folded.violations[first]}",
+    )
+
+
+def _check_members(events: Sequence[SessionEvent]) -> Check:
+    """Every compact/summary, compact/end and checkpoint replacement belongs to a compact/start."""
+    started = {e.compaction_id for e in events if isinstance(e, CompactStart)}
+    strays = [
+        e.seq for e in events if (cid := _compaction_id(e)) is not None and cid not in started
     ]
+    if strays:
+        return Check(
+            "bracket-members", False,
+            f"events at seqs {_seqs(strays)} belong to compactions with no compact/start",
+        )
+    return Check("bracket-members", True, f"{len(started)} brackets; no stray bracket members")
+
+
+def _seqs(seqs: Sequence[int], limit: int = 12) -> str:
+    shown = ", ".join(map(str, seqs[:limit]))
+    return shown + (f", ... ({len(seqs)} in all)" if len(seqs) > limit else "")
+
+
+def _event(folded: Replay, seq: int) -> SessionEvent | None:
+    return folded.events[seq] if 0 <= seq < len(folded.events) else None
+
+
+def _guarded(name: str, run: Callable[[], Check]) -> Check:
+    """Run one check; on a log too damaged for it, fail with the reason."""
+    try:
+        return run()
+    except Exception as e:  # a damaged log may break any assumption: report, never stop
+        return Check(name, False, f"the check could not run: {type(e).__name__}: {e}")
 
 
 # ---------------------------------------------------------------- summary brackets
 
 
-def _audit_bracket(bracket: Bracket, folded: Replay, min_ratio: float) -> CompactionAudit:
+def _audit_bracket(bracket: Bracket, folded: Replay, policy: Policy) -> CompactionAudit:
     summary = bracket.summary
     audit = CompactionAudit(
         compaction_id=bracket.compaction_id,
@@ -149,23 +244,18 @@ def _audit_bracket(bracket: Bracket, folded: Replay, min_ratio: float) -> Compac
         model=summary.model if summary else None,
         shadowed_seqs=summary.shadowed_seqs if summary else (),
         error=bracket.end.error if bracket.end else None,
+        imported=bracket.imported,
+        summary_seq=summary.seq if summary else None,
+        replacement_seq=bracket.replacement.seq if bracket.replacement else None,
+        end_seq=bracket.end.seq if bracket.end else None,
     )
-    audit.checks.append(_check_bracket(bracket))
+    audit.checks.append(_guarded("bracket", lambda: _check_bracket(bracket)))
     if bracket.outcome != "committed" or summary is None or bracket.replacement is None:
-        audit.checks.append(_check_untouched(bracket, folded))
+        audit.checks.append(_guarded("surface-untouched", lambda: _check_untouched(bracket, folded)))
         return audit
-    replacement = bracket.replacement
-    moment = folded.moments.get(replacement.seq)
     audit.checks += [
-        _check_range(replacement, summary, moment, folded),
-        _check_provenance(bracket.start, summary, replacement),
-        _check_tokens(summary, folded),
-        _check_shrink(summary, replacement),
-        _check_cuts(replacement, moment),
-        _check_first_user(replacement, folded),
-        _check_sections(bracket.start.strategy, summary),
-        _check_retention(bracket.start.strategy, summary, folded, min_ratio),
-        _check_hashes(summary, folded),
+        _guarded(name, partial(check, bracket, summary, folded, policy))
+        for name, check in _COMMITTED_CHECKS
     ]
     return audit
 
@@ -173,28 +263,28 @@ def _audit_bracket(bracket: Bracket, folded: Replay, min_ratio: float) -> Compac
 def _check_bracket(bracket: Bracket) -> Check:
     start = bracket.start.seq
     if bracket.end is None:
-        return Check("bracket", False, f"compact/start seq {start} has no compact/end (orphaned)")
+        return Check(
+            "bracket", False,
+            f"compact/start seq {start} has no compact/end (orphaned: a crash, a deleted row, or "
+            "a compaction still running; `compaction recover` closes stale ones)",
+        )
     end = bracket.end.seq
     if bracket.end.error:
         if bracket.replacement is not None:
             return Check(
-                "bracket",
-                False,
-                f"compact/end seq {end} records an error but replacement seq {bracket.replacement.seq} "
-                "landed",
+                "bracket", False,
+                f"compact/end seq {end} records an error but replacement seq "
+                f"{bracket.replacement.seq} landed",
             )
-        return Check(
-            "bracket", True, f"failed bracket {start}..{end} closed with error: {bracket.end.error}"
-        )
+        return Check("bracket", True, f"failed bracket {start}..{end} closed with error: {bracket.end.error}")
     summary, replacement = bracket.summary, bracket.replacement
     if summary is None or replacement is None:
-        return Check(
-            "bracket", False, f"committed bracket {start}..{end} lacks its summary or replacement"
+        lacking = " and ".join(
+            n for n, e in (("compact/summary", summary), ("replacement", replacement)) if e is None
         )
+        return Check("bracket", False, f"committed bracket {start}..{end} lacks its {lacking}")
     order = (start, summary.seq, replacement.seq, end)
-    ok = (
-        list(order) == sorted(order) and len(set(order)) == 4 and replacement.seq == summary.seq + 1
-    )
+    ok = list(order) == sorted(order) and len(set(order)) == 4 and replacement.seq == summary.seq + 1
     return Check(
         "bracket",
         ok,
@@ -204,120 +294,131 @@ def _check_bracket(bracket: Bracket) -> Check:
 
 
 def _check_untouched(bracket: Bracket, folded: Replay) -> Check:
+    start = bracket.start.seq
     citing = [
         e.seq
         for e in folded.events
-        if isinstance(e.surface_op, Replace)
-        and e.source_event_seqs
-        and bracket.start.seq in e.source_event_seqs
+        if isinstance(e.surface_op, Replace) and e.source_event_seqs and start in e.source_event_seqs
     ]
+    if bracket.replacement is not None:
+        citing = sorted({*citing, bracket.replacement.seq})
     if citing:
         return Check(
-            "surface-untouched",
-            False,
-            f"replacements {citing} cite compact/start seq {bracket.start.seq}",
+            "surface-untouched", False,
+            f"the {bracket.outcome} bracket at seq {start} changed the surface: replacements {citing}",
         )
     return Check(
-        "surface-untouched", True, f"no replacement cites compact/start seq {bracket.start.seq}"
+        "surface-untouched", True,
+        f"the {bracket.outcome} bracket at seq {start} left the surface untouched",
     )
 
 
-def _check_range(
-    replacement: UserMessage, summary: CompactSummary, moment: Moment | None, folded: Replay
-) -> Check:
+CommittedCheck = Callable[[Bracket, CompactSummary, Replay, Policy], Check]
+
+
+def _replacement(bracket: Bracket) -> UserMessage:
+    assert bracket.replacement is not None
+    return bracket.replacement
+
+
+def _check_range(bracket: Bracket, summary: CompactSummary, folded: Replay, policy: Policy) -> Check:
+    replacement = _replacement(bracket)
     seq = replacement.seq
     if seq in folded.violations:
         return Check("replace-range", False, f"seq {seq}: {folded.violations[seq]}")
     op = replacement.surface_op
+    moment = folded.moments.get(seq)
     if moment is None or not isinstance(op, Replace):
         return Check("replace-range", False, f"seq {seq} is not a replacement")
     nodes = moment.nodes
     if op.start not in nodes or op.end not in nodes:
-        return Check(
-            "replace-range", False, f"seq {seq}: range {op.start}..{op.end} not on the surface"
-        )
+        return Check("replace-range", False, f"seq {seq}: range {op.start}..{op.end} not on the surface")
     i, j = nodes.index(op.start), nodes.index(op.end)
     shadowed = nodes[i : j + 1]
     if shadowed != summary.shadowed_seqs:
         return Check(
-            "replace-range",
-            False,
+            "replace-range", False,
             f"seq {seq}: the range shadows {list(shadowed)} but compact/summary seq {summary.seq} "
             f"records {list(summary.shadowed_seqs)}",
         )
-    return Check(
-        "replace-range", True, f"seq {seq} replaces positions {i}..{j} ({len(shadowed)} nodes)"
-    )
-
-
-def _check_provenance(
-    start: CompactStart, summary: CompactSummary, replacement: UserMessage
-) -> Check:
-    cited = set(replacement.source_event_seqs or ())
-    needed = [start.seq, summary.seq, *summary.shadowed_seqs]
-    missing = [s for s in needed if s not in cited]
-    if missing:
+    recorded = summary.shadowed_range
+    if (recorded.start, recorded.end) != (op.start, op.end):
         return Check(
-            "provenance",
-            False,
-            f"replacement seq {replacement.seq} source_event_seqs miss {missing}",
+            "replace-range", False,
+            f"seq {seq} replaces {op.start}..{op.end} but compact/summary seq {summary.seq} records "
+            f"the range {recorded.start}..{recorded.end}",
         )
     return Check(
-        "provenance",
-        True,
-        f"replacement seq {replacement.seq} cites start, summary and "
-        f"{len(summary.shadowed_seqs)} shadowed seqs",
+        "replace-range", True,
+        f"seq {seq} replaces seqs {op.start}..{op.end} at positions {i}..{j} ({len(shadowed)} "
+        f"of {len(nodes)} nodes)",
     )
 
 
-def _messages(folded: Replay, seqs: Sequence[int]) -> list[Message]:
-    return [m for m in (project(folded.event(s)) for s in seqs) if m is not None]
+def _check_provenance(bracket: Bracket, summary: CompactSummary, folded: Replay, policy: Policy) -> Check:
+    replacement = _replacement(bracket)
+    cited = set(replacement.source_event_seqs or ())
+    needed = [bracket.start.seq, summary.seq, *summary.shadowed_seqs]
+    missing = [s for s in needed if s not in cited]
+    extra = sorted(cited - set(needed))
+    if missing or extra:
+        parts = [f"miss {missing}"] if missing else []
+        parts += [f"cite seqs outside the bracket {extra}"] if extra else []
+        return Check(
+            "provenance", False,
+            f"replacement seq {replacement.seq} source_event_seqs " + " and ".join(parts),
+        )
+    return Check(
+        "provenance", True,
+        f"replacement seq {replacement.seq} cites start {bracket.start.seq}, summary {summary.seq} "
+        f"and {len(summary.shadowed_seqs)} shadowed seqs",
+    )
 
 
-def _check_tokens(summary: CompactSummary, folded: Replay) -> Check:
+def _priced(summary: CompactSummary, folded: Replay) -> tuple[Meter, int]:
     meter = meter_named(summary.meter)
-    priced = sum(meter.event(folded.event(s)) for s in summary.shadowed_seqs)
+    total = 0
+    for seq in summary.shadowed_seqs:
+        event = _event(folded, seq)
+        if event is None:
+            raise LookupError(f"compact/summary seq {summary.seq} shadows seq {seq}, not in the log")
+        total += meter.event(event)
+    return meter, total
+
+
+def _check_tokens(bracket: Bracket, summary: CompactSummary, folded: Replay, policy: Policy) -> Check:
+    meter, priced = _priced(summary, folded)
     ok = priced == summary.shadowed_token_count
     return Check(
-        "shadowed-tokens",
-        ok,
+        "shadowed-tokens", ok,
         f"re-priced with {meter.name}: {priced}; recorded {summary.shadowed_token_count}",
     )
 
 
-def _check_shrink(summary: CompactSummary, replacement: UserMessage) -> Check:
-    meter = meter_named(summary.meter)
-    framed = meter.message(replacement.message)
-    ok = framed < summary.shadowed_token_count
-    ratio = summary.shadowed_token_count / framed if framed else float("inf")
+def _check_shrink(bracket: Bracket, summary: CompactSummary, folded: Replay, policy: Policy) -> Check:
+    meter, shadowed = _priced(summary, folded)
+    framed = meter.message(_replacement(bracket).message)
+    ok = framed < shadowed
+    ratio = f"{shadowed / framed:.1f}x smaller" if framed else "empty"
     return Check(
-        "summary-smaller",
-        ok,
-        f"replacement {framed} tokens vs shadowed {summary.shadowed_token_count} ({ratio:.1f}x)",
+        "summary-smaller", ok,
+        f"replacement {framed} tokens vs shadowed {shadowed} ({ratio if ok else 'not smaller'})",
     )
 
 
-def _check_cuts(replacement: UserMessage, moment: Moment | None) -> Check:
+def _check_cuts(bracket: Bracket, summary: CompactSummary, folded: Replay, policy: Policy) -> Check:
+    replacement = _replacement(bracket)
     op = replacement.surface_op
-    if (
-        moment is None
-        or not isinstance(op, Replace)
-        or op.start not in moment.nodes
-        or op.end not in moment.nodes
-    ):
-        return Check("balanced-cuts", False, "no surface to check the cuts on")
+    moment = folded.moments.get(replacement.seq)
+    if moment is None or not isinstance(op, Replace) or op.start not in moment.nodes or op.end not in moment.nodes:
+        return Check("balanced-cuts", False, "no surface to check the cuts on (see replace-range)")
     if moment.balance is None:
-        return Check(
-            "balanced-cuts",
-            False,
-            f"surface before seq {replacement.seq} is corrupt: {moment.corrupt}",
-        )
+        return Check("balanced-cuts", False, f"surface before seq {replacement.seq} is corrupt: {moment.corrupt}")
     i, j = moment.nodes.index(op.start), moment.nodes.index(op.end)
     before, after = moment.balance[i], moment.balance[j + 1]
     ok = before == 0 and after == 0
     return Check(
-        "balanced-cuts",
-        ok,
+        "balanced-cuts", ok,
         f"open tool calls before seq {op.start}: {before}; after seq {op.end}: {after}",
     )
 
@@ -329,94 +430,116 @@ def _first_user_seq(folded: Replay) -> int | None:
     return None
 
 
-def _check_first_user(replacement: UserMessage, folded: Replay) -> Check:
+def _policy_scope(bracket: Bracket, summary: CompactSummary) -> str | None:
+    """Why this library's policies do not apply to the bracket (None: they do)."""
+    if bracket.imported:
+        return f"imported {summary.provider} compaction"
+    if bracket.start.strategy == "checkpoint":
+        return "checkpoint rebuild (keeps decisions, not evidence)"
+    return None
+
+
+def _policy(check: Check, scope: str | None) -> Check:
+    if scope is None or check.passed:
+        return check
+    return Check(check.name, True, f"not required of an {scope}; measured: {check.evidence}", False)
+
+
+def _check_first_user(bracket: Bracket, summary: CompactSummary, folded: Replay, policy: Policy) -> Check:
     first = _first_user_seq(folded)
     if first is None:
         return Check("first-user-message", True, "the session has no user message")
-    after = _surface_after(folded, replacement.seq)
-    ok = first in after
-    return Check(
-        "first-user-message",
-        ok,
-        f"first user message seq {first} {'is still' if ok else 'is no longer'} on the surface "
-        f"after seq {replacement.seq}",
-    )
-
-
-def _surface_after(folded: Replay, seq: int) -> list[int]:
+    seq = _replacement(bracket).seq
     moment = folded.moments.get(seq)
-    op = folded.event(seq).surface_op
-    if (
-        moment is None
-        or not isinstance(op, Replace)
-        or op.start not in moment.nodes
-        or op.end not in moment.nodes
-    ):
-        return list(moment.nodes) if moment else []
-    nodes = list(moment.nodes)
-    i, j = nodes.index(op.start), nodes.index(op.end)
-    nodes[i : j + 1] = [seq]
-    return nodes
+    if moment is not None and first not in moment.nodes:
+        return Check(
+            "first-user-message", True,
+            f"first user message seq {first} was already off the surface before seq {seq} "
+            "(an earlier replacement shadowed it)",
+        )
+    shadowed = first in summary.shadowed_seqs
+    check = Check(
+        "first-user-message", not shadowed,
+        f"first user message seq {first} "
+        + (f"is shadowed by replacement seq {seq}" if shadowed else f"is still on the surface after seq {seq}"),
+    )
+    scope = _policy_scope(bracket, summary)
+    if scope is None and not policy.keep_first_user:
+        scope = "audit run that allows it (keep_first_user=False)"
+    return _policy(check, scope)
 
 
 def _summary_text(summary: CompactSummary) -> str:
     return text_of(summary.summary)
 
 
-def _check_sections(strategy: str, summary: CompactSummary) -> Check:
-    if strategy != "summary":
-        return Check("sections", True, f"not applicable to the {strategy} strategy")
+def _check_sections(bracket: Bracket, summary: CompactSummary, folded: Replay, policy: Policy) -> Check:
     bodies = section_bodies(_summary_text(summary))
     missing = [s for s in SECTIONS if not bodies.get(s)]
-    if missing:
-        return Check("sections", False, f"missing or empty: {', '.join(missing)}")
-    return Check("sections", True, "all eight sections present and non-empty")
+    check = (
+        Check("sections", False, f"missing or empty: {', '.join(missing)}")
+        if missing
+        else Check("sections", True, "all eight sections present and non-empty")
+    )
+    return _policy(check, _policy_scope(bracket, summary))
 
 
-def _check_retention(
-    strategy: str, summary: CompactSummary, folded: Replay, min_ratio: float
-) -> Check:
+def _messages(folded: Replay, seqs: Sequence[int]) -> list[Message]:
+    events = (_event(folded, s) for s in seqs)
+    return [m for m in (project(e) for e in events if e is not None) if m is not None]
+
+
+def _check_retention(bracket: Bracket, summary: CompactSummary, folded: Replay, policy: Policy) -> Check:
     wanted = extract(_messages(folded, summary.shadowed_seqs)).all()
     kept, missing = retained(wanted, _summary_text(summary))
     ratio = 1.0 if not wanted else len(kept) / len(wanted)
-    if strategy == "checkpoint":
-        return Check(
-            "identifier-retention",
-            True,
-            f"{len(kept)}/{len(wanted)} ({ratio:.0%}); the checkpoint strategy keeps decisions, not evidence",
-        )
     sample = ", ".join(missing[:6])
-    return Check(
-        "identifier-retention",
-        ratio >= min_ratio,
-        f"{len(kept)}/{len(wanted)} verbatim identifiers kept ({ratio:.0%}; required {min_ratio:.0%})"
-        + (f"; missing e.g. {sample}" if missing else ""),
+    check = Check(
+        "identifier-retention", ratio >= policy.min_ratio,
+        f"{len(kept)}/{len(wanted)} verbatim identifiers kept ({ratio:.0%}; required "
+        f"{policy.min_ratio:.0%})" + (f"; missing e.g. {sample}" if missing else ""),
     )
+    return _policy(check, _policy_scope(bracket, summary))
 
 
-def _check_hashes(summary: CompactSummary, folded: Replay) -> Check:
+def _check_hashes(bracket: Bracket, summary: CompactSummary, folded: Replay, policy: Policy) -> Check:
     if not summary.shadowed_hashes:
-        return Check("content-hashes", False, "compact/summary records no content hashes")
-    changed = [
-        s
-        for s in summary.shadowed_seqs
-        if summary.shadowed_hashes.get(str(s)) != event_hash(folded.event(s))
-    ]
+        return Check("content-hashes", False, f"compact/summary seq {summary.seq} records no content hashes")
+    changed = []
+    for seq in summary.shadowed_seqs:
+        event = _event(folded, seq)
+        if event is None or summary.shadowed_hashes.get(str(seq)) != event_hash(event):
+            changed.append(seq)
     if changed:
         return Check(
-            "content-hashes", False, f"shadowed events changed since the compaction: seqs {changed}"
+            "content-hashes", False,
+            f"shadowed events changed since the compaction: seqs {changed} no longer match the "
+            f"hashes recorded on compact/summary seq {summary.seq}",
         )
     return Check(
-        "content-hashes",
-        True,
+        "content-hashes", True,
         f"{len(summary.shadowed_seqs)} shadowed events match their recorded hashes",
     )
+
+
+_COMMITTED_CHECKS: tuple[tuple[str, CommittedCheck], ...] = (
+    ("replace-range", _check_range),
+    ("provenance", _check_provenance),
+    ("shadowed-tokens", _check_tokens),
+    ("summary-smaller", _check_shrink),
+    ("balanced-cuts", _check_cuts),
+    ("first-user-message", _check_first_user),
+    ("sections", _check_sections),
+    ("identifier-retention", _check_retention),
+    ("content-hashes", _check_hashes),
+)
 
 
 # ---------------------------------------------------------------- pruning records
 
 
 def _audit_prune(record: CompactPrune, folded: Replay) -> CompactionAudit:
+    nxt = _event(folded, record.seq + 1)
     audit = CompactionAudit(
         compaction_id=f"prune-{record.seq}",
         outcome="committed",
@@ -425,45 +548,53 @@ def _audit_prune(record: CompactPrune, folded: Replay) -> CompactionAudit:
         provider=None,
         model=None,
         shadowed_seqs=record.shadowed_seqs,
+        replacement_seq=nxt.seq if nxt is not None else None,
     )
-    nxt = folded.events[record.seq + 1] if record.seq + 1 < len(folded.events) else None
     if not isinstance(nxt, ToolResult) or not isinstance(nxt.surface_op, Replace):
         audit.outcome = "orphaned"
         audit.checks.append(
-            Check(
-                "bracket",
-                False,
-                f"compact/prune seq {record.seq} is not followed by a tool/result replacement",
-            )
+            Check("bracket", False, f"compact/prune seq {record.seq} is not followed by a tool/result replacement")
         )
         return audit
-    audit.checks.append(
-        Check("bracket", True, f"prune {record.seq} followed by replacement {nxt.seq}")
-    )
+    audit.checks.append(Check("bracket", True, f"prune {record.seq} followed by replacement {nxt.seq}"))
     violation = folded.violations.get(nxt.seq)
     audit.checks.append(
         Check(
-            "replace-range",
-            violation is None,
-            violation or f"seq {nxt.seq} rewrites seq {record.shadowed_seqs[0]} (content only)",
+            "replace-range", violation is None,
+            violation or f"seq {nxt.seq} rewrites seq {_seqs(record.shadowed_seqs)} (content only)",
         )
     )
-    original = folded.event(record.shadowed_seqs[0])
-    meter = meter_named(record.meter)
-    priced = meter.event(original)
-    audit.checks.append(
-        Check(
-            "shadowed-tokens",
-            priced == record.shadowed_token_count,
-            f"re-priced {priced}; recorded {record.shadowed_token_count}",
-        )
-    )
-    audit.checks.append(
-        Check(
-            "pair-kept",
-            isinstance(original, ToolResult)
-            and original.message.source.call_id == nxt.message.source.call_id,
-            f"call id {nxt.message.source.call_id} kept",
-        )
-    )
+    audit.checks.append(_guarded("shadowed-tokens", lambda: _check_prune_tokens(record, folded)))
+    audit.checks.append(_guarded("pair-kept", lambda: _check_pair_kept(record, nxt, folded)))
     return audit
+
+
+def _pruned_original(record: CompactPrune, folded: Replay) -> SessionEvent:
+    if len(record.shadowed_seqs) != 1:
+        raise LookupError(
+            f"compact/prune seq {record.seq} records {len(record.shadowed_seqs)} shadowed seqs; "
+            "expected exactly one"
+        )
+    original = _event(folded, record.shadowed_seqs[0])
+    if original is None:
+        raise LookupError(f"compact/prune seq {record.seq} shadows seq {record.shadowed_seqs[0]}, not in the log")
+    return original
+
+
+def _check_prune_tokens(record: CompactPrune, folded: Replay) -> Check:
+    original = _pruned_original(record, folded)
+    priced = meter_named(record.meter).event(original)
+    return Check(
+        "shadowed-tokens", priced == record.shadowed_token_count,
+        f"re-priced seq {original.seq}: {priced}; recorded {record.shadowed_token_count}",
+    )
+
+
+def _check_pair_kept(record: CompactPrune, replacement: ToolResult, folded: Replay) -> Check:
+    original = _pruned_original(record, folded)
+    call_id = replacement.message.source.call_id
+    ok = isinstance(original, ToolResult) and original.message.source.call_id == call_id
+    return Check(
+        "pair-kept", ok,
+        f"call id {call_id} " + ("kept" if ok else f"differs from the pruned seq {original.seq}'s"),
+    )

@@ -66,16 +66,15 @@ class SurfaceProjection(SessionProjection[SurfaceState]):
         plan = surface.plan(event, state.lookup)
         if plan.on_surface:
             key, seq, slots = state.key, plan.seq, state.slots
-            upsert = self.changes.upsert
+            rows = self.changes.bucket(NODES.name)
             slot = seq
             if plan.is_replace:
                 slot = slots[plan.shadowed[0]]
                 deltas = surface.deltas[plan.start_index : plan.end_index + 1]
                 for shadowed, delta in zip(plan.shadowed, deltas, strict=True):
-                    row = (key, shadowed, slots.pop(shadowed), delta, seq)
-                    upsert(NODES.name, (key, shadowed), row)
+                    rows[key, shadowed] = (key, shadowed, slots.pop(shadowed), delta, seq)
             slots[seq] = slot
-            upsert(NODES.name, (key, seq), (key, seq, slot, plan.delta, None))
+            rows[key, seq] = (key, seq, slot, plan.delta, None)
         surface.apply(plan)
 
     def flush(self, state: SurfaceState) -> None:

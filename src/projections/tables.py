@@ -63,10 +63,14 @@ class Changes:
     rows: dict[str, dict[Key, Row]] = field(default_factory=dict)
 
     def upsert(self, table_name: str, key: Key, row: Row) -> None:
+        self.bucket(table_name)[key] = row
+
+    def bucket(self, table_name: str) -> dict[Key, Row]:
+        """The rows of ``table_name`` by key (assign to it to upsert)."""
         bucket = self.rows.get(table_name)
         if bucket is None:
             bucket = self.rows[table_name] = {}
-        bucket[key] = row
+        return bucket
 
     def for_table(self, table_name: str) -> list[Row]:
         return list(self.rows.get(table_name, {}).values())

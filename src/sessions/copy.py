@@ -4,6 +4,8 @@ Each session is copied in batches of stored events (each batch one atomic insert
 an interrupted copy leaves a contiguous prefix in the target and a second run copies only what is
 missing. After copying, the target session is loaded and verified by event count and surface hash. A
 target that already holds *different* events at the same seqs is reported, never overwritten.
+Either store may be partitioned (:mod:`sessions.partitioned`): each session is read from and written
+to the partition its id routes to, so a copy also re-partitions.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from eventsourcing.persistence import IntegrityError
 from sessions.errors import StoreError
 from sessions.mapper import EventEnvelope, encode_event
 from sessions.native import surface_hash
+from sessions.partitioned import AnyStore, home_store
 from sessions.store import SessionStore
 
 BATCH = 1000
@@ -48,8 +51,8 @@ class CopyReport:
 
 
 def copy_sessions(
-    source: SessionStore,
-    target: SessionStore,
+    source: AnyStore,
+    target: AnyStore,
     session_ids: Iterable[UUID],
     *,
     progress: Progress | None = None,
@@ -61,8 +64,8 @@ def copy_sessions(
 
 
 def copy_session(
-    source: SessionStore,
-    target: SessionStore,
+    source: AnyStore,
+    target: AnyStore,
     session_id: UUID,
     *,
     progress: Progress | None = None,
@@ -72,8 +75,9 @@ def copy_session(
     if not events:
         raise StoreError(f"session {session_id} has no events in the source store")
     expected = surface_hash(source.get(session_id))
-    present = _target_length(target, session_id)
-    last_target = target.load_events(session_id, present - 1, present) if present else []
+    home = home_store(target, session_id)
+    present = _target_length(home, session_id)
+    last_target = home.load_events(session_id, present - 1, present) if present else []
     if present > len(events) or (
         last_target and encode_event(last_target[0]) != encode_event(events[present - 1])
     ):
@@ -90,7 +94,7 @@ def copy_session(
     for lo in range(present, len(events), batch):
         chunk = events[lo : lo + batch]
         try:
-            target.events.put([EventEnvelope(session_id, e.seq, e) for e in chunk])
+            home.events.put([EventEnvelope(session_id, e.seq, e) for e in chunk])
         except IntegrityError as e:
             raise StoreError(
                 f"session {session_id}: the target gained events at seqs {lo}..{lo + len(chunk) - 1} "
@@ -100,9 +104,11 @@ def copy_session(
         if progress is not None:
             progress(session_id, present + copied, len(events))
     status = "already-copied" if copied == 0 else ("resumed" if present else "copied")
-    copied_session = target.get(session_id, use_snapshots=False)
+    copied_session = home.get(session_id, use_snapshots=False)
     actual = surface_hash(copied_session)
     verified = len(copied_session) == len(events) and actual == expected
+    if verified and copied and len(copied_session) >= home.snapshot_interval > 0:
+        home.take_session_snapshot(copied_session)  # loads in the target stay cheap
     detail = (
         "" if verified else f"target has {len(copied_session)} events, surface hash {actual[:12]}"
     )

@@ -22,7 +22,12 @@ from uuid import UUID
 
 import msgspec
 
-from sessions.errors import EventRuleError, TranscriptError, UnknownEventTypeError
+from sessions.errors import (
+    CorruptSurfaceError,
+    EventRuleError,
+    TranscriptError,
+    UnknownEventTypeError,
+)
 from sessions.events import SessionEvent
 from sessions.mapper import decode_event
 from sessions.session import Session, project
@@ -100,6 +105,16 @@ def _fail(path: str, line: int, message: str) -> TranscriptError:
     return TranscriptError(path, line, message)
 
 
+def is_native(path: Path) -> bool:
+    """Whether the file starts with a native export header (any version)."""
+    try:
+        with path.open(encoding="utf-8") as handle:
+            header = json.loads(handle.readline())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(header, dict) and header.get("format") == FORMAT
+
+
 def read_header(path: Path) -> dict[str, Any]:
     with path.open(encoding="utf-8") as handle:
         first = handle.readline()
@@ -136,8 +151,10 @@ def import_session(path: Path) -> Session:
                 )
             try:
                 session.append(event)
-            except EventRuleError as e:
+            except (EventRuleError, CorruptSurfaceError) as e:
                 raise _fail(str(path), number, f"event seq {event.seq} breaks a rule: {e}") from e
+    if not len(session):
+        raise _fail(str(path), 2, "expected at least one event line after the header, found none")
     _verify(str(path), header, session)
     return session
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import parse_qsl, unquote, urlparse
 from uuid import UUID
 
 from eventsourcing.application import Application
@@ -62,6 +62,12 @@ class StoreLocation:
 
 def parse_store_url(url: str) -> StoreLocation:
     parsed = urlparse(url)
+    partitions = dict(parse_qsl(parsed.query)).get("partitions", "1")
+    if partitions != "1":  # a PartitionedSessionStore: sessions.partitioned.open_store
+        raise ConfigurationError(
+            f"store URL {url!r} names {partitions} partitions, but this opens a single store; "
+            "open it with sessions.partitioned.open_store (the copy command accepts it)"
+        )
     env = {"IS_SNAPSHOTTING_ENABLED": "y"}
     if parsed.scheme == "memory":
         env["PERSISTENCE_MODULE"] = "eventsourcing.popo"

@@ -46,12 +46,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--summarizer", choices=SUMMARIZERS, default="template")
     parser.add_argument("--base-url", metavar="URL", help="provider base URL (openai, anthropic)")
-    parser.add_argument(
-        "--model", metavar="M", help="summarization model name (or a GGUF path for local)"
-    )
-    parser.add_argument(
-        "--max-tokens", type=positive_int, default=8192, metavar="N", help="generation cap"
-    )
+    parser.add_argument("--model", metavar="M", help="summarization model name (or a GGUF path for local)")
+    parser.add_argument("--max-tokens", type=positive_int, default=8192, metavar="N", help="generation cap")
     parser.add_argument(
         "--min-ratio",
         type=float,
@@ -60,9 +56,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="fidelity gate: identifier retention required (default 0.9)",
     )
     parser.add_argument("--meter", choices=("heuristic", "tiktoken"), default="heuristic")
-    parser.add_argument(
-        "--manual", action="store_true", help="compact once, keeping only the newest unit"
-    )
+    parser.add_argument("--manual", action="store_true", help="compact once, keeping only the newest unit")
     parser.add_argument(
         "--instruction",
         default="Continue with the next phase.",
@@ -121,7 +115,7 @@ async def _compact(
 def _config(args: argparse.Namespace) -> BasicConfig:
     values: dict[str, Any] = {
         "threshold_ratio": args.threshold,
-        "max_tokens": args.max_tokens,
+        "max_tokens": args.max_tokens or (384 if args.summarizer == "local" else 8192),
         "min_identifier_ratio": args.min_ratio,
     }
     if args.window is not None:
@@ -135,11 +129,14 @@ async def _summarizer(args: argparse.Namespace, stack: AsyncExitStack) -> Summar
     if args.summarizer == "template":
         return TemplateSummarizer()
     if args.summarizer == "local":
+        from compaction.summarizers.chunking import ChunkingSummarizer
         from compaction.summarizers.local import LocalModelServer
-        from compaction.summarizers.openai import OpenAISummarizer
 
         server = await stack.enter_async_context(LocalModelServer(args.model))
-        summarizer: Summarizer = OpenAISummarizer(server.base_url, server.alias, provider="local")
+        # The embedded model's window is small: summarize oversize spans in balanced chunks.
+        summarizer: Summarizer = ChunkingSummarizer(
+            server.summarizer(), server.context_tokens, HeuristicMeter().message
+        )
     elif args.summarizer == "openai":
         from compaction.summarizers.openai import OpenAISummarizer
 
