@@ -2,7 +2,7 @@
 #   make demo    install, then run the main job (`compaction demo`) on the default SQLite store
 #   make test    install, then run the whole test suite
 #   make lint    ruff + mypy (strict)
-#   make bench   the benchmarks (benchmarks/bench_*.py)
+#   make bench   the benchmarks, one Markdown table (BENCH="load surface" picks some)
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -30,7 +30,7 @@ lint: $(INSTALLED)
 	$(BIN)/mypy
 
 bench: $(INSTALLED)
-	scripts/bench.sh $(BIN)/python
+	$(BIN)/python -m benchmarks.run $(BENCH)
 
 clean:
 	rm -rf $(VENV) .compaction .mypy_cache .ruff_cache .hypothesis build src/*.egg-info

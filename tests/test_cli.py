@@ -120,13 +120,13 @@ def test_import_human_output_is_a_table(
     assert "0 imported, 1 already imported" in out and "already_imported" in out
 
 
-def test_import_format_events_is_not_supported_yet(
+def test_import_format_events_refuses_a_transcript(
     sqlite_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, document = run_json(
         capsys, "--store", sqlite_url, "import", str(PUBLIC_TRANSCRIPTS[0]), "--format", "events"
     )
-    assert_error(code, document, "ConfigurationError", "--format events", "not supported")
+    assert_error(code, document, "TranscriptError", ":1:", "not a native event export")
 
 
 def test_import_missing_file_names_it(
@@ -289,17 +289,38 @@ def test_resolve_session_prefixes() -> None:
 
 
 def test_demo_json_document(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    code, document = run_json(capsys, "--store", sqlite_url, "demo", "--turns", "1", "--steps", "6")
+    code, document = run_json(
+        capsys, "--store", sqlite_url, "demo", "--turns", "1", "--steps", "6", "--no-phases"
+    )
     assert code == 0, document
     assert set(document) >= DEMO_KEYS
     assert document["checks_passed"] is True
-    assert document["compactions"] == 0
-    assert document["tokens_before"] == document["tokens_after"] > 0
+    assert document["compactions"] == 0 and document["compaction_log"] == []
+    assert document["tokens_before"] > 0 and document["tokens_after"] > 0
+    assert document["strategies"] == []
     code, listing = run_json(capsys, "--store", sqlite_url, "sessions")
     (row,) = listing["sessions"]
     assert row["session_id"] == document["session_id"]
     assert row["events"] == document["events"]
-    assert row["surface_tokens"] == document["tokens_after"]
+    assert 0 < row["surface_tokens"] <= document["tokens_before"]
+
+
+def test_demo_compacts_a_long_session_and_every_invariant_holds(
+    sqlite_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, document = run_json(capsys, "--store", sqlite_url, "demo", "--window", "12000")
+    assert code == 0, [c for c in document.get("checks", []) if not c["passed"]]
+    assert document["checks_passed"] is True
+    assert document["compactions"] == len(document["compaction_log"]) >= 2
+    assert all(e["tokens_after"] < e["tokens_before"] for e in document["compaction_log"])
+    assert document["max_request_tokens"] < document["window"] == 12000
+    assert document["tokens_after"] < document["tokens_before"] / 3
+    names = {c["name"] for c in document["checks"]}
+    assert {"bracket", "content-hashes", "within-window", "task-statement-first"} <= names
+    strategies = {run["strategy"]: run for run in document["strategies"]}
+    assert set(strategies) == {"checkpoint", "summary"}
+    for run in strategies.values():
+        assert all(b["compacted"] and b["tokens_after"] < b["tokens_before"] for b in run["boundaries"])
 
 
 def test_demo_uses_the_store_from_the_environment(
@@ -308,7 +329,7 @@ def test_demo_uses_the_store_from_the_environment(
     monkeypatch.setenv("COMPACTION_STORE", sqlite_url)
     code, out, err = run_human(capsys, "demo", "--turns", "1", "--steps", "3")
     assert code == 0, err
-    assert "checks_passed" in out
+    assert "every invariant held" in out
     with SessionStore.open(sqlite_url) as store:
         assert len(store.session_ids()) == 1
 

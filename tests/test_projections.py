@@ -528,3 +528,47 @@ def test_the_python_example_in_the_docs_runs() -> None:
     text = (Path(__file__).resolve().parents[1] / "docs" / "projections.md").read_text()
     block = text.split("```python\n", 1)[1].split("```", 1)[0]
     exec(compile(block, "docs/projections.md", "exec"), {})
+
+
+def test_public_surface_is_pinned() -> None:
+    import projections
+
+    assert sorted(projections.__all__) == sorted(
+        [
+            "ALL", "PROJECTIONS", "LedgerProjection", "PollingSubscription",
+            "ProjectionConfigError", "ProjectionError", "ProjectionFoldError", "ProjectionReport",
+            "ProjectionRunner", "ProjectionTimeoutError", "SurfaceProjection", "SurfaceRecord",
+            "TrackingConflictError", "UsageProjection", "ViewDatabase", "ViewRecorder",
+            "ViewStoreError", "compactions", "default_views_path", "resolve_names", "steps_of",
+            "stop_on_signals", "surface_at", "surface_of", "surfaces", "usage_of",
+        ]
+    )
+    for name in projections.__all__:
+        assert getattr(projections, name) is not None
+
+
+def test_one_event_at_a_time_through_eventsourcings_projection_api(store: SessionStore) -> None:
+    from eventsourcing.persistence import Tracking
+
+    from projections import SurfaceProjection, ViewDatabase
+
+    writer = Writer(store, random.Random(14))
+    session = writer.new_session()
+    for _ in range(4):
+        writer.step(session)
+    with ViewDatabase(store) as database:
+        view = database.recorder("surface", SurfaceProjection.tables)
+        view.drop(store.name)
+        projection = SurfaceProjection(view, store)
+        notifications = store.recorder.select_notifications(start=1, limit=10_000)
+        for notification in notifications:
+            envelope = store.mapper.to_domain_event(notification)
+            projection.process_event(envelope, Tracking(store.name, notification.id))
+        record = surface_of(view, session.id)
+        assert record is not None and record.nodes == tuple(store.get(session.id).nodes)
+        last = notifications[-1]
+        with pytest.raises(TrackingConflictError):
+            projection.process_event(
+                store.mapper.to_domain_event(last), Tracking(store.name, last.id)
+            )
+        assert view.max_tracking_id(store.name) == last.id

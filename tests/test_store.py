@@ -347,6 +347,18 @@ def test_a_failed_first_save_leaves_the_session_unknown(store: SessionStore) -> 
     assert len(store.get(session_id)) == 1
 
 
+def test_a_compressed_store_round_trips_events_and_snapshots(store_url: str) -> None:
+    settings = {"COMPRESSOR_TOPIC": "eventsourcing.compressor:ZlibCompressor"}
+    with SessionStore(settings, location=parse_store_url(store_url)) as compressed:
+        compressed.snapshot_interval = 5
+        session = worked(compressed.create(), 3)
+        compressed.save(session)
+        raw = compressed.recorder.select_events(session.id, limit=1)[0].state
+        assert raw != encode_event(session.event(0))  # stored compressed
+        assert view(compressed.get(session.id)) == view(session)
+        assert view(compressed.get(session.id, use_snapshots=False)) == view(session)
+
+
 # ---------------------------------------------------------------- snapshots and versions
 
 

@@ -106,6 +106,8 @@ class CompactionAudit:
     summary_seq: int | None = None
     replacement_seq: int | None = None
     end_seq: int | None = None
+    shadowed_tokens: int | None = None  # as recorded
+    summary_tokens: int | None = None  # as recorded
 
     @property
     def passed(self) -> bool:
@@ -128,6 +130,8 @@ class CompactionAudit:
             "provider": self.provider,
             "model": self.model,
             "shadowed_seqs": list(self.shadowed_seqs),
+            "shadowed_tokens": self.shadowed_tokens,
+            "summary_tokens": self.summary_tokens,
             "error": self.error,
             "passed": self.passed,
             "checks": [c.as_json() for c in self.checks],
@@ -248,15 +252,15 @@ def _audit_bracket(bracket: Bracket, folded: Replay, policy: Policy) -> Compacti
         summary_seq=summary.seq if summary else None,
         replacement_seq=bracket.replacement.seq if bracket.replacement else None,
         end_seq=bracket.end.seq if bracket.end else None,
+        shadowed_tokens=summary.shadowed_token_count if summary else None,
+        summary_tokens=summary.summary_token_count if summary else None,
     )
     audit.checks.append(_guarded("bracket", lambda: _check_bracket(bracket)))
     if bracket.outcome != "committed" or summary is None or bracket.replacement is None:
         audit.checks.append(_guarded("surface-untouched", lambda: _check_untouched(bracket, folded)))
         return audit
-    audit.checks += [
-        _guarded(name, partial(check, bracket, summary, folded, policy))
-        for name, check in _COMMITTED_CHECKS
-    ]
+    committed = Committed(bracket, summary, bracket.replacement, folded, policy)
+    audit.checks += [_guarded(name, partial(check, committed)) for name, check in _COMMITTED_CHECKS]
     return audit
 
 
@@ -313,33 +317,56 @@ def _check_untouched(bracket: Bracket, folded: Replay) -> Check:
     )
 
 
-CommittedCheck = Callable[[Bracket, CompactSummary, Replay, Policy], Check]
+@dataclass(frozen=True)
+class Committed:
+    """A committed bracket under audit, with the replay it is checked against."""
+
+    bracket: Bracket
+    summary: CompactSummary
+    replacement: UserMessage
+    folded: Replay
+    policy: Policy
+
+    @property
+    def moment(self) -> Moment | None:
+        return self.folded.moments.get(self.replacement.seq)
+
+    @property
+    def scope(self) -> str | None:
+        """Why this library's policies do not apply to the bracket (None: they do)."""
+        if self.bracket.imported:
+            return f"imported {self.summary.provider} compaction"
+        if self.bracket.start.strategy == "checkpoint":
+            return "checkpoint rebuild (keeps decisions, not evidence)"
+        return None
 
 
-def _replacement(bracket: Bracket) -> UserMessage:
-    assert bracket.replacement is not None
-    return bracket.replacement
+CommittedCheck = Callable[[Committed], Check]
 
 
-def _check_range(bracket: Bracket, summary: CompactSummary, folded: Replay, policy: Policy) -> Check:
-    replacement = _replacement(bracket)
-    seq = replacement.seq
-    if seq in folded.violations:
-        return Check("replace-range", False, f"seq {seq}: {folded.violations[seq]}")
-    op = replacement.surface_op
-    moment = folded.moments.get(seq)
+def _range(op: Replace, moment: Moment) -> tuple[int, int] | None:
+    """Positions of the replaced range on the surface of that moment (None: not on it)."""
+    if op.start not in moment.nodes or op.end not in moment.nodes:
+        return None
+    return moment.nodes.index(op.start), moment.nodes.index(op.end)
+
+
+def _check_range(c: Committed) -> Check:
+    seq, op, moment, summary = c.replacement.seq, c.replacement.surface_op, c.moment, c.summary
+    if seq in c.folded.violations:
+        return Check("replace-range", False, f"seq {seq}: {c.folded.violations[seq]}")
     if moment is None or not isinstance(op, Replace):
         return Check("replace-range", False, f"seq {seq} is not a replacement")
-    nodes = moment.nodes
-    if op.start not in nodes or op.end not in nodes:
+    positions = _range(op, moment)
+    if positions is None:
         return Check("replace-range", False, f"seq {seq}: range {op.start}..{op.end} not on the surface")
-    i, j = nodes.index(op.start), nodes.index(op.end)
-    shadowed = nodes[i : j + 1]
+    i, j = positions
+    shadowed = moment.nodes[i : j + 1]
     if shadowed != summary.shadowed_seqs:
         return Check(
             "replace-range", False,
-            f"seq {seq}: the range shadows {list(shadowed)} but compact/summary seq {summary.seq} "
-            f"records {list(summary.shadowed_seqs)}",
+            f"seq {seq}: the range shadows {_seqs(shadowed)} but compact/summary seq {summary.seq} "
+            f"records {_seqs(summary.shadowed_seqs)}",
         )
     recorded = summary.shadowed_range
     if (recorded.start, recorded.end) != (op.start, op.end):
@@ -351,53 +378,51 @@ def _check_range(bracket: Bracket, summary: CompactSummary, folded: Replay, poli
     return Check(
         "replace-range", True,
         f"seq {seq} replaces seqs {op.start}..{op.end} at positions {i}..{j} ({len(shadowed)} "
-        f"of {len(nodes)} nodes)",
+        f"of {len(moment.nodes)} nodes)",
     )
 
 
-def _check_provenance(bracket: Bracket, summary: CompactSummary, folded: Replay, policy: Policy) -> Check:
-    replacement = _replacement(bracket)
-    cited = set(replacement.source_event_seqs or ())
-    needed = [bracket.start.seq, summary.seq, *summary.shadowed_seqs]
+def _check_provenance(c: Committed) -> Check:
+    seq, summary = c.replacement.seq, c.summary
+    cited = set(c.replacement.source_event_seqs or ())
+    needed = [c.bracket.start.seq, summary.seq, *summary.shadowed_seqs]
     missing = [s for s in needed if s not in cited]
     extra = sorted(cited - set(needed))
     if missing or extra:
-        parts = [f"miss {missing}"] if missing else []
-        parts += [f"cite seqs outside the bracket {extra}"] if extra else []
-        return Check(
-            "provenance", False,
-            f"replacement seq {replacement.seq} source_event_seqs " + " and ".join(parts),
-        )
+        parts = [f"miss seqs {_seqs(missing)}"] if missing else []
+        parts += [f"cite seqs outside the bracket {_seqs(extra)}"] if extra else []
+        return Check("provenance", False, f"replacement seq {seq} source_event_seqs " + " and ".join(parts))
     return Check(
         "provenance", True,
-        f"replacement seq {replacement.seq} cites start {bracket.start.seq}, summary {summary.seq} "
+        f"replacement seq {seq} cites start {c.bracket.start.seq}, summary {summary.seq} "
         f"and {len(summary.shadowed_seqs)} shadowed seqs",
     )
 
 
-def _priced(summary: CompactSummary, folded: Replay) -> tuple[Meter, int]:
-    meter = meter_named(summary.meter)
+def _priced(c: Committed) -> tuple[Meter, int]:
+    """The shadowed span re-priced with the meter the compaction recorded."""
+    meter = meter_named(c.summary.meter)
     total = 0
-    for seq in summary.shadowed_seqs:
-        event = _event(folded, seq)
+    for seq in c.summary.shadowed_seqs:
+        event = _event(c.folded, seq)
         if event is None:
-            raise LookupError(f"compact/summary seq {summary.seq} shadows seq {seq}, not in the log")
+            raise LookupError(f"compact/summary seq {c.summary.seq} shadows seq {seq}, not in the log")
         total += meter.event(event)
     return meter, total
 
 
-def _check_tokens(bracket: Bracket, summary: CompactSummary, folded: Replay, policy: Policy) -> Check:
-    meter, priced = _priced(summary, folded)
-    ok = priced == summary.shadowed_token_count
+def _check_tokens(c: Committed) -> Check:
+    meter, priced = _priced(c)
+    recorded = c.summary.shadowed_token_count
     return Check(
-        "shadowed-tokens", ok,
-        f"re-priced with {meter.name}: {priced}; recorded {summary.shadowed_token_count}",
+        "shadowed-tokens", priced == recorded,
+        f"re-priced with {meter.name}: {priced}; recorded {recorded}",
     )
 
 
-def _check_shrink(bracket: Bracket, summary: CompactSummary, folded: Replay, policy: Policy) -> Check:
-    meter, shadowed = _priced(summary, folded)
-    framed = meter.message(_replacement(bracket).message)
+def _check_shrink(c: Committed) -> Check:
+    meter, shadowed = _priced(c)
+    framed = meter.message(c.replacement.message)
     ok = framed < shadowed
     ratio = f"{shadowed / framed:.1f}x smaller" if framed else "empty"
     return Check(
@@ -406,19 +431,19 @@ def _check_shrink(bracket: Bracket, summary: CompactSummary, folded: Replay, pol
     )
 
 
-def _check_cuts(bracket: Bracket, summary: CompactSummary, folded: Replay, policy: Policy) -> Check:
-    replacement = _replacement(bracket)
-    op = replacement.surface_op
-    moment = folded.moments.get(replacement.seq)
-    if moment is None or not isinstance(op, Replace) or op.start not in moment.nodes or op.end not in moment.nodes:
+def _check_cuts(c: Committed) -> Check:
+    op, moment = c.replacement.surface_op, c.moment
+    positions = _range(op, moment) if moment is not None and isinstance(op, Replace) else None
+    if moment is None or positions is None or not isinstance(op, Replace):
         return Check("balanced-cuts", False, "no surface to check the cuts on (see replace-range)")
     if moment.balance is None:
-        return Check("balanced-cuts", False, f"surface before seq {replacement.seq} is corrupt: {moment.corrupt}")
-    i, j = moment.nodes.index(op.start), moment.nodes.index(op.end)
+        return Check(
+            "balanced-cuts", False, f"surface before seq {c.replacement.seq} is corrupt: {moment.corrupt}"
+        )
+    i, j = positions
     before, after = moment.balance[i], moment.balance[j + 1]
-    ok = before == 0 and after == 0
     return Check(
-        "balanced-cuts", ok,
+        "balanced-cuts", before == 0 and after == 0,
         f"open tool calls before seq {op.start}: {before}; after seq {op.end}: {after}",
     )
 
@@ -430,41 +455,30 @@ def _first_user_seq(folded: Replay) -> int | None:
     return None
 
 
-def _policy_scope(bracket: Bracket, summary: CompactSummary) -> str | None:
-    """Why this library's policies do not apply to the bracket (None: they do)."""
-    if bracket.imported:
-        return f"imported {summary.provider} compaction"
-    if bracket.start.strategy == "checkpoint":
-        return "checkpoint rebuild (keeps decisions, not evidence)"
-    return None
-
-
 def _policy(check: Check, scope: str | None) -> Check:
+    """A policy check outside its scope passes, keeping what it measured as evidence."""
     if scope is None or check.passed:
         return check
     return Check(check.name, True, f"not required of an {scope}; measured: {check.evidence}", False)
 
 
-def _check_first_user(bracket: Bracket, summary: CompactSummary, folded: Replay, policy: Policy) -> Check:
-    first = _first_user_seq(folded)
+def _check_first_user(c: Committed) -> Check:
+    first = _first_user_seq(c.folded)
+    seq = c.replacement.seq
     if first is None:
         return Check("first-user-message", True, "the session has no user message")
-    seq = _replacement(bracket).seq
-    moment = folded.moments.get(seq)
-    if moment is not None and first not in moment.nodes:
+    if c.moment is not None and first not in c.moment.nodes:
         return Check(
             "first-user-message", True,
             f"first user message seq {first} was already off the surface before seq {seq} "
             "(an earlier replacement shadowed it)",
         )
-    shadowed = first in summary.shadowed_seqs
-    check = Check(
-        "first-user-message", not shadowed,
-        f"first user message seq {first} "
-        + (f"is shadowed by replacement seq {seq}" if shadowed else f"is still on the surface after seq {seq}"),
-    )
-    scope = _policy_scope(bracket, summary)
-    if scope is None and not policy.keep_first_user:
+    shadowed = first in c.summary.shadowed_seqs
+    where = "is shadowed by" if shadowed else "is still on the surface after"
+    where += f" replacement seq {seq}"
+    check = Check("first-user-message", not shadowed, f"first user message seq {first} {where}")
+    scope = c.scope
+    if scope is None and not c.policy.keep_first_user:
         scope = "audit run that allows it (keep_first_user=False)"
     return _policy(check, scope)
 
@@ -473,15 +487,15 @@ def _summary_text(summary: CompactSummary) -> str:
     return text_of(summary.summary)
 
 
-def _check_sections(bracket: Bracket, summary: CompactSummary, folded: Replay, policy: Policy) -> Check:
-    bodies = section_bodies(_summary_text(summary))
+def _check_sections(c: Committed) -> Check:
+    bodies = section_bodies(_summary_text(c.summary))
     missing = [s for s in SECTIONS if not bodies.get(s)]
     check = (
         Check("sections", False, f"missing or empty: {', '.join(missing)}")
         if missing
         else Check("sections", True, "all eight sections present and non-empty")
     )
-    return _policy(check, _policy_scope(bracket, summary))
+    return _policy(check, c.scope)
 
 
 def _messages(folded: Replay, seqs: Sequence[int]) -> list[Message]:
@@ -489,32 +503,33 @@ def _messages(folded: Replay, seqs: Sequence[int]) -> list[Message]:
     return [m for m in (project(e) for e in events if e is not None) if m is not None]
 
 
-def _check_retention(bracket: Bracket, summary: CompactSummary, folded: Replay, policy: Policy) -> Check:
-    wanted = extract(_messages(folded, summary.shadowed_seqs)).all()
-    kept, missing = retained(wanted, _summary_text(summary))
+def _check_retention(c: Committed) -> Check:
+    wanted = extract(_messages(c.folded, c.summary.shadowed_seqs)).all()
+    kept, missing = retained(wanted, _summary_text(c.summary))
     ratio = 1.0 if not wanted else len(kept) / len(wanted)
     sample = ", ".join(missing[:6])
     check = Check(
-        "identifier-retention", ratio >= policy.min_ratio,
+        "identifier-retention", ratio >= c.policy.min_ratio,
         f"{len(kept)}/{len(wanted)} verbatim identifiers kept ({ratio:.0%}; required "
-        f"{policy.min_ratio:.0%})" + (f"; missing e.g. {sample}" if missing else ""),
+        f"{c.policy.min_ratio:.0%})" + (f"; missing e.g. {sample}" if missing else ""),
     )
-    return _policy(check, _policy_scope(bracket, summary))
+    return _policy(check, c.scope)
 
 
-def _check_hashes(bracket: Bracket, summary: CompactSummary, folded: Replay, policy: Policy) -> Check:
+def _check_hashes(c: Committed) -> Check:
+    summary = c.summary
     if not summary.shadowed_hashes:
         return Check("content-hashes", False, f"compact/summary seq {summary.seq} records no content hashes")
     changed = []
     for seq in summary.shadowed_seqs:
-        event = _event(folded, seq)
+        event = _event(c.folded, seq)
         if event is None or summary.shadowed_hashes.get(str(seq)) != event_hash(event):
             changed.append(seq)
     if changed:
         return Check(
             "content-hashes", False,
-            f"shadowed events changed since the compaction: seqs {changed} no longer match the "
-            f"hashes recorded on compact/summary seq {summary.seq}",
+            f"shadowed events changed since the compaction: seqs {_seqs(changed)} no longer match "
+            f"the hashes recorded on compact/summary seq {summary.seq}",
         )
     return Check(
         "content-hashes", True,
@@ -549,11 +564,15 @@ def _audit_prune(record: CompactPrune, folded: Replay) -> CompactionAudit:
         model=None,
         shadowed_seqs=record.shadowed_seqs,
         replacement_seq=nxt.seq if nxt is not None else None,
+        shadowed_tokens=record.shadowed_token_count,
     )
     if not isinstance(nxt, ToolResult) or not isinstance(nxt.surface_op, Replace):
         audit.outcome = "orphaned"
         audit.checks.append(
-            Check("bracket", False, f"compact/prune seq {record.seq} is not followed by a tool/result replacement")
+            Check(
+                "bracket", False,
+                f"compact/prune seq {record.seq} is not followed by a tool/result replacement",
+            )
         )
         return audit
     audit.checks.append(Check("bracket", True, f"prune {record.seq} followed by replacement {nxt.seq}"))
@@ -577,7 +596,9 @@ def _pruned_original(record: CompactPrune, folded: Replay) -> SessionEvent:
         )
     original = _event(folded, record.shadowed_seqs[0])
     if original is None:
-        raise LookupError(f"compact/prune seq {record.seq} shadows seq {record.shadowed_seqs[0]}, not in the log")
+        raise LookupError(
+            f"compact/prune seq {record.seq} shadows seq {record.shadowed_seqs[0]}, not in the log"
+        )
     return original
 
 

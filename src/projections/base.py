@@ -12,7 +12,6 @@ a while are evicted after a commit and reloaded when they come back.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 from uuid import UUID
 
@@ -28,14 +27,26 @@ from sessions.errors import EventCompactionError, StoreError, UnknownEventTypeEr
 from sessions.events import SessionEvent, event_class
 from sessions.mapper import EventEnvelope
 from sessions.store import SessionStore
-from sessions.surface import EventLookup
+from sessions.surface import EventLookup, Plan, Surface
 
 S = TypeVar("S")
 
-Decoded = tuple[int, str, SessionEvent]
-"""A decoded notification: ``(notification id, session key, event)``."""
-
 DEFAULT_MAX_CACHED_SESSIONS = 10_000
+
+
+def plan_or_advance(surface: Surface, event: SessionEvent, lookup: EventLookup) -> Plan | None:
+    """The surface fold of ``event``: its validated plan, or None for a well-formed log-only event,
+    whose whole fold is the length moving on (done here, without allocating a plan). Anything else,
+    a malformed log-only event included, goes through :meth:`Surface.plan` and its errors."""
+    if (
+        not event.SURFACE
+        and event.seq == surface.length
+        and event.surface_op is None
+        and event.source_event_seqs is None
+    ):
+        surface.length = event.seq + 1
+        return None
+    return surface.plan(event, lookup)
 
 
 class RowDecoder:
@@ -48,6 +59,7 @@ class RowDecoder:
     def __init__(self, mapper: Mapper[Any]) -> None:
         self.cipher = mapper.cipher
         self.compressor = mapper.compressor
+        self._transform = self.cipher is not None or self.compressor is not None
         self._decoders: dict[str, msgspec.json.Decoder[Any]] = {}
         self._keys: dict[Any, str] = {}
 
@@ -58,28 +70,25 @@ class RowDecoder:
             key = self._keys[originator_id] = str(as_uuid)
         return key
 
-    def decode_all(self, rows: Sequence[StoredRow]) -> list[Decoded]:
-        """Decode a batch of stored rows, in order."""
-        keys, decoders = self._keys, self._decoders
-        transform = self.cipher is not None or self.compressor is not None
-        decoded: list[Decoded] = []
-        append = decoded.append
-        for notification_id, originator_id, version, topic, state in rows:
-            key = keys.get(originator_id) or self.key(originator_id)
-            decoder = decoders.get(topic) or self._decoder(topic, key, version, notification_id)
-            try:
-                event: SessionEvent = decoder.decode(self._plain(state) if transform else state)
-            except msgspec.DecodeError as e:
-                raise ProjectionFoldError(
-                    "decode", key, version, notification_id, f"cannot decode {topic}: {e}"
-                ) from e
-            if event.seq != version:
-                raise ProjectionFoldError(
-                    "decode", key, version, notification_id,
-                    f"the stored payload carries seq {event.seq} (tampered or corrupt row)",
-                )
-            append((notification_id, key, event))
-        return decoded
+    def decode(self, row: StoredRow) -> tuple[str, SessionEvent]:
+        """One stored row as ``(session key, event)``."""
+        notification_id, originator_id, version, topic, state = row
+        key = self._keys.get(originator_id) or self.key(originator_id)
+        decoder = self._decoders.get(topic) or self._decoder(topic, key, version, notification_id)
+        if self._transform:
+            state = self._plain(state)
+        try:
+            event: SessionEvent = decoder.decode(state)
+        except msgspec.DecodeError as e:
+            raise ProjectionFoldError(
+                "decode", key, version, notification_id, f"cannot decode {topic}: {e}"
+            ) from e
+        if event.seq != version:
+            raise ProjectionFoldError(
+                "decode", key, version, notification_id,
+                f"the stored payload carries seq {event.seq} (tampered or corrupt row)",
+            )
+        return key, event
 
     def _plain(self, state: bytes) -> bytes:
         if self.cipher is not None:
@@ -150,21 +159,13 @@ class SessionProjection(Projection[ViewRecorder], Generic[S]):
 
     def apply(self, notification_id: int, key: str, event: SessionEvent) -> None:
         """Fold one event of session ``key`` (not written until :meth:`commit`)."""
-        self.apply_all([(notification_id, key, event)])
-
-    def apply_all(self, items: Sequence[Decoded]) -> None:
-        """Fold a batch of decoded notifications, in order (not written until :meth:`commit`)."""
-        touched, state_of, fold = self._touched, self.state, self.fold
-        for notification_id, key, event in items:
-            state = touched.get(key)
-            if state is None:
-                state = touched[key] = state_of(key)
-            try:
-                fold(state, event)
-            except EventCompactionError as e:
-                raise ProjectionFoldError(
-                    self.name, key, event.seq, notification_id, str(e)
-                ) from e
+        state = self._touched.get(key)
+        if state is None:
+            state = self._touched[key] = self.state(key)
+        try:
+            self.fold(state, event)
+        except EventCompactionError as e:
+            raise ProjectionFoldError(self.name, key, event.seq, notification_id, str(e)) from e
 
     def state(self, key: str) -> S:
         """The session's state, loaded on first use; marks it most recently used."""
@@ -181,7 +182,14 @@ class SessionProjection(Projection[ViewRecorder], Generic[S]):
     def process_event(self, domain_event: Any, tracking: Tracking) -> None:
         """eventsourcing's projection API: fold one event and record it with its tracking."""
         assert isinstance(domain_event, EventEnvelope)
-        self.apply(tracking.notification_id, str(domain_event.originator_id), domain_event.event)
+        if tracking.notification_id <= self.position:
+            raise TrackingConflictError(self.name, tracking.notification_id - 1, self.position)
+        self.check_position()
+        try:
+            self.apply(tracking.notification_id, str(domain_event.originator_id), domain_event.event)
+        except BaseException:
+            self.discard()
+            raise
         self.commit(tracking, 1)
 
     def check_position(self) -> None:

@@ -14,7 +14,6 @@ and the outcome:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -22,7 +21,7 @@ from uuid import UUID
 import msgspec
 
 from compaction.events import CompactEnd, CompactStart, CompactSummary
-from projections.base import Decoded, SessionProjection
+from projections.base import SessionProjection
 from projections.tables import table
 from projections.views.base import ViewRecorder
 from sessions.events import Replace, SessionEvent
@@ -69,11 +68,10 @@ class LedgerProjection(SessionProjection[LedgerState]):
     name = "ledger"
     tables = (LEDGER,)
 
-    def apply_all(self, items: Sequence[Decoded]) -> None:
+    def apply(self, notification_id: int, key: str, event: SessionEvent) -> None:
         # Only compaction records and replacements matter; skip the rest without loading state.
-        super().apply_all(
-            [d for d in items if d[2].TYPE in COMPACT_TYPES or isinstance(d[2].surface_op, Replace)]
-        )
+        if event.TYPE in COMPACT_TYPES or isinstance(event.surface_op, Replace):
+            super().apply(notification_id, key, event)
 
     def new_state(self, key: str) -> LedgerState:
         return LedgerState(key)

@@ -185,13 +185,21 @@ class ProjectionRunner:
         return len(rows)
 
     def _fold(self, rows: list[StoredRow], active: list[SessionProjection[Any]]) -> None:
-        decoded = self.decoder.decode_all(rows)
-        first = rows[0][0]
-        for projection in active:
-            if projection.position < first:
-                projection.apply_all(decoded)
-            else:  # this view is ahead of another one: skip what it already has
-                projection.apply_all([d for d in decoded if d[0] > projection.position])
+        """Decode each row once and fold it into every view that has not applied it yet
+        (one row at a time: a decoded event is garbage as soon as the views have it)."""
+        decode = self.decoder.decode
+        if all(p.position < rows[0][0] for p in active):
+            appliers = [p.apply for p in active]
+            for row in rows:
+                key, event = decode(row)
+                for apply in appliers:
+                    apply(row[0], key, event)
+            return
+        for row in rows:  # a view is ahead of another: skip what it already has
+            key, event = decode(row)
+            for projection in active:
+                if row[0] > projection.position:
+                    projection.apply(row[0], key, event)
 
     def wait(self, notification_id: int, timeout: float = 1.0) -> None:
         """Block until every selected view has recorded ``notification_id`` (eventsourcing's

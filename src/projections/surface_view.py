@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from uuid import UUID
 
-from projections.base import SessionProjection
+from projections.base import SessionProjection, plan_or_advance
 from projections.tables import table
 from projections.views.base import ViewRecorder
 from sessions.events import SessionEvent
@@ -63,7 +63,9 @@ class SurfaceProjection(SessionProjection[SurfaceState]):
 
     def fold(self, state: SurfaceState, event: SessionEvent) -> None:
         surface = state.surface
-        plan = surface.plan(event, state.lookup)
+        plan = plan_or_advance(surface, event, state.lookup)
+        if plan is None:
+            return
         if plan.on_surface:
             key, seq, slots = state.key, plan.seq, state.slots
             rows = self.changes.bucket(NODES.name)

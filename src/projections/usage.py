@@ -16,7 +16,7 @@ from typing import Any
 from uuid import UUID
 
 from compaction.meters import HeuristicMeter, Meter
-from projections.base import DEFAULT_MAX_CACHED_SESSIONS, SessionProjection
+from projections.base import DEFAULT_MAX_CACHED_SESSIONS, SessionProjection, plan_or_advance
 from projections.errors import ProjectionConfigError
 from projections.tables import table
 from projections.views.base import ViewRecorder
@@ -81,14 +81,15 @@ class UsageProjection(SessionProjection[UsageState]):
 
     def fold(self, state: UsageState, event: SessionEvent) -> None:
         surface = state.surface
-        plan = surface.plan(event, state.lookup)
-        if plan.on_surface:
-            prices = state.prices
-            if plan.is_replace:
-                state.tokens -= sum(prices.pop(s) for s in plan.shadowed)
-            price = prices[plan.seq] = self.meter.event(event)
-            state.tokens += price
-        surface.apply(plan)
+        plan = plan_or_advance(surface, event, state.lookup)
+        if plan is not None:
+            if plan.on_surface:
+                prices = state.prices
+                if plan.is_replace:
+                    state.tokens -= sum(prices.pop(s) for s in plan.shadowed)
+                price = prices[plan.seq] = self.meter.event(event)
+                state.tokens += price
+            surface.apply(plan)
         if isinstance(event, StepEnd):
             row = (state.key, event.seq, event.turn, event.step, state.tokens, len(surface.nodes))
             self.changes.upsert(STEPS.name, (state.key, event.seq), row)

@@ -116,8 +116,7 @@ def is_native(path: Path) -> bool:
 
 
 def read_header(path: Path) -> dict[str, Any]:
-    with path.open(encoding="utf-8") as handle:
-        first = handle.readline()
+    first = next(_numbered_lines(path), (1, ""))[1]
     try:
         header = json.loads(first)
     except json.JSONDecodeError as e:
@@ -134,25 +133,35 @@ def read_header(path: Path) -> dict[str, Any]:
     return header
 
 
+def _numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` from 1; unreadable files and bytes that are not UTF-8 name the line."""
+    number = 0
+    try:
+        with path.open("rb") as handle:
+            for number, raw in enumerate(handle, start=1):
+                yield number, raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _fail(str(path), number, f"expected UTF-8 text: {e}") from e
+    except OSError as e:
+        raise TranscriptError(str(path), None, f"cannot read the export: {e}") from e
+
+
 def import_session(path: Path) -> Session:
     """Rebuild the exported session exactly; every rule is re-checked, errors name the line."""
     header = read_header(path)
-    session_id = _session_id(str(path), header)
-    session = Session(session_id)
-    with path.open(encoding="utf-8") as handle:
-        next(handle)
-        for number, raw in enumerate(handle, start=2):
-            if not raw.strip():
-                continue
-            event = _decode_line(str(path), number, raw, header["version"])
-            if event.seq != len(session):
-                raise _fail(
-                    str(path), number, f"seq {event.seq} is not contiguous; expected {len(session)}"
-                )
-            try:
-                session.append(event)
-            except (EventRuleError, CorruptSurfaceError) as e:
-                raise _fail(str(path), number, f"event seq {event.seq} breaks a rule: {e}") from e
+    session = Session(_session_id(str(path), header))
+    for number, raw in _numbered_lines(path):
+        if number == 1 or not raw.strip():
+            continue
+        event = _decode_line(str(path), number, raw, header["version"])
+        if event.seq != len(session):
+            raise _fail(
+                str(path), number, f"seq {event.seq} is not contiguous; expected {len(session)}"
+            )
+        try:
+            session.append(event)
+        except (EventRuleError, CorruptSurfaceError) as e:
+            raise _fail(str(path), number, f"event seq {event.seq} breaks a rule: {e}") from e
     if not len(session):
         raise _fail(str(path), 2, "expected at least one event line after the header, found none")
     _verify(str(path), header, session)

@@ -85,7 +85,9 @@ class PartitionedSessionStore:
                 f"store URL {location.display!r}: partitions need PostgreSQL (or memory:// in "
                 "tests); SQLite has one writer per database file, so partitioning cannot help"
             )
-        self.location = location
+        joiner = "&" if "?" in location.url else "?"
+        url = f"{location.url}{joiner}{PARTITIONS_PARAM}={partitions}"
+        self.location = StoreLocation(url, location.kind, location.env)
         self.partitions = partitions
         if location.kind == "postgresql":
             _check_layout(location, partitions)

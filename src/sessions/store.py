@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,8 @@ from sessions.session import Session, SessionSnapshot
 
 DEFAULT_URL = "sqlite:///./.compaction/sessions.db"
 DEFAULT_SNAPSHOT_INTERVAL = 1000
+OPEN_ATTEMPTS = 5
+_CONCURRENT_DDL = ("tuple concurrently updated", "pg_type_typname_nsp_index")
 
 
 def default_url() -> str:
@@ -126,13 +129,30 @@ class SessionStore(Application[UUID]):
         merged.update(self.location.env)
         merged.update(env or {})
         try:
-            super().__init__(env=merged)
+            self._init_application(merged)
         except PersistenceError as e:
             raise StoreError(f"cannot open store {self.location.display}: {e}") from e
         except Exception as e:
             if type(e).__module__.startswith(("psycopg", "sqlite3")):
                 raise StoreError(f"cannot open store {self.location.display}: {e}") from e
             raise
+
+    def _init_application(self, env: dict[str, str]) -> None:
+        """``Application.__init__``, retried when another process creates the same tables at the
+        same moment (PostgreSQL then reports "tuple concurrently updated" for the concurrent
+        ``CREATE OR REPLACE FUNCTION``, or a duplicate ``pg_type`` row for ``CREATE TABLE``)."""
+        for attempt in range(1, OPEN_ATTEMPTS + 1):
+            try:
+                super().__init__(env=env)
+                return
+            except Exception as e:
+                if attempt == OPEN_ATTEMPTS or not any(m in str(e) for m in _CONCURRENT_DDL):
+                    raise
+                factory = getattr(self, "factory", None)
+                if factory is not None:
+                    with contextlib.suppress(Exception):
+                        factory.close()
+                time.sleep(0.05 * attempt)
 
     def construct_env(self, name: str, env: Any = None) -> Any:
         # Application.construct_env re-reads os.environ; ours is already merged above.
@@ -148,7 +168,10 @@ class SessionStore(Application[UUID]):
         return store
 
     def construct_mapper(self) -> Mapper[UUID]:
-        return SessionMapper(transcoder=self.construct_transcoder())
+        # Through the factory, so COMPRESSOR_TOPIC and CIPHER_TOPIC settings take effect.
+        return self.factory.mapper(
+            transcoder=self.construct_transcoder(), mapper_class=SessionMapper
+        )
 
     def __enter__(self) -> SessionStore:
         return self

@@ -6,6 +6,11 @@ A session already in the store (importers derive stable ids from the transcript)
 imported; an unreadable transcript stops the command with a :class:`TranscriptError` naming the file
 and line (sessions saved before it stay saved, and a re-run reports them as already imported).
 
+``--format events`` (also auto-detected by its header) restores a native export
+(:mod:`sessions.native`, written by ``compaction export``) exactly: same id, same seqs, same surface
+hash. A file whose seqs are not contiguous or whose events break a rule is refused, naming the line;
+a session already stored with different events is refused too (nothing of it is written).
+
 JSON: ``{sessions: [{session_id, source, format, status, events, messages, tool_calls,
 tool_results, synthesized_results, compactions, skipped, notes}]}``.
 """
@@ -20,8 +25,11 @@ from rich.text import Text
 
 from compaction.cli.command import Command, Context, Document
 from compaction.cli.output import table
-from sessions.errors import ConfigurationError, TranscriptError
+from sessions.errors import StoreError, TranscriptError
+from sessions.events import ToolResult
 from sessions.importers import ImportedSession, import_path
+from sessions.native import import_session, is_native, surface_hash
+from sessions.session import Session
 from sessions.store import SessionStore
 
 FORMATS = ("auto", "claude-code", "pi", "openhands", "openai", "events")
@@ -36,11 +44,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(context: Context, args: argparse.Namespace) -> Document:
-    if args.format == "events":
-        raise ConfigurationError(
-            "--format events (the native event export) is not supported yet; expected one of "
-            "auto, claude-code, pi, openhands, openai"
-        )
     paths: list[Path] = args.files
     for path in paths:
         if not path.is_file():
@@ -49,8 +52,11 @@ def run(context: Context, args: argparse.Namespace) -> Document:
     rows: list[Document] = []
     with context.progress("importing transcripts", total=len(paths)) as advance:
         for path in paths:
-            imported = import_path(path, args.format)
-            rows.extend(save_imported(store, one) for one in imported)
+            if args.format == "events" or (args.format == "auto" and is_native(path)):
+                rows.append(import_events(store, path))
+            else:
+                imported = import_path(path, args.format)
+                rows.extend(save_imported(store, one) for one in imported)
             advance()
     return {"sessions": rows}
 
@@ -70,6 +76,45 @@ def save_imported(store: SessionStore, imported: ImportedSession) -> Document:
         **{name: getattr(imported, name) for name in COUNTS},
         "skipped": list(imported.skipped),
         "notes": list(imported.notes),
+    }
+
+
+def import_events(store: SessionStore, path: Path) -> Document:
+    """Restore one native export; its row (counts taken from the restored log)."""
+    session = import_session(path)
+    status = "imported"
+    if store.exists(session.id):
+        _check_same(store.get(session.id), session, path)
+        status = "already_imported"
+    else:
+        store.save(session)
+    return {
+        "session_id": str(session.id), "source": str(path), "format": "events", "status": status,
+        **_native_counts(session), "skipped": [], "notes": [],
+    }  # fmt: skip
+
+
+def _check_same(stored: Session, restored: Session, path: Path) -> None:
+    if len(stored) == len(restored) and surface_hash(stored) == surface_hash(restored):
+        return
+    raise StoreError(
+        f"{path}: session {restored.id} is already stored with different events (store: "
+        f"{len(stored)} events, surface hash {surface_hash(stored)[:12]}; file: {len(restored)} "
+        f"events, surface hash {surface_hash(restored)[:12]}); nothing was imported"
+    )
+
+
+def _native_counts(session: Session) -> dict[str, int]:
+    counts = session.type_counts
+    results = [e for e in session.events() if isinstance(e, ToolResult) and e.surface_op == "append"]
+    messages = ("user/message", "assistant/message", "context/message", "steering/message")
+    return {
+        "events": len(session),
+        "messages": sum(counts.get(kind, 0) for kind in messages),
+        "tool_calls": counts.get("tool/call", 0),
+        "tool_results": len(results),
+        "synthesized_results": sum(r.synthesized for r in results),
+        "compactions": counts.get("compact/start", 0),
     }
 
 

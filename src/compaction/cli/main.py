@@ -18,7 +18,17 @@ from typing import NoReturn
 
 from rich.console import Console
 
-from compaction.cli import cmd_demo, cmd_import, cmd_rebuild, cmd_recover, cmd_sessions, cmd_show
+from compaction.cli import (
+    cmd_compact,
+    cmd_copy,
+    cmd_demo,
+    cmd_export,
+    cmd_import,
+    cmd_rebuild,
+    cmd_recover,
+    cmd_sessions,
+    cmd_show,
+)
 from compaction.cli.command import Command, Context
 from compaction.cli.errors import UsageError
 from compaction.cli.output import report_crash, report_error, stdout_console, write_json
@@ -26,7 +36,10 @@ from sessions.errors import EventCompactionError
 from sessions.store import DEFAULT_URL, default_url
 
 COMMANDS: tuple[Command, ...] = (
+    cmd_compact.COMMAND,
+    cmd_copy.COMMAND,
     cmd_demo.COMMAND,
+    cmd_export.COMMAND,
     cmd_import.COMMAND,
     cmd_rebuild.COMMAND,
     cmd_recover.COMMAND,

@@ -36,10 +36,11 @@ _PG_KEYS = (
 )
 
 
-def default_views_path(store_path: str) -> str:
-    """``dir/sessions.db`` -> ``dir/sessions.views.db`` (in-memory SQLite stays in memory)."""
+def default_views_path(store_path: str, tag: int = 0) -> str:
+    """``dir/sessions.db`` -> ``dir/sessions.views.db``; an in-memory SQLite store gets in-memory
+    views named by ``tag`` (the store object's id: they live as long as the process)."""
     if ":memory:" in store_path or "mode=memory" in store_path:
-        return "file:compaction-views?mode=memory&cache=shared"
+        return f"file:compaction-views-{tag:x}?mode=memory&cache=shared"
     path = Path(store_path)
     return str(path.with_name(f"{path.stem}.views.db"))
 
@@ -53,7 +54,8 @@ class ViewDatabase:
         recorder = store.recorder
         if isinstance(recorder, SQLiteApplicationRecorder):
             self.kind = "sqlite"
-            self.location = views_path or default_views_path(str(recorder.datastore.pool.db_name))
+            store_path = str(recorder.datastore.pool.db_name)
+            self.location = views_path or default_views_path(store_path, id(store))
             env = {
                 "PERSISTENCE_MODULE": "eventsourcing.sqlite",
                 "SQLITE_DBNAME": self.location,
