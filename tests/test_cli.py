@@ -331,7 +331,7 @@ def test_demo_uses_the_store_from_the_environment(
     assert code == 0, err
     assert "every invariant held" in out
     with SessionStore.open(sqlite_url) as store:
-        assert len(store.session_ids()) == 1
+        assert len(store.session_ids()) == 3  # the demo session and the two phase-workflow runs
 
 
 # ---------------------------------------------------------------- errors
