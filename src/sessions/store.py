@@ -108,6 +108,7 @@ def parse_store_url(url: str) -> StoreLocation:
             "POSTGRES_PASSWORD": unquote(parsed.password or ""),
             "POSTGRES_POOL_SIZE": "4",
             "POSTGRES_LOCK_TIMEOUT": "10",
+            "POSTGRES_CONNECT_TIMEOUT": "5",
         }
         return StoreLocation(url, "postgresql", env)
     raise ConfigurationError(
