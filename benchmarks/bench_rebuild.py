@@ -9,7 +9,8 @@ writes one view row per surface event in one transaction (SQLite: ``sqlite3`` in
 PostgreSQL: ``psycopg`` ``executemany`` into a fresh table). Ratio = raw seconds / library seconds;
 best of three alternating runs each. Target: at least 0.3 on both backends.
 
-Run it alone with ``python -m benchmarks.bench_rebuild``. PostgreSQL is used when it answers at
+Run it alone with ``python -m benchmarks.bench_rebuild`` (or ``python benchmarks/bench_rebuild.py``);
+``run()`` returns the figures for ``benchmarks.run``. PostgreSQL is used when it answers at
 ``$COMPACTION_BENCH_PG`` (default ``postgresql://postgres@127.0.0.1:5432``), otherwise its figure is
 reported as skipped.
 """
@@ -24,6 +25,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import msgspec
 

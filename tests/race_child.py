@@ -22,6 +22,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from uuid import UUID
 
@@ -60,50 +61,63 @@ class BarrierSummarizer(TemplateSummarizer):
         return await super().summarize(request)
 
 
-async def compact(
-    store: SessionStore, session_id: UUID, workdir: Path, name: str, other: str, mode: str
-) -> str:
-    session = store.get(session_id)
-    touch(workdir, f"{name}.loaded")
-    if mode == "race":  # both hold the same state before either appends its start
-        await wait_for(workdir / f"{other}.loaded")
+@dataclass(frozen=True)
+class Worker:
+    url: str
+    session_id: UUID
+    workdir: Path
+    name: str
+    other: str
+    mode: str
+
+    def mark(self, stage: str) -> None:
+        touch(self.workdir, f"{self.name}.{stage}")
+
+    def others(self, stage: str) -> Path:
+        return self.workdir / f"{self.other}.{stage}"
+
+
+async def compact(store: SessionStore, worker: Worker) -> str:
+    session = store.get(worker.session_id)
+    worker.mark("loaded")
+    if worker.mode == "race":  # both hold the same state before either appends its start
+        await wait_for(worker.others("loaded"))
 
     def progress(stage: str) -> None:
         if stage == "started":
-            touch(workdir, f"{name}.started")
+            worker.mark("started")
 
-    service = BasicCompactService(
-        summarizer=BarrierSummarizer(workdir / f"{other}.done"), on_progress=progress
-    )
+    service = BasicCompactService(summarizer=BarrierSummarizer(worker.others("done")), on_progress=progress)
     result = await service.compact_now(session, store=store)
     return "committed" if result is not None else "failed"
 
 
-async def append_during(store: SessionStore, session_id: UUID, workdir: Path, other: str) -> str:
-    await wait_for(workdir / f"{other}.started")
-    session = store.get(session_id)
+async def append_during(store: SessionStore, worker: Worker) -> str:
+    worker.mark("loaded")
+    await wait_for(worker.others("started"))
+    session = store.get(worker.session_id)
     message = Message(id="late-user", role="user", content=(TextBlock("one more request"),))
     session.append(UserMessage(message=message, surface_op="append"))
     store.save(session)
     return "appended"
 
 
-async def run(url: str, session_id: UUID, workdir: Path, name: str, other: str, mode: str) -> str:
-    with SessionStore.open(url) as store:
-        if mode == "lock" and name == "second":
-            await wait_for(workdir / f"{other}.started")
-        if mode == "append" and name == "second":
-            touch(workdir, f"{name}.loaded")
-            return await append_during(store, session_id, workdir, other)
-        return await compact(store, session_id, workdir, name, other, mode)
+async def run(worker: Worker) -> str:
+    with SessionStore.open(worker.url) as store:
+        second = worker.name == "second"
+        if worker.mode == "append" and second:
+            return await append_during(store, worker)
+        if worker.mode == "lock" and second:
+            await wait_for(worker.others("started"))
+        return await compact(store, worker)
 
 
 def main(argv: list[str]) -> int:
     url, session_id, workdir, name, other, mode = argv
-    folder = Path(workdir)
+    worker = Worker(url, UUID(session_id), Path(workdir), name, other, mode)
     outcome, error = "failed", ""
     try:
-        outcome = asyncio.run(run(url, UUID(session_id), folder, name, other, mode))
+        outcome = asyncio.run(run(worker))
     except BusyError as e:
         outcome, error = "busy", str(e)
     except SurfaceChangedError as e:
@@ -111,7 +125,7 @@ def main(argv: list[str]) -> int:
     except Exception as e:  # reported to the test, which fails on it
         error = f"{type(e).__name__}: {e}"
     finally:
-        touch(folder, f"{name}.done")
+        worker.mark("done")
     print(json.dumps({"name": name, "pid": os.getpid(), "outcome": outcome, "error": error}))
     return 0
 

@@ -25,13 +25,22 @@ def test_defaults() -> None:
     ("values", "message"),
     [
         ({"treshold_ratio": 0.5}, r"BasicCompactionConfig: unknown key 'treshold_ratio' \(allowed: auto, "),
-        ({"threshold_ratio": 0}, r"BasicCompactionConfig\.threshold_ratio \(0\) must be a number in \(0, 1\]"),
+        (
+            {"threshold_ratio": 0},
+            r"BasicCompactionConfig\.threshold_ratio \(0\) must be a number in \(0, 1\]",
+        ),
         ({"threshold_ratio": 1.5}, r"threshold_ratio \(1\.5\) must be a number in \(0, 1\]"),
         ({"threshold_ratio": True}, r"threshold_ratio \(True\) must be a number in \(0, 1\]"),
         ({"threshold_ratio": "0.8"}, r"threshold_ratio \('0\.8'\) must be a number in \(0, 1\]"),
         ({"retain_ratio": 0}, r"BasicCompactionConfig\.retain_ratio \(0\) must be a number in \(0, 1\]"),
-        ({"retain_ratio": 0.1, "retain_tokens": 10}, r"retain_ratio and retain_tokens are mutually exclusive"),
-        ({"retain_tokens": -1}, r"BasicCompactionConfig\.retain_tokens \(-1\) must be a non-negative integer"),
+        (
+            {"retain_ratio": 0.1, "retain_tokens": 10},
+            r"retain_ratio and retain_tokens are mutually exclusive",
+        ),
+        (
+            {"retain_tokens": -1},
+            r"BasicCompactionConfig\.retain_tokens \(-1\) must be a non-negative integer",
+        ),
         ({"retain_tokens": 1.5}, r"retain_tokens \(1\.5\) must be a non-negative integer"),
         ({"compaction_retries": -1}, r"compaction_retries \(-1\) must be a non-negative integer"),
         ({"max_overflow_retries": False}, r"max_overflow_retries \(False\) must be a non-negative integer"),
@@ -50,9 +59,7 @@ def test_defaults() -> None:
         ({"threshold_ratio": 0.5, "retain_ratio": 0.5}, r"retain_ratio \(0\.5\) must be less than"),
     ],
 )
-def test_every_bad_value_is_rejected_with_key_value_and_rule(
-    values: dict[str, Any], message: str
-) -> None:
+def test_every_bad_value_is_rejected_with_key_value_and_rule(values: dict[str, Any], message: str) -> None:
     with pytest.raises(CompactionConfigError, match=message) as caught:
         BasicConfig.from_mapping(values)
     assert isinstance(caught.value, ConfigurationError)  # catchable as a configuration error

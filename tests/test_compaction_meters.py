@@ -7,9 +7,8 @@ import json
 
 import pytest
 import tiktoken
-from builders import MODEL, start_turn, tool_step, user
-from test_compaction_support import say, text_of_price
 
+from builders import MODEL, start_turn, tool_step, user
 from compaction.checkpoint import checkpoint_message
 from compaction.errors import CompactionConfigError
 from compaction.meters import HeuristicMeter, Meter, TiktokenMeter, meter_named, utf16_length
@@ -31,6 +30,7 @@ from sessions.events import (
     Usage,
 )
 from sessions.session import Session
+from test_compaction_support import say, text_of_price
 
 
 def framed(text: str, meter: Meter | None = None) -> int:
@@ -74,9 +74,7 @@ def test_an_empty_assistant_message_is_a_node_priced_zero() -> None:
     start_turn(session)
     session.append(StepStart(turn=1, step=1))
     empty = session.append(
-        AssistantMessage(
-            turn=1, step=1, message=Message("a", "assistant", (), MODEL), surface_op="append"
-        )
+        AssistantMessage(turn=1, step=1, message=Message("a", "assistant", (), MODEL), surface_op="append")
     )
     session.append(StepEnd(turn=1, step=1))
     assert empty.seq in session.nodes

@@ -8,19 +8,8 @@ import json
 import logging
 
 import pytest
-from builders import start_turn, tool_step, user
-from test_compaction_support import (
-    FailingSummarizer,
-    ScriptedSummarizer,
-    assert_committed,
-    bracket,
-    checkpoints_on_surface,
-    committed_brackets,
-    log_types,
-    say,
-    text_of_price,
-)
 
+from builders import end_turn, start_turn, tool_step, user
 from compaction.basic import BasicCompactService
 from compaction.config import BasicConfig
 from compaction.contract import CompactionResult
@@ -34,6 +23,17 @@ from sessions.events import StepEnd, StepStart
 from sessions.loop import AgentLoop, ToolOutput
 from sessions.scripted import ScriptedModel, reply, tool_call
 from sessions.session import Session
+from test_compaction_support import (
+    FailingSummarizer,
+    ScriptedSummarizer,
+    assert_committed,
+    bracket,
+    checkpoints_on_surface,
+    committed_brackets,
+    log_types,
+    say,
+    text_of_price,
+)
 
 RELAXED = {"require_sections": False, "min_identifier_ratio": 0.0}
 OUTPUT = "Traceback (most recent call last):\n" + '  File "src/app/core.py", line 7\n' * 12
@@ -89,7 +89,6 @@ async def test_no_window_is_a_configuration_error() -> None:
 async def test_two_automatic_compactions_leave_one_checkpoint_after_the_task() -> None:
     session = task_session(window=1500)
     task_seq = session.first_user_seq
-    task = session.derive_messages()[0]
     service = BasicCompactService(summarizer=TemplateSummarizer())
     results = await pressure_steps(session, service, 40)
     assert len(results) >= 2
@@ -288,3 +287,20 @@ async def test_auto_false_registers_no_automatic_compaction() -> None:
     )
     await loop.run_turn("Read the modules.")
     assert session.last_of("compact/start") is None
+
+
+async def test_compaction_to_the_threshold_stops_at_a_lone_checkpoint() -> None:
+    """Offline (the CLI's ``compact``): after one compaction only the checkpoint is selectable, the
+    huge newest unit stays above the threshold; the service stops instead of failing on a summary
+    of a summary, and reports the compaction it committed."""
+    session = task_session(window=1000)
+    for _ in range(4):
+        tool_step(session, n_calls=1, output=OUTPUT)
+    say(session, text_of_price(900))
+    end_turn(session)
+    service = BasicCompactService(BasicConfig(context_window=1000))
+    results = await service.compact_to_threshold(session)
+    assert len(results) == 1
+    assert_committed(session, results[0], session.derive_messages()[0])
+    assert session.last_of("compact/end") == results[0].end_seq  # no failed second bracket
+    assert HeuristicMeter().measure(session).total_tokens >= 800

@@ -16,8 +16,8 @@ from typing import Any
 from uuid import UUID
 
 import pytest
-from builders import end_turn, start_turn, tool_step, user
 
+from builders import end_turn, start_turn, tool_step, user
 from compaction.checkpoint import is_checkpoint
 from compaction.events import CompactEnd, CompactStart
 from sessions import render
@@ -78,9 +78,7 @@ def check_log(url: str, session_id: UUID, original: list[bytes], added: int) -> 
 
 
 @pytest.mark.parametrize("mode", ["race", "lock"])
-def test_two_processes_race_exactly_one_wins(
-    durable_store_url: str, tmp_path: Path, mode: str
-) -> None:
+def test_two_processes_race_exactly_one_wins(durable_store_url: str, tmp_path: Path, mode: str) -> None:
     session_id, original = seed(durable_store_url)
     reports = race(durable_store_url, session_id, tmp_path, mode)
     outcomes = sorted(r["outcome"] for r in reports.values())
@@ -89,8 +87,9 @@ def test_two_processes_race_exactly_one_wins(
     loser = next(r for r in reports.values() if r["outcome"] == "busy")
     if mode == "lock":
         assert winner["name"] == "first"
-        assert "compaction already in progress; the session compaction lock is already active" in (
-            loser["error"]
+        assert (
+            "compaction already in progress; the session compaction lock is already active"
+            in (loser["error"])
         )
         assert f"pid {winner['pid']}" in loser["error"]  # the holder is named
     else:

@@ -4,15 +4,15 @@ to a tool-pairing balanced cut, the open tail, and the task statement kept struc
 from __future__ import annotations
 
 import pytest
-from builders import start_turn, tool_step, user
-from test_compaction_support import say, text_of_price
 
+from builders import start_turn, tool_step, user
 from compaction.errors import SpanError
 from compaction.meters import HeuristicMeter
 from compaction.selection import select_span, span_for
 from sessions.blocks import Message, TextBlock
 from sessions.events import ContextMessage
 from sessions.session import Session
+from test_compaction_support import say, text_of_price
 
 
 @pytest.fixture
@@ -202,9 +202,7 @@ def test_explicit_span_validation_names_the_rule(meter: HeuristicMeter) -> None:
         SpanError, match=rf"^compactRegion: start seq {results[1]} is not a balanced boundary"
     ):
         span_for(session, results[1], tail)
-    with pytest.raises(
-        SpanError, match=rf"^compactRegion: end seq {assistant} is not a balanced boundary"
-    ):
+    with pytest.raises(SpanError, match=rf"^compactRegion: end seq {assistant} is not a balanced boundary"):
         span_for(session, assistant, assistant)
     with pytest.raises(SpanError, match="includes the session's first user message"):
         span_for(session, session.nodes[0], results[1])

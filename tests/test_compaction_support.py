@@ -151,9 +151,7 @@ def log_types(session: Session, start: int = 0) -> list[str]:
 
 
 def committed_brackets(session: Session) -> int:
-    return sum(
-        1 for e in session.events() if isinstance(e, CompactEnd) and e.error is None
-    )
+    return sum(1 for e in session.events() if isinstance(e, CompactEnd) and e.error is None)
 
 
 def prices(session: Session, seqs: Iterable[int], meter: Meter | None = None) -> int:

@@ -10,22 +10,8 @@ from typing import Any
 
 import msgspec
 import pytest
-from builders import end_turn, start_turn, tool_step, user
-from test_compaction_support import (
-    FailingSummarizer,
-    GatedSummarizer,
-    ScriptedSummarizer,
-    assert_committed,
-    bracket,
-    checkpoints_on_surface,
-    log_types,
-    prices,
-    say,
-    sectioned,
-    surface_snapshot,
-    text_of_price,
-)
 
+from builders import end_turn, start_turn, tool_step, user
 from compaction.basic import BasicCompactService
 from compaction.checkpoint import is_checkpoint
 from compaction.config import BasicConfig
@@ -56,6 +42,20 @@ from sessions.events import (
 from sessions.mapper import encode_event
 from sessions.session import Session
 from sessions.store import SessionStore
+from test_compaction_support import (
+    FailingSummarizer,
+    GatedSummarizer,
+    ScriptedSummarizer,
+    assert_committed,
+    bracket,
+    checkpoints_on_surface,
+    log_types,
+    prices,
+    say,
+    sectioned,
+    surface_snapshot,
+    text_of_price,
+)
 
 TASK = "Fix the failing tests under tests/ and run `pytest -q` until green."
 RELAXED = {"require_sections": False, "min_identifier_ratio": 0.0}
@@ -249,7 +249,7 @@ async def test_the_summarization_request_is_the_spec_request() -> None:
     assert request.instruction == INSTRUCTION and request.max_tokens == 1234
     assert request.session_id == str(session.id)
     assert request.messages[0] == task  # the task statement, kept and still shown
-    shadowed = [m for m in (session.event(s) for s in span)]
+    shadowed = [session.event(s) for s in span]
     assert request.messages[1:] == tuple(e.message for e in shadowed)  # type: ignore[attr-defined]
 
 

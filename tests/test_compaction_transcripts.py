@@ -1,11 +1,12 @@
 """Compaction on every public transcript (imported with ``sessions.importers.import_path``).
 
-Manual: head-anchored spans are compacted one after another with ``compact_region`` (each one merges
-the previous checkpoint) until the request fits a small window: a quarter of the session's tokens,
-but never less than the task statement, the newest unit and room for a checkpoint need. Automatic:
-a new turn with a small window, then ``compact_if_needed`` (retaining only the newest unit). After every compaction the surface is
-tool-pairing balanced, the task statement is still on it verbatim, every shadowed seq is cited by
-the replacement, and the derived messages pair every tool call with its result.
+Manual: head-anchored spans are compacted one after another with ``compact_region`` (each one
+merges the previous checkpoint) until the request fits a small window: a quarter of the session's
+tokens, but never less than what must stay (the task statement, the newest unit) plus room for a
+checkpoint. Automatic: a new turn with a small window, then ``compact_if_needed`` (retaining only
+the newest unit). After every compaction the surface is tool-pairing balanced, the task statement
+is still on it verbatim, every shadowed seq is cited by the replacement, and the derived messages
+pair every tool call with its result.
 
 Windows count the request the library can see (system prompt, tool schemas and surface). Claude
 Code transcripts also carry provider usage that includes a system prompt the transcript does not
@@ -19,8 +20,6 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from conftest import PUBLIC_TRANSCRIPTS
-from test_compaction_support import assert_committed, bracket, checkpoints_on_surface
 
 from compaction.basic import BasicCompactService
 from compaction.checkpoint import is_checkpoint
@@ -28,10 +27,12 @@ from compaction.config import BasicConfig
 from compaction.contract import CompactionResult
 from compaction.meters import HeuristicMeter
 from compaction.selection import protected_position
+from conftest import PUBLIC_TRANSCRIPTS
 from sessions.blocks import Message
 from sessions.events import UNSET_SEQ, UNSET_TIME, RequestHeader, TurnStart
 from sessions.importers import import_path
 from sessions.session import Session, project
+from test_compaction_support import assert_committed, bracket, checkpoints_on_surface
 
 ALLOWANCE = 1200  # room for the checkpoint when choosing the smallest window that can fit
 RATIOS: dict[str, list[float]] = {}
@@ -103,9 +104,7 @@ def check(session: Session, result: CompactionResult, task: Message | None) -> N
     fidelity = bracket(session, result)[1].fidelity
     assert fidelity is not None
     RATIOS.setdefault("retention", []).append(fidelity.retention_ratio)
-    RATIOS.setdefault("compression", []).append(
-        result.shadowed_token_count / result.summary_token_count
-    )
+    RATIOS.setdefault("compression", []).append(result.shadowed_token_count / result.summary_token_count)
 
 
 def with_window(session: Session, window: int) -> RequestHeader:

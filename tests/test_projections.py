@@ -572,3 +572,33 @@ def test_one_event_at_a_time_through_eventsourcings_projection_api(store: Sessio
                 store.mapper.to_domain_event(last), Tracking(store.name, last.id)
             )
         assert view.max_tracking_id(store.name) == last.id
+
+
+def test_a_follower_wakes_on_appends_and_stops_when_asked(store: SessionStore) -> None:
+    """PostgreSQL LISTENs and the in-memory store notifies: both wake long before a 30 s poll;
+    SQLite has nothing to listen to, so it polls (here every 50 ms)."""
+    import threading
+    import time
+
+    writer = Writer(store, random.Random(15))
+    session = writer.new_session()
+    poll = 0.05 if store.location.kind == "sqlite" else 30.0
+    with ProjectionRunner(store, ["surface"], poll_interval=poll) as runner:
+        stop = threading.Event()
+        follower = threading.Thread(target=runner.run_forever, args=(stop,))
+        follower.start()
+        try:
+            runner.wait(1, timeout=5)
+            time.sleep(0.2)  # the follower is waiting now
+            writer.step(session)
+            latest = store.recorder.max_notification_id()
+            assert latest is not None
+            started = time.monotonic()
+            runner.wait(latest, timeout=5)
+            assert time.monotonic() - started < 5
+        finally:
+            stop.set()
+            follower.join(timeout=10)
+        assert not follower.is_alive()
+        record = surface_of(runner.views["surface"], session.id)
+        assert record is not None and record.nodes == tuple(store.get(session.id).nodes)

@@ -144,6 +144,7 @@ class Policy:
 
     min_ratio: float = DEFAULT_MIN_RATIO
     keep_first_user: bool = True
+    first_user_seq: int | None = None  # of the log under audit (found once)
 
 
 def find_brackets(events: Sequence[SessionEvent]) -> list[Bracket]:
@@ -184,7 +185,7 @@ def audit_events(
     ``events[i]`` must be the event at seq ``i`` (see :func:`audit.report.load_log` for a tolerant
     loader that fills unreadable or missing rows with placeholders)."""
     folded = replay(events)
-    policy = Policy(min_ratio, keep_first_user)
+    policy = Policy(min_ratio, keep_first_user, _first_user_seq(events))
     audits = [_audit_bracket(b, folded, policy) for b in find_brackets(events)]
     audits += [_audit_prune(e, folded) for e in events if isinstance(e, CompactPrune)]
     audits.sort(key=lambda a: a.start_seq)
@@ -448,8 +449,8 @@ def _check_cuts(c: Committed) -> Check:
     )
 
 
-def _first_user_seq(folded: Replay) -> int | None:
-    for event in folded.events:
+def _first_user_seq(events: Sequence[SessionEvent]) -> int | None:
+    for event in events:
         if isinstance(event, UserMessage) and event.surface_op == "append":
             return event.seq
     return None
@@ -463,7 +464,7 @@ def _policy(check: Check, scope: str | None) -> Check:
 
 
 def _check_first_user(c: Committed) -> Check:
-    first = _first_user_seq(c.folded)
+    first = c.policy.first_user_seq
     seq = c.replacement.seq
     if first is None:
         return Check("first-user-message", True, "the session has no user message")

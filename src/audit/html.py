@@ -128,17 +128,27 @@ def _mark_seq(c: CompactionAudit) -> int:
     return c.replacement_seq if c.replacement_seq is not None else c.start_seq
 
 
+def nice_step(span: float, ticks: int = 5) -> int:
+    """A round tick step (1, 2 or 5 times a power of ten) giving about ``ticks`` ticks."""
+    raw = max(span / ticks, 1.0)
+    power = 10 ** (len(str(int(raw))) - 1)
+    return int(next(m * power for m in (1, 2, 5, 10) if m * power >= raw))
+
+
 def _axes(x: _Scale, y: _Scale, last: int, top: float) -> list[str]:
     bottom, left = HEIGHT - BOTTOM, LEFT
     out = [
         f'<line class="axis" x1="{left}" y1="{bottom}" x2="{WIDTH - RIGHT}" y2="{bottom}" stroke="#555"/>',
         f'<line class="axis" x1="{left}" y1="{TOP}" x2="{left}" y2="{bottom}" stroke="#555"/>',
         f'<text x="{(WIDTH + LEFT) / 2}" y="{HEIGHT - 4}" text-anchor="middle" class="label">seq</text>',
+        f'<text x="{left + 8}" y="{TOP + 12}" class="label">surface tokens after each event; '
+        "markers: compactions (green: checks passed; amber: a failed attempt; red: checks failed)</text>",
     ]
-    for k in range(6):
-        seq = round(last * k / 5)
+    step = nice_step(last)
+    for seq in range(0, last + 1, step):
         out.append(f'<text x="{x(seq):.1f}" y="{bottom + 14}" text-anchor="middle" class="tick">{seq}</text>')
-        tokens = round(top * k / 5)
+    step = nice_step(top)
+    for tokens in range(0, int(top) + 1, step):
         out.append(
             f'<text x="{left - 6}" y="{y(tokens) + 4:.1f}" text-anchor="end" class="tick">{tokens}</text>'
         )
@@ -167,7 +177,7 @@ def _limit_lines(limits: Limits, x: _Scale, y: _Scale, last: int) -> list[str]:
 
 
 def _marker(seq: int, c: CompactionAudit, x: _Scale, y: _Scale, points: Sequence[int]) -> str:
-    color = "#16a34a" if c.passed else "#dc2626"
+    color = "#dc2626" if not c.passed else "#16a34a" if c.outcome == "committed" else "#d97706"
     tip = html.escape(f"{c.compaction_id[:8]} {c.strategy} {c.outcome} at seq {seq}: "
                       f"{'all checks passed' if c.passed else 'checks failed'}")
     tokens = points[seq] if seq < len(points) else 0

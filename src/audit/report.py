@@ -145,7 +145,11 @@ def audit_session(
 
 
 def audit_document(audits: Iterable[SessionAudit]) -> Document:
-    sessions = [a.as_json() for a in audits]
+    return document_of([a.as_json() for a in audits])
+
+
+def document_of(sessions: list[Document]) -> Document:
+    """The audit document from per-session documents (:meth:`SessionAudit.as_json`)."""
     return {"sessions": sessions, "passed": all(s["passed"] for s in sessions), "totals": totals(sessions)}
 
 
@@ -177,7 +181,7 @@ def session_block(session: Document, *, verbose: bool = False) -> RenderableType
     head = Text.assemble(
         ("session ", "bold"),
         (session["session_id"], "bold cyan"),
-        f"  {session['events']} events, {len(session['compactions'])} compactions  ",
+        f"  {_n(session['events'], 'event')}, {_n(len(session['compactions']), 'compaction')}  ",
         _badge(session["passed"]),
     )
     parts: list[RenderableType] = [head]
@@ -185,7 +189,10 @@ def session_block(session: Document, *, verbose: bool = False) -> RenderableType
         parts.append(compaction_table(session["compactions"]))
     parts += _check_lines("log", session["log_checks"], verbose)
     for compaction in session["compactions"]:
-        parts += _check_lines(compaction["compaction_id"][:8], compaction["checks"], verbose)
+        label = compaction["compaction_id"][:8]
+        if compaction.get("error"):
+            parts.append(Text(f"  ! {label} {compaction['outcome']}: {compaction['error']}", style="yellow"))
+        parts += _check_lines(label, compaction["checks"], verbose)
     return Group(*parts)
 
 
@@ -228,7 +235,7 @@ def _outcome(outcome: str) -> Text:
 def _made_by(c: Document) -> str:
     if c["strategy"] == "prune":
         return "prune"
-    who = "/".join(x for x in (c.get("provider"), c.get("model")) if x) or c["strategy"]
+    who = "/".join(x for x in (c.get("provider"), c.get("model")) if x) or f"{c['strategy']} (no summary)"
     return f"{who} (imported)" if c.get("imported") else who
 
 
@@ -269,11 +276,15 @@ def _mark(check: Document) -> tuple[str, str]:
 
 def verdict(document: Document) -> Text:
     t = document.get("totals") or totals(document["sessions"])
-    counts = f"{t['sessions']} sessions, {t['compactions']} compactions, {t['checks']} checks"
+    counts = ", ".join(_n(t[key], key[:-1]) for key in ("sessions", "compactions", "checks"))
     if document["passed"]:
         return Text(f"{PASS} audit passed: {counts}", style="bold green")
     return Text(
-        f"{FAIL} audit failed: {t['checks_failed']} checks failed in {t['sessions_failed']} of "
-        f"{t['sessions']} sessions ({counts})",
+        f"{FAIL} audit failed: {_n(t['checks_failed'], 'check')} failed in {t['sessions_failed']} of "
+        f"{_n(t['sessions'], 'session')} ({counts})",
         style="bold red",
     )
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"

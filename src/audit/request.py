@@ -9,9 +9,11 @@ payload builder, so it is the body that was sent; for the offline summarizers (`
 ``checkpoint``) and for compactions imported from another harness it is the
 :class:`~compaction.summarizers.base.SummaryRequest` itself.
 
-What the log cannot tell is listed in ``notes``: the model name is the one the provider reported
-(it may carry a dated suffix the request did not), OpenAI's ``max_completion_tokens`` spelling is
-not recorded, and a span summarized in chunks was sent as several requests cut from this one.
+The model is ``compact/summary.request_model`` (the model the request named; ``model`` is the one
+that answered, which may carry a dated suffix). What the log cannot tell is listed in ``notes``: a
+log older than ``request_model`` (the answering model is assumed), OpenAI's
+``max_completion_tokens`` spelling (not recorded; ``max_tokens_field`` chooses), and a span
+summarized in chunks (sent as several requests cut from this one).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import msgspec
 
 from audit.checks import Bracket, find_brackets
 from compaction.config import BasicConfig
+from compaction.events import CompactSummary
 from compaction.summarizers.anthropic import build_anthropic_payload
 from compaction.summarizers.base import SummaryRequest
 from compaction.summarizers.openai import MaxTokensField, build_openai_payload
@@ -127,7 +130,7 @@ def rebuild_request(
         compaction_id=bracket.compaction_id,
         start_seq=bracket.start.seq,
         provider=summary.provider,
-        model=summary.model,
+        model=requested_model(summary),
         shape=shape,
         request=request,
         payload=payload,
@@ -150,7 +153,7 @@ def _payload(
     bracket: Bracket, request: SummaryRequest, field_name: MaxTokensField, notes: list[str]
 ) -> tuple[str, dict[str, Any]]:
     assert bracket.summary is not None
-    provider, model = bracket.summary.provider, bracket.summary.model
+    provider, model = bracket.summary.provider, requested_model(bracket.summary)
     if bracket.imported:
         notes.append(
             f"imported {provider} compaction: the harness's own request is not in the log; this is "
@@ -183,6 +186,14 @@ def _notes(bracket: Bracket, session: Session, keep_first_user: bool) -> list[st
             f"the span was summarized in {summary.chunks} chunks and merged: these messages were "
             "sent as several requests cut at tool-unit boundaries"
         )
-    if summary.provider not in OFFLINE_PROVIDERS and not bracket.imported:
-        notes.append(f"model {summary.model!r} is the name the provider reported")
+    if summary.request_model is None and summary.provider not in OFFLINE_PROVIDERS and not bracket.imported:
+        notes.append(
+            f"the log records no requested model (written before request_model existed); "
+            f"{summary.model!r}, the model that answered, is assumed"
+        )
     return notes
+
+
+def requested_model(summary: CompactSummary) -> str:
+    """The model the request named (older logs record only the model that answered)."""
+    return summary.request_model or summary.model

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from compaction.checkpoint import is_checkpoint
 from compaction.config import BasicConfig
 from compaction.contract import CompactionResult, CompactService, Trigger
 from compaction.errors import BusyError, CompactionConfigError, ConvergenceError, SpanError
@@ -22,7 +23,7 @@ from compaction.summarizers.base import Summarizer
 from compaction.summarizers.template import TemplateSummarizer
 from compaction.transaction import Stability, Transaction
 from sessions.events import RequestHeader
-from sessions.session import Session
+from sessions.session import Session, project
 from sessions.store import SessionStore
 
 if TYPE_CHECKING:
@@ -110,8 +111,8 @@ class BasicCompactService(CompactService):
             span = select_span(
                 session, self.meter, retain, keep_first_user=self.config.keep_first_user_message
             )
-            if span is None:
-                break
+            if span is None or _lone_checkpoint(session, span):
+                break  # re-summarizing a checkpoint alone adds drift, not room
             results.append(await self._transaction(session, store, span, manual=True))
         return results
 
@@ -208,3 +209,11 @@ class BasicCompactService(CompactService):
                 log.warning("step compaction failed: %s; continuing the turn", e)
         except Exception as e:  # contained by design (spec §d.18)
             log.warning("step compaction failed: %s; continuing the turn", e)
+
+
+def _lone_checkpoint(session: Session, span: Span) -> bool:
+    """The span is one earlier checkpoint and nothing else."""
+    if len(span.seqs) != 1:
+        return False
+    message = project(session.event(span.seqs[0]))
+    return message is not None and is_checkpoint(message)

@@ -67,6 +67,7 @@ class CompactSummary(SessionEvent, frozen=True, kw_only=True):
     meter: str = "heuristic"  # the meter that priced shadowed_token_count
     summary_token_count: int = 0  # the framed replacement's price under the same meter
     chunks: int = 1  # >1 when the span was summarized in chunks and merged
+    request_model: str | None = None  # the model the request named (``model`` is the one that answered)
 
 
 @register_event_type

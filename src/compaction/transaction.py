@@ -152,6 +152,7 @@ class Transaction:
             meter=self.meter.name,
             summary_token_count=framed_tokens,
             chunks=output.chunks,
+            request_model=self.summarizer.model or None,
         )
         return self._commit(start, summary_event, checkpoint, captured_nodes, output)
 

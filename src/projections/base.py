@@ -5,8 +5,9 @@ A :class:`SessionProjection` is an eventsourcing ``Projection`` whose view is a
 per-session state kept in memory while the runner runs, collects the rows they change, and writes
 them with the tracking record in one transaction per batch (:meth:`commit`). Incremental work is
 O(new events): a session's state is loaded once per run, the first time one of its events arrives
-(from the view's own rows, or from the store's aggregate for the usage view), and sessions idle for
-a while are evicted after a commit and reloaded when they come back.
+(from the view's own rows, or from the store's aggregate for the usage view); beyond
+``max_cached_sessions`` the least recently used states are dropped after a commit and reloaded when
+their session comes back.
 """
 
 from __future__ import annotations
@@ -205,6 +206,8 @@ class SessionProjection(Projection[ViewRecorder], Generic[S]):
         if recorded != self.position:
             self.discard()
             self._states.clear()
+            self._empty_view = False  # whatever we knew about the view no longer holds
+            self._evicted.clear()
             raise TrackingConflictError(self.name, self.position, recorded)
 
     # ------------------------------------------------------------ writing

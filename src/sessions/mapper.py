@@ -74,6 +74,10 @@ def _decode(event_type: str, payload: bytes, where: Callable[[], str]) -> Sessio
 
 
 class SessionMapper(Mapper[UUID]):
+    def stored_event(self, session_id: UUID, event: SessionEvent) -> StoredEvent:
+        """The stored row of one session event (``originator_version`` = its seq)."""
+        return self._stored(session_id, event.seq, event.TYPE, _ENCODER.encode(event))
+
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
         if isinstance(domain_event, EventEnvelope):
             topic, state = domain_event.event.TYPE, _ENCODER.encode(domain_event.event)
@@ -81,15 +85,17 @@ class SessionMapper(Mapper[UUID]):
             topic, state = SNAPSHOT_TOPIC, _ENCODER.encode(domain_event.snapshot)
         else:
             raise StoreError(f"cannot store {type(domain_event).__qualname__}: not a session event")
+        return self._stored(
+            domain_event.originator_id, domain_event.originator_version, topic, state
+        )
+
+    def _stored(self, originator_id: UUID, version: int, topic: str, state: bytes) -> StoredEvent:
         if self.compressor:
             state = self.compressor.compress(state)
         if self.cipher:
             state = self.cipher.encrypt(state)
         return StoredEvent(
-            originator_id=domain_event.originator_id,
-            originator_version=domain_event.originator_version,
-            topic=topic,
-            state=state,
+            originator_id=originator_id, originator_version=version, topic=topic, state=state
         )
 
     def _state(self, state: bytes) -> bytes:

@@ -1,27 +1,35 @@
 """A session store split into K partitions, so appends are not serialised behind one table lock.
 
 eventsourcing's PostgreSQL recorder takes ``LOCK TABLE ... IN EXCLUSIVE MODE`` on every insert into
-an application's events table, so that notification ids are issued in commit order. That lock
-serialises every append of one application, whichever session it belongs to.
-:class:`PartitionedSessionStore` opens K :class:`~sessions.store.SessionStore` applications on the
-same database under distinct names (``SessionStore_p0`` ... so tables ``sessionstore_p0_events``
+an application's events table, so that notification ids are issued in commit order; the lock is held
+until the commit, so it serialises every append of one application, whichever session it belongs
+to. :class:`PartitionedSessionStore` opens K :class:`~sessions.store.SessionStore` applications on
+the same database under distinct names (``SessionStore_p0`` ... so tables ``sessionstore_p0_events``
 ...) and routes each session, by a stable hash of its id, to exactly one of them. Appends to
-different partitions run in parallel; everything projections rely on still holds per partition:
-a session's events all live in one notification log, in seq order, and each partition's log is in
+different partitions run in parallel; everything projections rely on still holds per partition: a
+session's events all live in one notification log, in seq order, and each partition's log is in
 commit order with its own tracking records (one projection runner per partition).
 
-The URL form is ``postgresql://USER@HOST:PORT/DB?partitions=K`` (``memory://?partitions=K`` for
-tests); :func:`open_store` returns a plain :class:`SessionStore` when K is 1 or absent. K is part
-of the database's layout: opening a database with a different K than it was written with is
-refused (to change K, ``compaction copy`` into a fresh database opened with the new K).
+The recorder also sends a ``NOTIFY`` with every append, and PostgreSQL serialises the commits of
+all transactions that notified, database-wide. With ``notify=off`` the partitions append without it
+(:class:`UnannouncedPostgresRecorder`) and readers poll; see ``docs/scaling.md`` for what each costs.
+
+URL forms: ``postgresql://USER@HOST:PORT/DB?partitions=K[&notify=off]`` (``memory://?partitions=K``
+in tests). :func:`open_store` returns a plain :class:`SessionStore` when the URL names no partitions
+(or ``partitions=1`` with notifications on). K is part of the database's layout: opening a database
+with another K than it was written with is refused (to change K, ``compaction copy`` into a fresh
+database opened with the new K). ``notify`` is not part of the layout.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
-from urllib.parse import parse_qsl, urlencode, urlparse, urlunparse
+from typing import Any
+from urllib.parse import parse_qsl, urlencode
 from uuid import UUID
+
+from eventsourcing.postgres import PostgresApplicationRecorder
 
 from sessions.errors import ConfigurationError, StoreError
 from sessions.events import SessionEvent
@@ -29,25 +37,48 @@ from sessions.session import Session
 from sessions.store import SessionStore, StoreLocation, parse_store_url
 
 PARTITIONS_PARAM = "partitions"
+NOTIFY_PARAM = "notify"
 MAX_PARTITIONS = 64
 PARTITION_NAME = "SessionStore_p{index}"
 # Each partition keeps one pooled connection and grows on demand: K pools of the single store's
 # size would exhaust PostgreSQL's max_connections with a handful of worker processes.
 _PARTITION_POOL = {"POSTGRES_POOL_SIZE": "1", "POSTGRES_MAX_OVERFLOW": "3"}
+_SWITCH = {"on": True, "off": False}
 
 
 def split_partitions(url: str) -> tuple[str, int]:
     """``(url without the partitions parameter, K)``; K is 1 when the URL does not name it."""
-    parsed = urlparse(url)
-    pairs = parse_qsl(parsed.query, keep_blank_values=True)
-    values = [v for k, v in pairs if k == PARTITIONS_PARAM]
+    base, values = _pop_param(url, PARTITIONS_PARAM)
+    return (base, _partition_count(url, values)) if values else (url, 1)
+
+
+def split_options(url: str) -> tuple[str, int | None, bool]:
+    """``(store URL, K or None when not given, notify)`` from ``...?partitions=K&notify=on|off``."""
+    base, values = _pop_param(url, PARTITIONS_PARAM)
+    base, switches = _pop_param(base, NOTIFY_PARAM)
+    partitions = _partition_count(url, values) if values else None
+    if len(switches) > 1 or (switches and switches[0] not in _SWITCH):
+        raise ConfigurationError(
+            f"store URL {url!r}: expected {NOTIFY_PARAM}=on or {NOTIFY_PARAM}=off, found "
+            f"{NOTIFY_PARAM}={'&'.join(switches)!r}"
+        )
+    notify = _SWITCH[switches[0]] if switches else True
+    if partitions is None and not notify:
+        raise ConfigurationError(
+            f"store URL {url!r}: {NOTIFY_PARAM}=off is an option of partitioned stores; add "
+            f"{PARTITIONS_PARAM}=K"
+        )
+    return base, partitions, notify
+
+
+def _pop_param(url: str, name: str) -> tuple[str, list[str]]:
+    head, _, query = url.partition("?")  # not urlunparse: it drops the "//" of sqlite:///PATH
+    pairs = parse_qsl(query, keep_blank_values=True)
+    values = [v for k, v in pairs if k == name]
     if not values:
-        return url, 1
-    rest = urlencode([(k, v) for k, v in pairs if k != PARTITIONS_PARAM])
-    base = urlunparse(parsed._replace(query=rest))
-    if base.endswith("?"):
-        base = base[:-1]
-    return base, _partition_count(url, values)
+        return url, []
+    rest = urlencode([(k, v) for k, v in pairs if k != name])
+    return (f"{head}?{rest}" if rest else head), values
 
 
 def _partition_count(url: str, values: list[str]) -> int:
@@ -67,6 +98,17 @@ def partition_of(session_id: UUID, partitions: int) -> int:
     return int.from_bytes(digest, "big") % partitions
 
 
+class UnannouncedPostgresRecorder(PostgresApplicationRecorder):
+    """Appends without ``NOTIFY``. PostgreSQL serialises the commits of every transaction that
+    issued a NOTIFY, database-wide (a lock held from pre-commit until after the WAL flush), so a
+    NOTIFY per append would serialise the partitions' commits again. Readers poll instead (the
+    projection runners' subscription waits at most its poll interval); the table lock, and so
+    commit-ordered notification ids per partition, stays."""
+
+    def _notify_channel(self, curs: Any) -> None:
+        return None
+
+
 class PartitionStore(SessionStore):
     """One partition: a SessionStore application with its own name, tables and notification log."""
 
@@ -79,19 +121,23 @@ class PartitionStore(SessionStore):
 class PartitionedSessionStore:
     """K session stores on one database behind the public methods of :class:`SessionStore`."""
 
-    def __init__(self, location: StoreLocation, partitions: int) -> None:
+    def __init__(self, location: StoreLocation, partitions: int, *, notify: bool = True) -> None:
         if location.kind == "sqlite":
             raise ConfigurationError(
                 f"store URL {location.display!r}: partitions need PostgreSQL (or memory:// in "
                 "tests); SQLite has one writer per database file, so partitioning cannot help"
             )
         joiner = "&" if "?" in location.url else "?"
-        url = f"{location.url}{joiner}{PARTITIONS_PARAM}={partitions}"
-        self.location = StoreLocation(url, location.kind, location.env)
+        options = f"{PARTITIONS_PARAM}={partitions}" + ("" if notify else f"&{NOTIFY_PARAM}=off")
+        self.location = StoreLocation(f"{location.url}{joiner}{options}", location.kind, location.env)
         self.partitions = partitions
+        self.notify = notify
+        env = dict(location.env)
         if location.kind == "postgresql":
             _check_layout(location, partitions)
-        env = location.env | (_PARTITION_POOL if location.kind == "postgresql" else {})
+            env |= _PARTITION_POOL
+            if not notify:
+                env["APPLICATION_RECORDER_TOPIC"] = f"{__name__}:{UnannouncedPostgresRecorder.__name__}"
         part_location = StoreLocation(location.url, location.kind, env)
         self.parts: tuple[PartitionStore, ...] = ()
         opened: list[PartitionStore] = []
@@ -106,8 +152,8 @@ class PartitionedSessionStore:
 
     @classmethod
     def open(cls, url: str) -> PartitionedSessionStore:
-        base, partitions = split_partitions(url)
-        return cls(parse_store_url(base), partitions)
+        base, partitions, notify = split_options(url)
+        return cls(parse_store_url(base), partitions or 1, notify=notify)
 
     # ------------------------------------------------------------ routing
 
@@ -166,13 +212,13 @@ AnyStore = SessionStore | PartitionedSessionStore
 
 def open_store(url: str | None = None) -> AnyStore:
     """:meth:`SessionStore.open`, or a :class:`PartitionedSessionStore` for ``?partitions=K``
-    with K > 1."""
+    with K > 1 (or any K with ``notify=off``)."""
     if url is None:
         return SessionStore.open()
-    base, partitions = split_partitions(url)
-    if partitions == 1:
+    base, partitions, notify = split_options(url)
+    if partitions is None or (partitions == 1 and notify):
         return SessionStore.open(base)
-    return PartitionedSessionStore(parse_store_url(base), partitions)
+    return PartitionedSessionStore(parse_store_url(base), partitions, notify=notify)
 
 
 def home_store(store: AnyStore, session_id: UUID) -> SessionStore:

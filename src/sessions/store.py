@@ -34,7 +34,7 @@ from sessions.errors import (
     StoreError,
 )
 from sessions.events import SessionEvent
-from sessions.mapper import EventEnvelope, SessionMapper, SnapshotEnvelope
+from sessions.mapper import SessionMapper, SnapshotEnvelope
 from sessions.session import Session, SessionSnapshot
 
 DEFAULT_URL = "sqlite:///./.compaction/sessions.db"
@@ -191,9 +191,10 @@ class SessionStore(Application[UUID]):
         pending = session.pending
         if not pending:
             return 0
-        envelopes = [EventEnvelope(session.id, e.seq, e) for e in pending]
+        mapper: SessionMapper = self.mapper  # type: ignore[assignment]
+        stored = [mapper.stored_event(session.id, e) for e in pending]
         try:
-            self.events.put(envelopes)
+            self.recorder.insert_events(stored)  # one transaction: all of them or none
         except IntegrityError as e:
             raise ConcurrencyError(session.id, pending[0].seq, pending[-1].seq) from e
         except PersistenceError as e:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import msgspec
 
@@ -23,9 +24,11 @@ from sessions.events import Replace, SessionEvent, ToolResult, tool_call_count
 EventLookup = Callable[[int], SessionEvent]
 
 
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """A validated change to the surface: an append, a replacement, or nothing (log-only)."""
+class Plan(NamedTuple):
+    """A validated change to the surface: an append, a replacement, or nothing (log-only).
+
+    A NamedTuple, not a frozen dataclass: one is built per appended event, and this is 3x cheaper.
+    """
 
     seq: int
     delta: int  # tool-pairing delta of the new node

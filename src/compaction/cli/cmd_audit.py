@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.text import Text
 
 from audit.html import Limits, render_html
-from audit.report import SessionAudit, audit_document, audit_session, load_log, render_document
+from audit.report import SessionAudit, audit_session, document_of, load_log, render_document
 from audit.request import CompactionNotFoundError, RebuiltRequest, find_bracket, rebuild_request
 from compaction.cli.command import Command, Context, Document
 from compaction.cli.errors import UsageError
@@ -84,7 +84,7 @@ def run(context: Context, args: argparse.Namespace) -> Document:
             if args.html:
                 audits.append(audit)  # the report needs the events; otherwise let them go
             advance()
-    document = audit_document_from(documents)
+    document = document_of(documents)
     if args.html:
         limits = Limits(args.window, args.threshold)
         args.html.parent.mkdir(parents=True, exist_ok=True)
@@ -92,17 +92,6 @@ def run(context: Context, args: argparse.Namespace) -> Document:
         document["html"] = str(args.html)
     if args.verbose:
         document["verbose"] = True
-    return document
-
-
-def audit_document_from(documents: list[Document]) -> Document:
-    """The command's document from per-session documents (shape of :func:`audit_document`)."""
-    document = audit_document([])
-    document["sessions"] = documents
-    document["passed"] = all(d["passed"] for d in documents)
-    from audit.report import totals
-
-    document["totals"] = totals(documents)
     return document
 
 

@@ -4,6 +4,9 @@ model saw it, now or right after event SEQ.
 JSON: ``{session_id, at, format, surface: [seq...], messages: [...]}``. ``messages`` is in the
 provider's shape; for ``text`` it is the OpenAI shape with a ``text`` rendering added (on the first
 item of each message; any further items a message expands to carry ``""``).
+
+``--diff A B`` compares what the model saw right after seqs A and B instead (see :mod:`audit.diff`):
+``{kind: "diff", session_id, a, b, surface_a, surface_b, removed, added, replacements, appended}``.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from audit.diff import render_diff, surface_diff
+from audit.report import load_log
 from compaction.cli.command import Command, Context, Document
 from sessions.blocks import Message
 from sessions.render import to_anthropic, to_openai, to_text
@@ -32,10 +37,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--format", dest="shape", choices=SHAPES, default="text", help="message shape"
     )
+    parser.add_argument(
+        "--diff", type=int, nargs=2, metavar=("A", "B"),
+        help="what the model saw after seq A and after seq B: shadowed spans beside their checkpoints",
+    )
 
 
 def run(context: Context, args: argparse.Namespace) -> Document:
     session_id = context.resolve_session(args.session)
+    if args.diff:
+        events = load_log(context.store, session_id).events
+        return {"kind": "diff", **surface_diff(str(session_id), events, *args.diff)}
     session = context.store.get(session_id, at=args.at)  # a seq outside the log: StoreError
     return {
         "session_id": str(session_id),
@@ -61,6 +73,9 @@ def provider_messages(messages: list[Message], shape: str) -> list[dict[str, Any
 
 
 def render(document: Document, console: Console) -> None:
+    if document.get("kind") == "diff":
+        render_diff(document, console)
+        return
     console.print(
         Text(
             f"session {document['session_id']} at seq {document['at']}: "

@@ -19,6 +19,7 @@ from typing import NoReturn
 from rich.console import Console
 
 from compaction.cli import (
+    cmd_audit,
     cmd_compact,
     cmd_copy,
     cmd_demo,
@@ -36,6 +37,7 @@ from sessions.errors import EventCompactionError
 from sessions.store import DEFAULT_URL, default_url
 
 COMMANDS: tuple[Command, ...] = (
+    cmd_audit.COMMAND,
     cmd_compact.COMMAND,
     cmd_copy.COMMAND,
     cmd_demo.COMMAND,
