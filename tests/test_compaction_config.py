@@ -51,6 +51,8 @@ def test_defaults() -> None:
         ({"require_sections": None}, r"require_sections must be a boolean; got None"),
         ({"min_identifier_ratio": 1.2}, r"min_identifier_ratio \(1\.2\) must be a number in \[0, 1\]"),
         ({"lease_seconds": 0}, r"BasicCompactionConfig\.lease_seconds \(0\) must be positive"),
+        ({"lease_seconds": True}, r"BasicCompactionConfig\.lease_seconds \(True\) must be positive"),
+        ({"min_identifier_ratio": True}, r"min_identifier_ratio \(True\) must be a number in \[0, 1\]"),
         (
             {"threshold_ratio": 0.1},
             r"BasicCompactionConfig: retain_ratio \(0\.16\) must be less than the resolved "

@@ -304,3 +304,15 @@ async def test_compaction_to_the_threshold_stops_at_a_lone_checkpoint() -> None:
     assert_committed(session, results[0], session.derive_messages()[0])
     assert session.last_of("compact/end") == results[0].end_seq  # no failed second bracket
     assert HeuristicMeter().measure(session).total_tokens >= 800
+
+
+async def test_an_open_tail_is_not_compacted_even_above_the_threshold() -> None:
+    """The only content after the task is an open step whose calls have no results yet: it cannot
+    be split, so selection declines and nothing is written."""
+    session = task_session(window=1000)
+    tool_step(session, n_calls=3, text=text_of_price(900), close=False)
+    service = BasicCompactService(BasicConfig(context_window=1000))
+    assert HeuristicMeter().measure(session).total_tokens >= 800
+    length = len(session)
+    assert await service.compact_if_needed(session) is None
+    assert len(session) == length

@@ -84,7 +84,7 @@ def test_the_cut_snaps_toward_the_head_to_a_balanced_boundary(meter: HeuristicMe
     assert span is not None
     assert span.seqs == (standalone,)
     cuts = session.surface.cuts()
-    at = session.surface.position
+    at = session.nodes.index
     assert (cuts[at(results[1])], cuts[at(results[0])], cuts[at(assistant)]) == (1, 2, 0)
 
 

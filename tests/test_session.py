@@ -290,7 +290,8 @@ def test_snapshot_restores_the_fold_and_fetches_events_lazily() -> None:
     assert restored.nodes == session.nodes
     assert restored.structure.state() == session.structure.state()
     assert restored.derive_messages() == session.derive_messages()
-    assert calls  # payloads were fetched on demand
+    assert calls  # payloads were fetched on demand, only from before the snapshot
+    assert all(0 <= lo < hi <= len(stored) for lo, hi in calls)
     assert restored.event(1) == session.event(1)
     assert list(restored.events()) == stored
     assert restored.pending == []
@@ -316,3 +317,25 @@ def test_a_loader_that_misses_an_event_is_a_store_error() -> None:
     restored = Session.from_snapshot(session.id, session.snapshot(), nothing)
     with pytest.raises(StoreError, match="returned no event at seq 0"):
         restored.event(0)
+
+
+def test_a_restored_session_appends_rolls_back_and_reads_across_the_snapshot() -> None:
+    session = worked_session()
+    stored = list(session.events())
+
+    def loader(lo: int, hi: int) -> list[SessionEvent]:
+        return stored[lo:hi]
+
+    restored = Session.from_snapshot(session.id, session.snapshot(), loader)
+    base = len(restored)
+    mark = restored.mark()
+    user(restored, "after the snapshot")
+    assert restored.event(base).seq == base
+    assert restored.event(base - 1) == stored[-1]
+    with pytest.raises(StructureRuleError):
+        restored.append_all([user_event("x"), StepStart(turn=5, step=1)])
+    assert len(restored) == base + 1
+    restored.rollback(mark)
+    assert len(restored) == base
+    assert restored.nodes == session.nodes
+    assert [e.seq for e in restored.events(base - 2)] == [base - 2, base - 1]

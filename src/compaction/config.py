@@ -57,13 +57,12 @@ class BasicConfig:
                     f"{NAME}: {name} must be a boolean; got {getattr(self, name)!r}"
                 )
         if not (
-            isinstance(self.min_identifier_ratio, (int, float))
-            and 0 <= self.min_identifier_ratio <= 1
+            _is_number(self.min_identifier_ratio) and 0 <= self.min_identifier_ratio <= 1
         ):
             raise CompactionConfigError(
                 f"{NAME}.min_identifier_ratio ({self.min_identifier_ratio!r}) must be a number in [0, 1]"
             )
-        if not (isinstance(self.lease_seconds, (int, float)) and self.lease_seconds > 0):
+        if not (_is_number(self.lease_seconds) and self.lease_seconds > 0):
             raise CompactionConfigError(
                 f"{NAME}.lease_seconds ({self.lease_seconds!r}) must be positive"
             )
@@ -105,6 +104,10 @@ class BasicConfig:
                 f"(context window {context_window})"
             )
         return threshold, retain
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _is_int(value: object) -> bool:

@@ -52,6 +52,7 @@ class Measurement:
 
 @dataclass
 class _SessionPrices:
+    epoch: int = 0  # the session's epoch these prices belong to (a rollback or adopt resets them)
     prices: dict[int, int] = field(default_factory=dict)
     generation: int = -1
     counted: int = 0
@@ -117,8 +118,8 @@ class Meter(ABC):
 
     def _state(self, session: Session) -> _SessionPrices:
         state = self._sessions.get(session)
-        if state is None:
-            state = self._sessions[session] = _SessionPrices()
+        if state is None or state.epoch != session.epoch:
+            state = self._sessions[session] = _SessionPrices(epoch=session.epoch)
         return state
 
     def node_price(self, session: Session, seq: int) -> int:

@@ -84,7 +84,11 @@ class Session:
         self.id: UUID = session_id or uuid4()
         self.strict_structure = strict_structure
         self.clock = clock
-        self._events: list[SessionEvent | None] = []
+        # Events with seq >= _base, in order. Below _base (a session restored from a snapshot) the
+        # payloads are fetched on demand into _older, so restoring costs O(surface), not O(log).
+        self._base = 0
+        self._events: list[SessionEvent] = []
+        self._older: dict[int, SessionEvent] = {}
         self._loader: EventLoader | None = None
         self.surface = Surface()
         self.structure = Structure()
@@ -92,30 +96,34 @@ class Session:
         self.type_counts: dict[str, int] = {}
         self.first_user_seq: int | None = None
         self.saved_length = 0
+        self.epoch = 0  # bumped whenever appended events are forgotten: caches keyed by seq reset
         self._derived: list[Message | None] = []
         self._derived_generation = 0
 
     # ------------------------------------------------------------ reading
 
     def __len__(self) -> int:
-        return len(self._events)
+        return self._base + len(self._events)
 
     @property
     def next_seq(self) -> int:
-        return len(self._events)
+        return self._base + len(self._events)
 
     @property
     def pending(self) -> list[SessionEvent]:
         """Events appended since the last save, in order."""
-        return [self.event(s) for s in range(self.saved_length, len(self._events))]
+        return [self.event(s) for s in range(self.saved_length, len(self))]
 
     def event(self, seq: int) -> SessionEvent:
-        if not 0 <= seq < len(self._events):
+        offset = seq - self._base
+        if 0 <= offset < len(self._events):
+            return self._events[offset]
+        if not 0 <= seq < len(self):
             raise IndexError(f"session {self.id} has no event at seq {seq} (length {len(self)})")
-        found = self._events[seq]
+        found = self._older.get(seq)
         if found is None:
             self._fetch(seq)
-            found = self._events[seq]
+            found = self._older.get(seq)
             if found is None:
                 raise StoreError(
                     f"session {self.id}: the store returned no event at seq {seq} although the "
@@ -124,7 +132,7 @@ class Session:
         return found
 
     def events(self, start: int = 0, stop: int | None = None) -> Iterator[SessionEvent]:
-        stop = len(self._events) if stop is None else stop
+        stop = len(self) if stop is None else stop
         for seq in range(start, stop):
             yield self.event(seq)
 
@@ -132,12 +140,11 @@ class Session:
         if self._loader is None:
             raise LookupError(f"session {self.id}: event {seq} is not loaded and no loader is set")
         lo = max(0, seq - LOAD_CHUNK // 2)
-        while lo < seq and self._events[lo] is not None:
+        while lo < seq and lo in self._older:
             lo += 1
-        hi = min(len(self._events), lo + LOAD_CHUNK)
+        hi = min(self._base, lo + LOAD_CHUNK)
         for event in self._loader(lo, hi):
-            if self._events[event.seq] is None:
-                self._events[event.seq] = event
+            self._older.setdefault(event.seq, event)
 
     def last_of(self, event_type: str) -> int | None:
         """Seq of the latest event of ``event_type``, or None."""
@@ -155,7 +162,7 @@ class Session:
 
     def append(self, event: SessionEvent) -> SessionEvent:
         """Validate and append one event; return it with ``seq`` and ``time`` assigned."""
-        stamped = self._stamp(event, len(self._events))
+        stamped = self._stamp(event, len(self))
         self._commit(stamped, self._check(stamped))
         return stamped
 
@@ -181,7 +188,7 @@ class Session:
 
     def _mark(self, *, replaces: bool) -> SessionMark:
         return SessionMark(
-            length=len(self._events),
+            length=len(self),
             surface=self.surface.mark(replaces=replaces),
             structure=self.structure.state(),
             last_by_type=dict(self.last_by_type),
@@ -190,7 +197,8 @@ class Session:
         )
 
     def _rollback(self, mark: SessionMark) -> None:
-        del self._events[mark.length :]
+        self.epoch += 1
+        del self._events[mark.length - self._base :]
         self.surface.rollback(mark.surface)
         self.structure = Structure(mark.structure)
         self.last_by_type = dict(mark.last_by_type)
@@ -252,10 +260,12 @@ class Session:
         """Become ``other`` (a fresher load of the same session), keeping this object's identity."""
         if other.id != self.id:
             raise ValueError(f"cannot adopt session {other.id} into session {self.id}")
+        epoch = max(self.epoch, other.epoch) + 1
         self.__dict__.update(other.__dict__)
+        self.epoch = epoch
 
     def mark_saved(self) -> None:
-        self.saved_length = len(self._events)
+        self.saved_length = len(self)
 
     def discard_pending(self) -> None:
         """Drop unsaved events by refolding the saved prefix (used after a failed save)."""
@@ -283,7 +293,7 @@ class Session:
 
     def surface_at(self, seq: int) -> list[int]:
         """The surface exactly as it was right after event ``seq``."""
-        if not 0 <= seq < len(self._events):
+        if not 0 <= seq < len(self):
             raise IndexError(f"session {self.id} has no event at seq {seq} (length {len(self)})")
         surface = Surface()
         for event in self.events(0, seq + 1):
@@ -312,7 +322,7 @@ class Session:
 
     def snapshot(self) -> SessionSnapshot:
         return SessionSnapshot(
-            length=len(self._events),
+            length=len(self),
             nodes=tuple(self.surface.nodes),
             deltas=tuple(self.surface.deltas),
             generation=self.surface.generation,
@@ -332,7 +342,7 @@ class Session:
         strict_structure: bool = True,
     ) -> Session:
         session = cls(session_id, strict_structure=strict_structure)
-        session._events = [None] * snapshot.length
+        session._base = snapshot.length
         session._loader = loader
         session.surface = Surface.restore(
             snapshot.nodes, snapshot.deltas, snapshot.generation, snapshot.length
