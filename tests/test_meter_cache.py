@@ -4,7 +4,6 @@ reused seq keep the price of the event it used to hold."""
 from __future__ import annotations
 
 from builders import user
-
 from compaction.meters import HeuristicMeter
 from sessions.session import Session
 from sessions.store import SessionStore
