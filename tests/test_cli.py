@@ -384,7 +384,7 @@ def python_blocks(markdown: Path) -> list[str]:
     return re.findall(r"```python\n(.*?)```", markdown.read_text(), flags=re.DOTALL)
 
 
-@pytest.mark.parametrize("page", ["README.md", "docs/sessions.md"])
+@pytest.mark.parametrize("page", ["README.md", "docs/sessions.md", "docs/operations.md"])
 def test_python_snippets_in_the_docs_run(
     page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
