@@ -292,9 +292,9 @@ def measure(
     *,
     rounds: int = 1,
     follow: bool = True,
-) -> list[Figures]:
-    """Every layout for every N, alternating, each in a fresh database; with several rounds, the
-    round of median throughput represents each configuration."""
+) -> dict[tuple[str, int], list[Figures]]:
+    """Every layout for every N, alternating, each in a fresh database, ``rounds`` times:
+    ``(layout name, N) -> figures of each round``."""
     runs: dict[tuple[str, int], list[Figures]] = {}
     for round_number in range(1, rounds + 1):
         for n in workers:
@@ -304,6 +304,11 @@ def measure(
                 runs.setdefault((layout.name, n), []).append(figures)
                 print(f"  round {round_number}: {layout.name} workers={n}: "
                       f"{figures.saves_per_second:,.0f} saves/s", file=sys.stderr, flush=True)  # fmt: skip
+    return runs
+
+
+def representative(runs: dict[tuple[str, int], list[Figures]]) -> list[Figures]:
+    """Per configuration, the round of median throughput."""
     return [_median(found) for found in runs.values()]
 
 
@@ -336,14 +341,22 @@ def _waits(shares: dict[str, float]) -> str:
     return ", ".join(f"{label} {share:.0%}" for label, share in list(shares.items())[:3])
 
 
-def ratios(figures: list[Figures]) -> dict[int, dict[str, float]]:
-    """Per N: each layout's saves/s divided by the plain store's."""
-    base = {f.workers: f.saves_per_second for f in figures if f.layout.name == "store"}
-    found: dict[int, dict[str, float]] = {}
-    for f in figures:
-        if f.layout.name != "store" and f.workers in base:
-            found.setdefault(f.workers, {})[f.layout.name] = f.saves_per_second / base[f.workers]
+def ratios(runs: dict[tuple[str, int], list[Figures]]) -> dict[int, dict[str, list[float]]]:
+    """Per N and layout: its saves/s divided by the plain store's *of the same round* (measured
+    seconds apart, so a load change on the machine hits both), one ratio per round, sorted."""
+    found: dict[int, dict[str, list[float]]] = {}
+    for (name, n), figures in runs.items():
+        base = runs.get(("store", n))
+        if name == "store" or base is None:
+            continue
+        pairs = zip(figures, base, strict=True)
+        found.setdefault(n, {})[name] = sorted(f.saves_per_second / b.saves_per_second for f, b in pairs)
     return found
+
+
+def _ratio_text(values: list[float]) -> str:
+    middle = statistics.median(values)
+    return f"{middle:.2f}x" if len(values) == 1 else f"{middle:.2f}x ({values[0]:.2f}-{values[-1]:.2f})"
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -362,9 +375,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     workers = [int(n) for n in args.workers.split(",")]
     print(f"scale-out: K={args.partitions}, N={workers}, {args.saves} saves per worker",
           file=sys.stderr)  # fmt: skip
-    figures = measure(
+    runs = measure(
         args.pg, args.partitions, workers, args.saves, rounds=args.rounds, follow=not args.no_follow
     )
+    figures = representative(runs)
     print(
         f"Python {platform.python_version()} on {platform.system()} {platform.machine()}, "
         f"{os.cpu_count()} CPUs; {args.saves} saves per worker, "
@@ -372,9 +386,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(table(figures))
     print()
-    for n, by_layout in sorted(ratios(figures).items()):
-        shown = ", ".join(f"{name} {ratio:.2f}x" for name, ratio in by_layout.items())
-        print(f"N={n}: saves/s relative to one store: {shown}")
+    print("saves/s relative to one store in the same round (median of rounds, and range):")
+    for n, by_layout in sorted(ratios(runs).items()):
+        shown = ", ".join(f"{name} {_ratio_text(values)}" for name, values in by_layout.items())
+        print(f"N={n}: {shown}")
     complete = all(f.projected in (None, True) for f in figures)
     return 0 if complete else 1
 

@@ -7,6 +7,7 @@
     │   ├── SurfaceRuleError                   a surface rule of spec §b.2 (contiguity, eligibility, ...)
     │   └── StructureRuleError                 a turn/step rule of spec §a.7
     ├── CorruptSurfaceError                    tool-pairing balance went negative (spec §c)
+    ├── SessionStateError (ValueError)         a rollback past saved events, adopting another session
     ├── StoreError                             the event store failed
     │   ├── ConcurrencyError                   another writer appended to the same session first
     │   └── SessionNotFoundError (KeyError)    no such session in the store
@@ -66,6 +67,10 @@ class CorruptSurfaceError(EventCompactionError):
     def __init__(self, message: str, seq: int) -> None:
         self.seq = seq
         super().__init__(message)
+
+
+class SessionStateError(EventCompactionError, ValueError):
+    """An operation on a session object that its state does not allow (nothing was changed)."""
 
 
 class StoreError(EventCompactionError):

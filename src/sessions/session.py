@@ -20,7 +20,7 @@ from uuid import UUID, uuid4
 import msgspec
 
 from sessions.blocks import Message
-from sessions.errors import StoreError
+from sessions.errors import SessionStateError, StoreError
 from sessions.events import (
     APPEND,
     UNSET_SEQ,
@@ -250,7 +250,7 @@ class Session:
     def rollback(self, mark: SessionMark) -> None:
         """Forget every event appended after ``mark``; they must not have been saved."""
         if self.saved_length > mark.length:
-            raise ValueError(
+            raise SessionStateError(
                 f"session {self.id}: cannot roll back to length {mark.length}; events up to "
                 f"seq {self.saved_length - 1} are already saved"
             )
@@ -259,7 +259,7 @@ class Session:
     def adopt(self, other: Session) -> None:
         """Become ``other`` (a fresher load of the same session), keeping this object's identity."""
         if other.id != self.id:
-            raise ValueError(f"cannot adopt session {other.id} into session {self.id}")
+            raise SessionStateError(f"cannot adopt session {other.id} into session {self.id}")
         epoch = max(self.epoch, other.epoch) + 1
         self.__dict__.update(other.__dict__)
         self.epoch = epoch

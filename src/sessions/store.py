@@ -307,21 +307,26 @@ _ES_KEYS = ("PERSISTENCE_MODULE", "SQLITE_", "POSTGRES_", "IS_SNAPSHOTTING", "SE
 
 
 def _distinct_ids(store: SessionStore) -> Iterator[UUID]:
-    seen: set[UUID] = set()
-    start = 1
-    recorder = store.recorder
-    while True:
-        batch = recorder.select_notifications(start=start, limit=5000)
-        if not batch:
-            return
-        for n in batch:
-            sid = n.originator_id
-            if not isinstance(sid, UUID):
-                sid = UUID(str(sid))
-            if n.originator_version == 0 and sid not in seen:
-                seen.add(sid)
-                yield sid
-        start = batch[-1].id + 1
+    """Session ids in order of their first event: one indexed query per backend (the first event of
+    every session is the row with ``originator_version = 0``)."""
+    recorder: Any = store.recorder
+    table = getattr(recorder, "events_table_name", None)
+    if table is None:  # memory://
+        for stored in recorder._stored_events:
+            if stored.originator_version == 0:
+                yield _uuid(stored.originator_id)
+        return
+    statement = f"SELECT originator_id FROM {table} WHERE originator_version = 0"
+    order = " ORDER BY notification_id" if store.location.kind == "postgresql" else " ORDER BY rowid"
+    with recorder.datastore.transaction(commit=False) as cursor:
+        cursor.execute(statement + order)
+        rows = cursor.fetchall()
+    for row in rows:
+        yield _uuid(row["originator_id"])
+
+
+def _uuid(value: object) -> UUID:
+    return value if isinstance(value, UUID) else UUID(str(value))
 
 
 _Row = tuple[int, str, bytes]  # originator_version, topic, state
