@@ -1,7 +1,10 @@
-"""Run every issue-2 benchmark and print one Markdown table.
+"""Run the benchmarks and print one Markdown table.
 
     .venv/bin/python -m benchmarks.run            # all of them
-    .venv/bin/python benchmarks/run.py surface    # only the named ones (append, load, surface)
+    .venv/bin/python benchmarks/run.py surface    # only the named ones (see BENCHMARKS)
+
+The PostgreSQL scale-out benchmark has its own runner (``python -m benchmarks.bench_scaleout``):
+it starts worker processes and takes minutes, so it is not part of the default set.
 
 Ratios are measured within one run (library against its baseline, or large against small), so
 they hold on a noisy machine where absolute times do not. Exit status 1 when a target is missed.
@@ -18,13 +21,25 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import bench_append, bench_load, bench_surface
+from benchmarks import (
+    bench_append,
+    bench_compaction,
+    bench_fidelity,
+    bench_load,
+    bench_rebuild,
+    bench_recovery,
+    bench_surface,
+)
 from benchmarks.common import Result
 
 BENCHMARKS: dict[str, Callable[[], list[Result]]] = {
     "append": bench_append.run,
     "load": bench_load.run,
     "surface": bench_surface.run,
+    "compaction": bench_compaction.run,
+    "fidelity": bench_fidelity.run,
+    "rebuild": bench_rebuild.run,
+    "recovery": bench_recovery.run,
 }
 
 

@@ -1,0 +1,124 @@
+"""The guarded public surface: each package's ``__all__`` is sorted, importable, and pinned here, so
+an export that goes missing fails a test (STYLE.md, practice 9)."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+PINNED: dict[str, set[str]] = {
+    "sessions": {
+        "APPEND",
+        "AssistantChunk",
+        "AssistantMessage",
+        "ConcurrencyError",
+        "ConfigurationError",
+        "ContextMessage",
+        "CorruptSurfaceError",
+        "EventCompactionError",
+        "EventRuleError",
+        "ImageBlock",
+        "Message",
+        "ReasoningBlock",
+        "Replace",
+        "RequestHeader",
+        "Session",
+        "SessionEvent",
+        "SessionNotFoundError",
+        "SessionResume",
+        "SessionStateError",
+        "SessionStore",
+        "Source",
+        "SteeringMessage",
+        "StepEnd",
+        "StepStart",
+        "StoreError",
+        "StructureRuleError",
+        "Surface",
+        "SurfaceRuleError",
+        "TextBlock",
+        "ToolCall",
+        "ToolCallBlock",
+        "ToolError",
+        "ToolResult",
+        "ToolResultBlock",
+        "ToolSpec",
+        "TranscriptError",
+        "TurnEnd",
+        "TurnEndReason",
+        "TurnStart",
+        "UnknownEventTypeError",
+        "Usage",
+        "UserMessage",
+        "pairing_problems",
+        "register_event_type",
+        "to_anthropic",
+        "to_openai",
+        "to_text",
+    },
+    "compaction": {
+        "BasicCompactService",
+        "BasicConfig",
+        "BusyError",
+        "CheckpointCompactService",
+        "CommitError",
+        "CompactEnd",
+        "CompactPrune",
+        "CompactService",
+        "CompactStart",
+        "CompactSummary",
+        "CompactionConfigError",
+        "CompactionError",
+        "CompactionResult",
+        "ContextLengthError",
+        "ConvergenceError",
+        "EmptySummaryError",
+        "Fidelity",
+        "FidelityError",
+        "HeuristicMeter",
+        "Lease",
+        "Meter",
+        "OverflowRecovery",
+        "PhaseEnd",
+        "PruneConfig",
+        "ScratchpadSet",
+        "ShrinkError",
+        "SpanError",
+        "Summarizer",
+        "SummarizerError",
+        "SummaryOutput",
+        "SummaryRequest",
+        "SurfaceChangedError",
+        "TemplateSummarizer",
+        "TiktokenMeter",
+        "TruncatedError",
+        "UnsupportedOutputError",
+        "prune_session",
+    },
+}
+
+
+@pytest.mark.parametrize("package", sorted(PINNED))
+def test_exports_are_pinned_sorted_and_importable(package: str) -> None:
+    module = importlib.import_module(package)
+    exported = list(module.__all__)
+    assert exported == sorted(exported)
+    assert set(exported) == PINNED[package]
+    for name in exported:
+        assert getattr(module, name) is not None
+
+
+def test_every_error_is_under_the_one_root() -> None:
+    import audit
+    import compaction
+    import projections
+    import recovery
+    import sessions
+
+    root = sessions.EventCompactionError
+    for module in (sessions, compaction, projections, recovery, audit):
+        for name in getattr(module, "__all__", []):
+            value = getattr(module, name)
+            if isinstance(value, type) and issubclass(value, Exception):
+                assert issubclass(value, root), f"{module.__name__}.{name} is outside the hierarchy"
