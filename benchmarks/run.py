@@ -24,6 +24,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 from benchmarks import (
     bench_append,
     bench_compaction,
+    bench_decision,
     bench_fidelity,
     bench_load,
     bench_rebuild,
@@ -37,6 +38,7 @@ BENCHMARKS: dict[str, Callable[[], list[Result]]] = {
     "load": bench_load.run,
     "surface": bench_surface.run,
     "compaction": bench_compaction.run,
+    "decision": bench_decision.run,
     "fidelity": bench_fidelity.run,
     "rebuild": bench_rebuild.run,
     "recovery": bench_recovery.run,

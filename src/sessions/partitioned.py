@@ -11,8 +11,9 @@ session's events all live in one notification log, in seq order, and each partit
 commit order with its own tracking records (one projection runner per partition).
 
 The recorder also sends a ``NOTIFY`` with every append, and PostgreSQL serialises the commits of
-all transactions that notified, database-wide. With ``notify=off`` the partitions append without it
-(:class:`UnannouncedPostgresRecorder`) and readers poll; see ``docs/scaling.md`` for what each costs.
+all transactions that notified, server-wide (``PreCommit_Notify`` in its ``async.c``). With
+``notify=off`` the partitions append without it (:class:`UnannouncedPostgresRecorder`) and readers
+poll; see ``docs/scaling.md`` for what each costs.
 
 URL forms: ``postgresql://USER@HOST:PORT/DB?partitions=K[&notify=off]`` (``memory://?partitions=K``
 in tests). :func:`open_store` returns a plain :class:`SessionStore` when the URL names no partitions
@@ -100,7 +101,7 @@ def partition_of(session_id: UUID, partitions: int) -> int:
 
 class UnannouncedPostgresRecorder(PostgresApplicationRecorder):
     """Appends without ``NOTIFY``. PostgreSQL serialises the commits of every transaction that
-    issued a NOTIFY, database-wide (a lock held from pre-commit until after the WAL flush), so a
+    issued a NOTIFY, server-wide (a lock held from pre-commit until after the WAL flush), so a
     NOTIFY per append would serialise the partitions' commits again. Readers poll instead (the
     projection runners' subscription waits at most its poll interval); the table lock, and so
     commit-ordered notification ids per partition, stays."""

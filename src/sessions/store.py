@@ -65,11 +65,12 @@ class StoreLocation:
 
 def parse_store_url(url: str) -> StoreLocation:
     parsed = urlparse(url)
-    partitions = dict(parse_qsl(parsed.query)).get("partitions", "1")
-    if partitions != "1":  # a PartitionedSessionStore: sessions.partitioned.open_store
+    named = [k for k, _ in parse_qsl(parsed.query) if k in ("partitions", "notify")]
+    if named:  # a PartitionedSessionStore: sessions.partitioned.open_store
         raise ConfigurationError(
-            f"store URL {url!r} names {partitions} partitions, but this opens a single store; "
-            "open it with sessions.partitioned.open_store (the copy command accepts it)"
+            f"store URL {url!r} has partitioned-store options ({', '.join(named)}), but this opens "
+            "a single store; open it with sessions.partitioned.open_store (the copy command "
+            "accepts it)"
         )
     env = {"IS_SNAPSHOTTING_ENABLED": "y"}
     if parsed.scheme == "memory":
