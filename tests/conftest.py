@@ -34,6 +34,16 @@ PUBLIC_TRANSCRIPTS: list[Path] = sorted(
 PG_BASE = os.environ.get("COMPACTION_TEST_PG", "postgresql://postgres@127.0.0.1:5432")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The transcript tests are parametrized over the real files: with none found they would
+    silently run nothing, so a missing ``shared/`` stops the run instead."""
+    if len(PUBLIC_TRANSCRIPTS) < 8:
+        raise pytest.UsageError(
+            f"expected the 8 public transcripts under {TRANSCRIPTS} (../shared/data/transcripts "
+            f"next to the checkout, or COMPACTION_TRANSCRIPTS); found {len(PUBLIC_TRANSCRIPTS)}"
+        )
+
+
 def _pg_admin_connect() -> object:
     import psycopg
 
