@@ -70,3 +70,45 @@ async def test_real_model_compacts_a_real_session(server: LocalModelServer, tmp_
     audits, log_checks = audit_events(list(reloaded.events()), min_ratio=0.0)
     assert all(c.passed for c in log_checks)
     assert len(audits) == 1 and audits[0].passed, [c for c in audits[0].checks if not c.passed]
+
+
+def test_cli_compacts_with_the_local_model_and_stops_the_server(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`compaction compact SESSION --summarizer local`: starts the embedded server, compacts, stops it."""
+    import json
+    import threading
+
+    from compaction.cli.main import main
+
+    require_local_model()
+    url = f"sqlite:///{tmp_path / 'sessions.db'}"
+    session = import_path(SHORT_SESSION)[0].session
+    with SessionStore.open(url) as store:
+        store.save(session)
+    before = threading.active_count()
+    code = main(
+        [
+            "--store",
+            url,
+            "compact",
+            str(session.id),
+            "--summarizer",
+            "local",
+            "--manual",
+            "--min-ratio",
+            "0",
+            "--max-tokens",
+            "320",
+            "--json",
+        ]
+    )
+    document = json.loads(capsys.readouterr().out)
+    assert code == 0, document
+    (compaction,) = document["compactions"]
+    assert document["tokens_after"] < document["tokens_before"]
+    with SessionStore.open(url) as store:
+        summary = store.get(session.id).event(compaction["summary_seq"])
+    assert isinstance(summary, CompactSummary)
+    assert (summary.provider, summary.model) == ("local", "smollm2")
+    assert threading.active_count() <= before  # the server's threads are gone

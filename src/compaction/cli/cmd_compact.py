@@ -130,9 +130,12 @@ async def _summarizer(args: argparse.Namespace, stack: AsyncExitStack) -> Summar
         return TemplateSummarizer()
     if args.summarizer == "local":
         from compaction.summarizers.chunking import ChunkingSummarizer
-        from compaction.summarizers.local import LocalModelServer
+        from compaction.summarizers.local import LocalModelServer, checkpoint_grammar
 
-        server = await stack.enter_async_context(LocalModelServer(args.model))
+        # A grammar holds the small embedded model to the eight-section checkpoint structure.
+        server = await stack.enter_async_context(
+            LocalModelServer(args.model, context_tokens=4096, grammar=checkpoint_grammar(), threads=1)
+        )
         # The embedded model's window is small: summarize oversize spans in balanced chunks.
         summarizer: Summarizer = ChunkingSummarizer(
             server.summarizer(), server.context_tokens, HeuristicMeter().message
