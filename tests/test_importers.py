@@ -20,7 +20,7 @@ from sessions import render
 from sessions.errors import ConfigurationError, TranscriptError
 from sessions.events import ContextMessage, SessionEvent, ToolCall, ToolResult, UserMessage
 from sessions.importers import FORMATS, ImportedSession, detect_format, import_path
-from sessions.importers.builder import NOT_STARTED_TEXT, OUTCOME_UNKNOWN_TEXT
+from sessions.interrupted import NOT_STARTED_TEXT, OUTCOME_UNKNOWN_TEXT
 from sessions.store import SessionStore
 
 FORMAT_BY_DIRECTORY = {

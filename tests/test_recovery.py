@@ -58,7 +58,7 @@ from sessions.events import (
     UserMessage,
     now_utc,
 )
-from sessions.loop import NOT_STARTED_TEXT, OUTCOME_UNKNOWN_TEXT
+from sessions.interrupted import NOT_STARTED_TEXT, OUTCOME_UNKNOWN_TEXT
 from sessions.native import surface_hash as native_surface_hash
 from sessions.session import Session
 from sessions.store import SessionStore

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sessions.blocks import Message, Source, TextBlock, ToolResultBlock, tool_calls_of
+from sessions.blocks import ToolResultBlock, tool_calls_of
 from sessions.events import (
     AssistantMessage,
     Replace,
@@ -26,17 +26,13 @@ from sessions.events import (
     StepEnd,
     StepStart,
     ToolCall,
-    ToolError,
     ToolResult,
     TurnEnd,
     TurnEndReason,
     TurnStart,
 )
-from sessions.loop import NOT_STARTED_TEXT, OUTCOME_UNKNOWN_TEXT
+from sessions.interrupted import interrupted_result
 from sessions.session import Session
-
-OUTCOME_UNKNOWN = ToolError("ToolOutcomeUnknownError", "TOOL_OUTCOME_UNKNOWN")
-NOT_STARTED = ToolError("ToolNotStartedError", "TOOL_NOT_STARTED")
 
 
 @dataclass
@@ -101,27 +97,8 @@ def interrupted_turn_closers(session: Session) -> list[SessionEvent]:
 
 
 def _synthetic_result(turn: int, pending: _Pending, seq: int, time: datetime) -> ToolResult:
-    recorded = pending.call_seq is not None
-    text, error = (
-        (OUTCOME_UNKNOWN_TEXT, OUTCOME_UNKNOWN) if recorded else (NOT_STARTED_TEXT, NOT_STARTED)
-    )
-    block = ToolResultBlock(tool_call_id=pending.call_id, content=(TextBlock(text),), is_error=True)
-    message = Message(
-        id=f"interrupted-tool-result-{pending.call_id}-{seq}",
-        role="user",
-        content=(block,),
-        source=Source(kind="tool", call_id=pending.call_id),
-    )
-    return ToolResult(
-        turn=turn,
-        step=pending.step,
-        message=message,
-        error=error,
-        synthesized=True,
-        surface_op="append",
-        source_event_seqs=(pending.call_seq,) if pending.call_seq is not None else None,
-        seq=seq,
-        time=time,
+    return interrupted_result(
+        turn, pending.step, pending.call_id, pending.call_seq, seq, time=time, stamp=True
     )
 
 

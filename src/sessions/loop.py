@@ -54,6 +54,7 @@ from sessions.events import (
     Usage,
     UserMessage,
 )
+from sessions.interrupted import interrupted_result
 
 if TYPE_CHECKING:
     from sessions.session import Session
@@ -61,16 +62,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("sessions.loop")
 
-OUTCOME_UNKNOWN_TEXT = (
-    "The tool call was interrupted after it was recorded, but no result was durably recorded. Its "
-    "outcome is unknown. Decide whether to retry from the tool semantics: retry only if the "
-    "operation is read-only or idempotent; if it may have side effects, first verify external "
-    "state or ask the user. Do not retry blindly."
-)
-NOT_STARTED_TEXT = (
-    "The tool call was interrupted before the Harness recorded it as started. Retry it if it is "
-    "still needed."
-)
 MAX_STEPS_MESSAGE = "max steps reached"
 
 
@@ -254,9 +245,7 @@ class AgentLoop:
             try:
                 await hook(self._context(turn, step))
             except Exception as exc:
-                logger.warning(
-                    "pre-step hook failed: %s; continuing the turn", exc, exc_info=exc
-                )
+                logger.warning("pre-step hook failed: %s; continuing the turn", exc, exc_info=exc)
 
     async def _run_step(self, state: _TurnState, step: int) -> ModelResponse:
         turn = state.turn
@@ -294,14 +283,11 @@ class AgentLoop:
             try:
                 return await self.model.complete(self.request())
             except Exception as exc:
-                if retries >= self.max_model_retries or not await self._retry_wanted(
-                    turn, step, exc
-                ):
+                if retries >= self.max_model_retries or not await self._retry_wanted(turn, step, exc):
                     raise
                 retries += 1
                 logger.info(
-                    "retrying the model call of turn %d step %d from the re-derived surface "
-                    "after: %s",
+                    "retrying the model call of turn %d step %d from the re-derived surface after: %s",
                     turn,
                     step,
                     exc,
@@ -377,7 +363,7 @@ class AgentLoop:
     def _close_turn(self, state: _TurnState, reason: TurnEndReason) -> None:
         if state.open_step is not None:
             for call_id, (_, call_seq) in list(state.pending.items()):
-                closer = _interrupted_result(
+                closer = interrupted_result(
                     state.turn, state.open_step, call_id, call_seq, self.session.next_seq
                 )
                 self._append(closer)
@@ -396,7 +382,11 @@ class AgentLoop:
         latest = self.header
         wanted = (self.provider, self.model_name, self.system, self.tool_specs, self.context_window)
         if latest is not None and wanted == (
-            latest.provider, latest.model, latest.system, latest.tools, latest.context_window
+            latest.provider,
+            latest.model,
+            latest.system,
+            latest.tools,
+            latest.context_window,
         ):
             return
         self._append(
@@ -412,9 +402,7 @@ class AgentLoop:
 
     def _prompt_message(self, prompt: str | Message) -> Message:
         if isinstance(prompt, str):
-            return Message(
-                id=f"user-{self.session.next_seq}", role="user", content=(TextBlock(prompt),)
-            )
+            return Message(id=f"user-{self.session.next_seq}", role="user", content=(TextBlock(prompt),))
         if prompt.role != "user":
             raise AgentLoopError(
                 f"session {self.session.id}: run_turn expected a prompt with role 'user'; got "
@@ -431,40 +419,11 @@ class AgentLoop:
 
 
 def _tool_result_message(message_id: str, call_id: str, output: ToolOutput) -> Message:
-    block = ToolResultBlock(
-        tool_call_id=call_id, content=(TextBlock(output.text),), is_error=output.is_error
-    )
-    return Message(
-        id=message_id, role="user", content=(block,), source=Source(kind="tool", call_id=call_id)
-    )
-
-
-def _interrupted_result(
-    turn: int, step: int, call_id: str, call_seq: int | None, seq: int
-) -> ToolResult:
-    """The synthetic answer to a call the cancelled step left open (spec §d.16 wording)."""
-    if call_seq is None:
-        text, error = NOT_STARTED_TEXT, ToolError("ToolNotStartedError", "TOOL_NOT_STARTED")
-    else:
-        text = OUTCOME_UNKNOWN_TEXT
-        error = ToolError("ToolOutcomeUnknownError", "TOOL_OUTCOME_UNKNOWN")
-    message = _tool_result_message(
-        f"interrupted-tool-result-{call_id}-{seq}", call_id, ToolOutput(text, is_error=True)
-    )
-    return ToolResult(
-        turn=turn,
-        step=step,
-        message=message,
-        error=error,
-        synthesized=True,
-        surface_op=APPEND,
-        source_event_seqs=None if call_seq is None else (call_seq,),
-    )
+    block = ToolResultBlock(tool_call_id=call_id, content=(TextBlock(output.text),), is_error=output.is_error)
+    return Message(id=message_id, role="user", content=(block,), source=Source(kind="tool", call_id=call_id))
 
 
 def _error_reason(exc: Exception) -> TurnEndReason:
     code = getattr(exc, "code", None)
     message = str(exc) or type(exc).__name__
-    return TurnEndReason(
-        kind="error", message=message, code=code if isinstance(code, str) else None
-    )
+    return TurnEndReason(kind="error", message=message, code=code if isinstance(code, str) else None)

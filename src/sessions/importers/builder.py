@@ -35,7 +35,6 @@ from sessions.events import (
     StepEnd,
     StepStart,
     ToolCall,
-    ToolError,
     ToolResult,
     ToolSpec,
     TurnEnd,
@@ -46,20 +45,8 @@ from sessions.events import (
     now_utc,
 )
 from sessions.importers.common import ForeignCompaction, ImportedSession, compaction_handler
+from sessions.interrupted import interrupted_result
 from sessions.session import Session
-
-OUTCOME_UNKNOWN = ToolError("ToolOutcomeUnknownError", "TOOL_OUTCOME_UNKNOWN")
-OUTCOME_UNKNOWN_TEXT = (
-    "The tool call was interrupted after it was recorded, but no result was durably recorded. "
-    "Its outcome is unknown. Decide whether to retry from the tool semantics: retry only if the "
-    "operation is read-only or idempotent; if it may have side effects, first verify external "
-    "state or ask the user. Do not retry blindly."
-)
-NOT_STARTED = ToolError("ToolNotStartedError", "TOOL_NOT_STARTED")
-NOT_STARTED_TEXT = (
-    "The tool call was interrupted before the Harness recorded it as started. Retry it if it is still needed."
-)
-
 
 # ---------------------------------------------------------------- the builder
 
@@ -319,26 +306,13 @@ class SessionBuilder:
         self._step_open = False
 
     def _synthesize(self, pending: _PendingCall) -> None:
-        recorded = pending.call_seq is not None
-        error, text = (OUTCOME_UNKNOWN, OUTCOME_UNKNOWN_TEXT) if recorded else (NOT_STARTED, NOT_STARTED_TEXT)
-        seq = self.session.next_seq
-        message = Message(
-            id=f"interrupted-tool-result-{pending.call_id}-{seq}",
-            role="user",
-            content=(
-                ToolResultBlock(tool_call_id=pending.call_id, content=(TextBlock(text),), is_error=True),
-            ),
-            source=Source(kind="tool", call_id=pending.call_id),
-        )
-        self._append(
-            ToolResult(
-                turn=self._turn,
-                step=self._step,
-                message=message,
-                error=error,
-                synthesized=True,
-                surface_op="append",
-                source_event_seqs=(pending.call_seq,) if pending.call_seq is not None else None,
+        result = self._append(
+            interrupted_result(
+                self._turn,
+                self._step,
+                pending.call_id,
+                pending.call_seq,
+                self.session.next_seq,
                 origin=f"synthesized: no result for tool call {pending.call_id} ({pending.origin})",
             )
         )
@@ -346,7 +320,7 @@ class SessionBuilder:
         self.synthesized += 1
         self.note(
             f"{pending.origin}: tool call {pending.call_id} has no result; synthesized "
-            f"{error.name} ({error.code})"
+            f"{_error_of(result)}"
         )
 
     def close_turn(self, origin: str) -> None:
@@ -384,3 +358,8 @@ class SessionBuilder:
             raise TranscriptError(
                 self.source, None, f"the event built from {event.origin} was rejected: {e}"
             ) from e
+
+
+def _error_of(event: SessionEvent) -> str:
+    error = getattr(event, "error", None)
+    return f"{error.name} ({error.code})" if error is not None else "an error result"
