@@ -19,7 +19,8 @@ from sessions.errors import StoreError
 from sessions.events import SessionEvent, event_class
 from sessions.session import SessionSnapshot
 
-SNAPSHOT_TOPIC = "session/snapshot"
+SNAPSHOT_TOPIC = "session/snapshot@2"  # msgpack, packed surface
+OLD_SNAPSHOT_TOPICS = frozenset({"session/snapshot"})  # ignored on load: the session is replayed
 
 
 class EventEnvelope(msgspec.Struct, frozen=True):
@@ -37,6 +38,8 @@ class SnapshotEnvelope(msgspec.Struct, frozen=True):
 
 
 _ENCODER = msgspec.json.Encoder()
+_SNAPSHOT_ENCODER = msgspec.msgpack.Encoder()
+_SNAPSHOT_DECODER = msgspec.msgpack.Decoder(SessionSnapshot)
 _DECODERS: dict[type[Any], msgspec.json.Decoder[Any]] = {}
 
 
@@ -82,7 +85,7 @@ class SessionMapper(Mapper[UUID]):
         if isinstance(domain_event, EventEnvelope):
             topic, state = domain_event.event.TYPE, _ENCODER.encode(domain_event.event)
         elif isinstance(domain_event, SnapshotEnvelope):
-            topic, state = SNAPSHOT_TOPIC, _ENCODER.encode(domain_event.snapshot)
+            topic, state = SNAPSHOT_TOPIC, _SNAPSHOT_ENCODER.encode(domain_event.snapshot)
         else:
             raise StoreError(f"cannot store {type(domain_event).__qualname__}: not a session event")
         return self._stored(
@@ -128,9 +131,12 @@ class SessionMapper(Mapper[UUID]):
             )
         return event
 
-    def decode_snapshot(self, stored: StoredEvent) -> SessionSnapshot:
+    def decode_snapshot(self, stored: StoredEvent) -> SessionSnapshot | None:
+        """The snapshot, or None for a snapshot in an older layout (the caller replays instead)."""
+        if stored.topic in OLD_SNAPSHOT_TOPICS:
+            return None
         try:
-            snapshot: SessionSnapshot = _decoder(SessionSnapshot).decode(self._state(stored.state))
+            snapshot: SessionSnapshot = _SNAPSHOT_DECODER.decode(self._state(stored.state))
         except msgspec.DecodeError as e:
             raise StoreError(
                 f"cannot decode the snapshot of session {stored.originator_id} at length "
@@ -142,10 +148,14 @@ class SessionMapper(Mapper[UUID]):
         originator_id = stored_event.originator_id
         if not isinstance(originator_id, UUID):
             originator_id = UUID(str(originator_id))
-        if stored_event.topic == SNAPSHOT_TOPIC:
-            return SnapshotEnvelope(
-                originator_id, stored_event.originator_version, self.decode_snapshot(stored_event)
-            )
+        if stored_event.topic == SNAPSHOT_TOPIC or stored_event.topic in OLD_SNAPSHOT_TOPICS:
+            snapshot = self.decode_snapshot(stored_event)
+            if snapshot is None:
+                raise StoreError(
+                    f"snapshot of session {originator_id} at length {stored_event.originator_version} "
+                    "has an older layout; reload the session from its events"
+                )
+            return SnapshotEnvelope(originator_id, stored_event.originator_version, snapshot)
         return EventEnvelope(
             originator_id, stored_event.originator_version, self.decode_event(stored_event)
         )

@@ -11,6 +11,8 @@ Sessions loaded from a snapshot keep only the fold state in memory and fetch eve
 
 from __future__ import annotations
 
+import sys
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -44,11 +46,14 @@ LOAD_CHUNK = 2048
 
 
 class SessionSnapshot(msgspec.Struct, frozen=True):
-    """Everything the fold needs to continue after ``length`` events, without the events."""
+    """Everything the fold needs to continue after ``length`` events, without the events.
+
+    The surface travels packed (little-endian int64 seqs, int32 deltas): a surface of 40,000 nodes
+    decodes in a fraction of the time a JSON list of integers takes."""
 
     length: int
-    nodes: tuple[int, ...]
-    deltas: tuple[int, ...]
+    nodes: bytes
+    deltas: bytes
     generation: int
     structure: StructureState
     last_by_type: dict[str, int]
@@ -323,8 +328,8 @@ class Session:
     def snapshot(self) -> SessionSnapshot:
         return SessionSnapshot(
             length=len(self),
-            nodes=tuple(self.surface.nodes),
-            deltas=tuple(self.surface.deltas),
+            nodes=pack_ints(self.surface.nodes, "q"),
+            deltas=pack_ints(self.surface.deltas, "i"),
             generation=self.surface.generation,
             structure=self.structure.state(),
             last_by_type=dict(self.last_by_type),
@@ -345,7 +350,10 @@ class Session:
         session._base = snapshot.length
         session._loader = loader
         session.surface = Surface.restore(
-            snapshot.nodes, snapshot.deltas, snapshot.generation, snapshot.length
+            unpack_ints(snapshot.nodes, "q"),
+            unpack_ints(snapshot.deltas, "i"),
+            snapshot.generation,
+            snapshot.length,
         )
         session.structure = Structure(snapshot.structure)
         session.last_by_type = dict(snapshot.last_by_type)
@@ -353,6 +361,21 @@ class Session:
         session.first_user_seq = snapshot.first_user_seq
         session.saved_length = snapshot.length
         return session
+
+
+def pack_ints(values: Sequence[int], code: str) -> bytes:
+    packed = array(code, values)
+    if sys.byteorder != "little":
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def unpack_ints(data: bytes, code: str) -> list[int]:
+    unpacked = array(code)
+    unpacked.frombytes(data)
+    if sys.byteorder != "little":
+        unpacked.byteswap()
+    return unpacked.tolist()
 
 
 def project(event: SessionEvent) -> Message | None:
