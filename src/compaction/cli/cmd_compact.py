@@ -32,6 +32,7 @@ from compaction.summarizers.template import TemplateSummarizer
 from sessions.session import Session
 
 SUMMARIZERS = ("template", "openai", "anthropic", "local")
+LOCAL_MAX_TOKENS = 512
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -115,7 +116,7 @@ async def _compact(
 def _config(args: argparse.Namespace) -> BasicConfig:
     values: dict[str, Any] = {
         "threshold_ratio": args.threshold,
-        "max_tokens": args.max_tokens or (384 if args.summarizer == "local" else 8192),
+        "max_tokens": args.max_tokens or (LOCAL_MAX_TOKENS if args.summarizer == "local" else 8192),
         "min_identifier_ratio": args.min_ratio,
     }
     if args.window is not None:
@@ -132,9 +133,16 @@ async def _summarizer(args: argparse.Namespace, stack: AsyncExitStack) -> Summar
         from compaction.summarizers.chunking import ChunkingSummarizer
         from compaction.summarizers.local import LocalModelServer, checkpoint_grammar
 
-        # A grammar holds the small embedded model to the eight-section checkpoint structure.
+        # A grammar holds the small embedded model to the eight-section checkpoint structure, short
+        # enough (8 one-line bullets of <= 40 characters) that it always ends under the default cap.
         server = await stack.enter_async_context(
-            LocalModelServer(args.model, context_tokens=4096, grammar=checkpoint_grammar(), threads=1)
+            LocalModelServer(
+                args.model,
+                context_tokens=4096,
+                grammar=checkpoint_grammar(bullets=1, bullet_chars=40),
+                sampling={"temp": 0.0, "seed": 7},
+                threads=1,
+            )
         )
         # The embedded model's window is small: summarize oversize spans in balanced chunks.
         summarizer: Summarizer = ChunkingSummarizer(
