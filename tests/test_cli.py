@@ -398,3 +398,40 @@ def test_python_snippets_in_the_docs_run(
             source = source.replace(f'"{placeholder}"', repr(str(transcript)))
         exec(compile(source, f"{page} snippet", "exec"), {})
         assert capsys.readouterr().out.strip(), f"a {page} snippet printed nothing"
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [([], 8192), (["--summarizer", "local"], 512), (["--summarizer", "local", "--max-tokens", "320"], 320)],
+)
+def test_compact_max_tokens_default_follows_the_summarizer(extra: list[str], expected: int) -> None:
+    """The embedded model's 4096-token window cannot take the 8192 default cap: local gets 512."""
+    from compaction.cli import cmd_compact
+    from compaction.cli.main import build_parser
+
+    args = build_parser().parse_args(["compact", "abc", *extra])
+    assert cmd_compact._config(args).max_tokens == expected
+
+
+def test_ctrl_c_under_json_still_prints_one_error_document(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import dataclasses
+
+    from compaction.cli import main as cli_main
+
+    def interrupted(context: object, args: object) -> dict[str, Any]:
+        raise KeyboardInterrupt
+
+    commands = tuple(
+        dataclasses.replace(c, run=interrupted) if c.name == "sessions" else c
+        for c in cli_main.COMMANDS
+    )
+    monkeypatch.setattr(cli_main, "COMMANDS", commands)
+    code = main(["--store", "memory://", "sessions", "--json"])
+    captured = capsys.readouterr()
+    assert code == 130
+    assert json.loads(captured.out) == {
+        "error": {"type": "KeyboardInterrupt", "message": "interrupted"}
+    }
+    assert "interrupted" in captured.err

@@ -249,3 +249,37 @@ def test_a_new_header_drops_the_usage_anchor() -> None:
     reading = meter.measure(session)
     assert not reading.from_usage
     assert reading.total_tokens == reading.header_tokens + reading.surface_tokens
+
+
+async def test_a_fresh_meter_agrees_with_the_live_one_after_a_later_replacement() -> None:
+    """The usage anchor comes from the log, not from when the meter first saw it: a meter that
+    meets the session only after a compaction (another process, or a cache reset by adopt) must not
+    count the shadowed span again."""
+    from compaction.basic import BasicCompactService
+    from compaction.config import BasicConfig
+    from test_compaction_support import ScriptedSummarizer
+
+    session = Session()
+    user(session, "task")
+    turn = start_turn(session, system="sys")
+    for _ in range(6):
+        tool_step(session, n_calls=1, output="x" * 800)
+    step = session.structure.next_step
+    session.append(StepStart(turn=turn, step=step))
+    message = Message("a", "assistant", (TextBlock("done"),), MODEL)
+    usage = Usage(input_tokens=1700, output_tokens=10)
+    session.append(
+        AssistantMessage(turn=turn, step=step, message=message, usage=usage, surface_op="append")
+    )
+    session.append(StepEnd(turn=turn, step=step))
+    live = HeuristicMeter()
+    before = live.measure(session)
+    assert before.from_usage and before.total_tokens == 1710
+    config = BasicConfig(context_window=4000, require_sections=False, min_identifier_ratio=0.0)
+    service = BasicCompactService(config, summarizer=ScriptedSummarizer("short"), meter=live)
+    result = await service.compact_region(session, session.nodes[1], session.nodes[-2])
+    shrunk = before.surface_tokens - live.measure(session).surface_tokens
+    assert shrunk == result.shadowed_token_count - result.summary_token_count
+    after = live.measure(session)
+    assert after.total_tokens == 1710 - shrunk
+    assert HeuristicMeter().measure(session) == after

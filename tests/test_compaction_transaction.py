@@ -17,6 +17,7 @@ from compaction.checkpoint import is_checkpoint
 from compaction.config import BasicConfig
 from compaction.errors import (
     BusyError,
+    CommitError,
     EmptySummaryError,
     FidelityError,
     ShrinkError,
@@ -30,6 +31,7 @@ from compaction.lock import inspect_lock, new_lease
 from compaction.summarizers.base import Summarizer
 from compaction.summarizers.template import TemplateSummarizer
 from sessions.blocks import Message, TextBlock, ToolResultBlock
+from sessions.errors import StoreError
 from sessions.events import (
     UNSET_SEQ,
     UNSET_TIME,
@@ -479,6 +481,79 @@ async def test_cancellation_is_stored(sqlite_url: str) -> None:
         end = loaded.event(len(loaded) - 1)
         assert isinstance(end, CompactEnd) and end.error is not None and "cancelled" in end.error
         assert loaded.nodes == session.nodes
+
+
+def failing_saves(store: SessionStore, *calls: int) -> list[int]:
+    """Make the ``calls``-th saves (1-based, counted from now) raise StoreError; return the counter."""
+    count = [0]
+    real = store.save
+
+    def save(session: Session) -> int:
+        count[0] += 1
+        if count[0] in calls:
+            raise StoreError(f"disk full (save {count[0]})")
+        return real(session)
+
+    store.save = save  # type: ignore[method-assign]
+    return count
+
+
+async def test_a_store_failure_at_commit_closes_the_bracket_and_changes_nothing() -> None:
+    with SessionStore.open("memory://") as store:
+        session = working_session(close_turn=True)
+        store.save(session)
+        before = surface_snapshot(session)
+        length = len(session)
+        failing_saves(store, 2)  # the start is stored, the commit is refused, the close is stored
+        with pytest.raises(CommitError, match="the store refused the commit") as raised:
+            await service(**RELAXED).compact_now(session, store=store)
+        assert isinstance(raised.value.__cause__, StoreError)
+        assert log_types(session, length) == ["compact/start", "compact/end"]
+        assert surface_snapshot(session) == before
+        assert not inspect_lock(session).live and session.pending == []
+        loaded = store.get(session.id)
+        assert log_types(loaded, length) == ["compact/start", "compact/end"]
+        end = loaded.event(len(loaded) - 1)
+        assert isinstance(end, CompactEnd) and end.error is not None and "disk full" in end.error
+
+
+async def test_a_store_failure_at_start_leaves_no_lock_in_memory() -> None:
+    with SessionStore.open("memory://") as store:
+        session = working_session(close_turn=True)
+        store.save(session)
+        length = len(session)
+        failing_saves(store, 1)
+        with pytest.raises(StoreError, match="disk full"):
+            await service(**RELAXED).compact_now(session, store=store)
+        assert len(session) == length and not inspect_lock(session).live
+        assert await service(**RELAXED).compact_now(session, store=store) is not None
+
+
+async def test_a_store_failure_at_close_keeps_the_start_unmatched_in_memory_too() -> None:
+    with SessionStore.open("memory://") as store:
+        session = working_session(close_turn=True)
+        store.save(session)
+        failing_saves(store, 2)
+        with pytest.raises(StoreError, match="disk full"):
+            await service(FailingSummarizer(SummarizerError("boom"))).compact_now(
+                session, store=store
+            )
+        assert session.pending == []  # nothing unsaved that a later save would slip in
+        assert inspect_lock(session).live and inspect_lock(store.get(session.id)).live
+
+
+async def test_cancellation_wins_over_a_failed_close() -> None:
+    with SessionStore.open("memory://") as store:
+        session = working_session(close_turn=True)
+        store.save(session)
+        summarizer = GatedSummarizer(sectioned())
+        failing_saves(store, 2)
+        task = asyncio.create_task(service(summarizer).compact_now(session, store=store))
+        await asyncio.wait_for(summarizer.entered.wait(), 5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert inspect_lock(session).live  # the orphan blocks until recovery
 
 
 async def test_the_template_summarizer_passes_its_own_gate() -> None:

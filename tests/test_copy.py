@@ -24,9 +24,11 @@ from uuid import UUID
 import psycopg
 import pytest
 
+from builders import end_turn, start_turn, tool_step, user
 from compaction.cli.main import main
 from conftest import PUBLIC_TRANSCRIPTS
 from projections import ProjectionRunner, surfaces
+from sessions.copy import copy_session
 from sessions.errors import ConfigurationError
 from sessions.importers import import_path
 from sessions.native import surface_hash
@@ -386,3 +388,29 @@ def test_projection_runners_follow_each_partition(pg_url: str, notify: str) -> N
         finally:
             for runner in runners:
                 runner.close()
+
+
+def test_a_source_written_during_the_copy_still_verifies_what_was_copied() -> None:
+    with SessionStore.open("memory://") as source_store, SessionStore.open("memory://") as target:
+        session = source_store.create()
+        user(session, "task")
+        start_turn(session)
+        tool_step(session)
+        source_store.save(session)
+
+        class WrittenMeanwhile:
+            """The source as a live agent keeps writing to it right after the copy read it."""
+
+            def load_events(self, session_id: UUID, lo: int = 0, hi: int | None = None) -> Any:
+                events = source_store.load_events(session_id, lo, hi)
+                tool_step(session)
+                end_turn(session)
+                source_store.save(session)
+                return events
+
+            def get(self, session_id: UUID, **options: Any) -> Session:
+                return source_store.get(session_id, **options)
+
+        report = copy_session(WrittenMeanwhile(), target, session.id)  # type: ignore[arg-type]
+        assert report.verified, report.detail
+        assert report.events == len(target.get(session.id)) < len(session)

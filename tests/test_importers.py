@@ -473,3 +473,74 @@ def test_openhands_single_run_document(tmp_path: Path) -> None:
     assert detect_format(single) == "openhands"
     (result,) = import_path(single)
     assert result.tool_calls == imported(path)[0].tool_calls
+
+
+def test_a_result_of_a_call_marked_not_dispatched_is_imported(tmp_path: Path) -> None:
+    # pi: an aborted assistant message never ran its calls, unless the file holds a result
+    call = {"type": "toolCall", "id": "t1", "name": "bash", "arguments": {"command": "ls"}}
+    path = _write(
+        tmp_path,
+        "pi.jsonl",
+        [
+            {"type": "session", "id": "x", "cwd": "/"},
+            {"type": "message", "message": {"role": "user", "content": "go"}},
+            {
+                "type": "message",
+                "message": {
+                    "role": "assistant", "content": [call], "provider": "p", "model": "m",
+                    "stopReason": "aborted",
+                },
+            },
+            {
+                "type": "message",
+                "message": {"role": "toolResult", "toolCallId": "t1", "content": "partial"},
+            },
+        ],
+    )
+    (result,) = import_path(path, "pi")
+    assert (result.tool_results, result.synthesized_results) == (1, 0)
+    dispatched = next(e for e in events(result) if isinstance(e, ToolCall))
+    answer = next(e for e in events(result) if isinstance(e, ToolResult))
+    assert answer.source_event_seqs == (dispatched.seq,) and not answer.synthesized
+    assert any("line 4" in n and "t1" in n for n in result.notes)
+
+
+def test_a_repeated_call_id_in_one_message_is_dropped_and_reported(tmp_path: Path) -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
+    path = _write(
+        tmp_path,
+        "chat.jsonl",
+        [
+            {"role": "user", "content": "list"},
+            {"role": "assistant", "content": "", "tool_calls": [call, call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "a b"},
+            {"role": "assistant", "content": "done"},
+        ],
+    )
+    (result,) = import_path(path, "openai")
+    assert (result.tool_calls, result.tool_results, result.synthesized_results) == (1, 1, 0)
+    assert any("line 2 block" in s and "'c1'" in s for s in result.skipped)
+    assert result.session.surface.is_balanced()
+    assert render.pairing_problems(result.session.derive_messages()) == []
+
+
+def test_results_outside_any_step_are_reported_with_the_right_reason(tmp_path: Path) -> None:
+    use = [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {}}]
+    result = [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]
+    path = _write(
+        tmp_path,
+        "cc.jsonl",
+        [
+            _cc("user", "u1", "fix it"),
+            _cc("user", "r0", [{"type": "tool_result", "tool_use_id": "t0", "content": "?"}]),
+            _cc("assistant", "a1", use, mid="m1"),
+            _cc("user", "r1", result),
+            _cc("user", "u2", "and then?"),
+            _cc("user", "r2", result),  # the same result again, after the step closed
+        ],
+    )
+    (main,) = import_path(path)
+    assert (main.tool_calls, main.tool_results, main.synthesized_results) == (1, 1, 0)
+    reasons = {s.split(":")[0]: s for s in main.skipped}
+    assert "'t0' not imported (no matching call in its step)" in reasons["line 2 uuid r0"]
+    assert "'t1' not imported (answered twice)" in reasons["line 6 uuid r2"]

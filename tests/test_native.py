@@ -230,6 +230,20 @@ def test_a_rule_breaking_event_is_refused(
     assert_refused(sqlite_url, path, number, f"event seq {number - 2} breaks a rule")
 
 
+def test_a_time_without_timezone_is_refused(
+    sqlite_url: str, tmp_path: Path, exported: list[Exported]
+) -> None:
+    one = small_export(exported)
+    lines = one.path.read_text(encoding="utf-8").splitlines()
+    number = first_line_of(lines, "turn/start")
+
+    def naive(data: Doc) -> None:
+        data["time"] = data["time"].removesuffix("Z")  # every event's time is aware UTC
+
+    path = rewrite(one.path, tmp_path / "naive.jsonl", lambda ls: edit_line(ls, number, naive))
+    assert_refused(sqlite_url, path, number, "has no timezone; expected UTC")
+
+
 def test_a_replace_of_missing_nodes_is_refused(
     sqlite_url: str, tmp_path: Path, exported: list[Exported]
 ) -> None:

@@ -602,3 +602,43 @@ def test_a_follower_wakes_on_appends_and_stops_when_asked(store: SessionStore) -
         assert not follower.is_alive()
         record = surface_of(runner.views["surface"], session.id)
         assert record is not None and record.nodes == tuple(store.get(session.id).nodes)
+
+
+def test_rebuilding_one_partitions_shared_views_leaves_no_partition_silently_behind(
+    pg_url: str,
+) -> None:
+    """PostgreSQL partitions share the view tables: a rebuild of one partition's views empties them
+    for every partition, so every partition's tracking must start over too (a stale runner fails
+    loudly; a fresh one catches up from the start) instead of resuming over rows that are gone."""
+    from uuid import uuid4
+
+    from sessions.partitioned import PartitionedSessionStore, partition_of
+
+    with PartitionedSessionStore.open(f"{pg_url}?partitions=2") as store:
+        ids = [uuid4() for _ in range(40)]
+        chosen = [next(i for i in ids if partition_of(i, 2) == p) for p in (0, 1)]
+        for session_id in chosen:
+            session = Session(session_id)
+            user(session, "task")
+            start_turn(session)
+            tool_step(session, n_calls=1)
+            answer_step(session)
+            end_turn(session)
+            store.save(session)
+        expected = {i: tuple(store.get(i).nodes) for i in chosen}
+        stale = ProjectionRunner(store.parts[1], ["surface"])
+        try:
+            stale.catch_up()
+            with ProjectionRunner(store.parts[0], ["surface"]) as first:
+                first.rebuild()  # drops the shared tables
+            later = store.get(chosen[1])
+            user(later, "one more")
+            store.save(later)
+            expected[chosen[1]] = tuple(later.nodes)
+            with pytest.raises(TrackingConflictError):
+                stale.catch_up()  # its rows are gone: it must not resume over them
+        finally:
+            stale.close()
+        with ProjectionRunner(store.parts[1], ["surface"]) as second:
+            second.catch_up()
+            assert {r.session_id: r.nodes for r in surfaces(second.views["surface"])} == expected

@@ -315,7 +315,11 @@ def test_a_loader_that_misses_an_event_is_a_store_error() -> None:
         return []
 
     restored = Session.from_snapshot(session.id, session.snapshot(), nothing)
-    with pytest.raises(StoreError, match="returned no event at seq 0"):
+    user(restored, "saved later")
+    restored.mark_saved()
+    with pytest.raises(
+        StoreError, match=f"returned no event at seq 0 although the snapshot counts {len(session)} "
+    ):
         restored.event(0)
 
 

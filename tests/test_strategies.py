@@ -224,6 +224,48 @@ def test_overflow_without_a_context_length_error_is_not_handled() -> None:
     assert asyncio.run(recovery(context, RuntimeError("boom"))) is False
 
 
+class _ShrinkingService(BasicCompactService):
+    """Counts overflow compactions; each one advances the replace generation (as a real one does)."""
+
+    calls = 0
+
+    async def compact_if_needed(self, session, *, store=None, trigger="pressure"):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        session.surface.generation += 1
+
+
+def _overflow_context(session: Session, turn: int) -> object:
+    from sessions.loop import StepContext
+
+    return StepContext(session=session, store=None, turn=turn, step=1, header=None, loop=None)  # type: ignore[arg-type]
+
+
+def test_overflow_retries_default_to_the_service_config() -> None:
+    import asyncio
+
+    session = Session()
+    overflow = ContextLengthError("prompt is too long")
+    disabled = _ShrinkingService(BasicConfig(max_overflow_retries=0))
+    assert asyncio.run(OverflowRecovery(disabled)(_overflow_context(session, 1), overflow)) is False  # type: ignore[arg-type]
+    assert disabled.calls == 0
+    twice = _ShrinkingService(BasicConfig(max_overflow_retries=2))
+    recovery = OverflowRecovery(twice)
+    outcomes = [asyncio.run(recovery(_overflow_context(session, 1), overflow)) for _ in range(3)]  # type: ignore[arg-type]
+    assert outcomes == [True, True, False] and twice.calls == 2
+
+
+def test_the_overflow_counter_resets_when_a_new_turn_starts() -> None:
+    """A turn that exhausted its retries must not leave every later turn without recovery."""
+    import asyncio
+
+    session = Session()
+    overflow = ContextLengthError("prompt is too long")
+    recovery = OverflowRecovery(_ShrinkingService(BasicConfig()))
+    assert asyncio.run(recovery(_overflow_context(session, 1), overflow)) is True  # type: ignore[arg-type]
+    assert asyncio.run(recovery(_overflow_context(session, 1), overflow)) is False  # type: ignore[arg-type]
+    assert asyncio.run(recovery(_overflow_context(session, 2), overflow)) is True  # type: ignore[arg-type]
+
+
 # ---------------------------------------------------------------- checkpoint rebuild (seed 002)
 
 REQUEST = "Customer reports order 4921 arrived damaged. Decide the credit under the current policy."

@@ -23,7 +23,7 @@ from functools import partial
 from typing import Any
 
 from audit.replay import Moment, Replay, replay
-from compaction.checkpoint import event_hash
+from compaction.checkpoint import event_hash, frame
 from compaction.events import CompactEnd, CompactPrune, CompactStart, CompactSummary
 from compaction.fidelity import section_bodies
 from compaction.identifiers import extract, retained
@@ -393,6 +393,15 @@ def _check_provenance(c: Committed) -> Check:
         parts = [f"miss seqs {_seqs(missing)}"] if missing else []
         parts += [f"cite seqs outside the bracket {_seqs(extra)}"] if extra else []
         return Check("provenance", False, f"replacement seq {seq} source_event_seqs " + " and ".join(parts))
+    # What the model sees must be the recorded summary: the other checks read compact/summary.
+    imported = c.bracket.imported
+    expected = summary.summary if imported else frame(summary.summary)
+    if text_of(c.replacement.message.content) != text_of(expected):
+        return Check(
+            "provenance", False,
+            f"replacement seq {seq} does not carry the summary recorded on compact/summary seq "
+            f"{summary.seq} (its text differs from the {'' if imported else 'framed '}summary)",
+        )
     return Check(
         "provenance", True,
         f"replacement seq {seq} cites start {c.bracket.start.seq}, summary {summary.seq} "

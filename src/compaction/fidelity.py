@@ -10,17 +10,22 @@ from compaction.events import Fidelity
 from compaction.identifiers import Identifiers, retained
 from compaction.instruction import SECTIONS
 
-_HEADING = re.compile(
-    r"^[ \t]*(?:#{1,6}|\d+[.)])[ \t]*\**(.+?)\**[ \t]*:?[ \t]*#*[ \t]*$", re.MULTILINE
-)
+# One heading line: a Markdown heading or a numbered item, its title the rest of the line. Kept
+# linear on purpose: the summary is model output, and a title pattern with several adjacent
+# whitespace quantifiers backtracks polynomially on a long run of spaces.
+_HEADING = re.compile(r"^[ \t]*(#{1,6}|\d+[.)])[ \t]*(.*)$", re.MULTILINE)
+_TRIM = " \t\r\f\v*#:"
 
 
-def _known(title: str) -> str | None:
+def _known(marker: str, title: str) -> str | None:
     """The section a heading names: ours exactly, or one that starts with ours ("Files and Code
-    Sections" counts as "Files and Code"), case-insensitive."""
-    title = title.strip().rstrip(":").strip("* ").lower()
+    Sections" counts as "Files and Code"), case-insensitive. A numbered item is a heading only when
+    it is a name alone or ends with a colon ("3. Files and Code Sections:"), so a list item inside a
+    section ("1. Next step is to rerun the tests") does not end it."""
+    bare = title.strip(_TRIM).lower()
+    prefix_ok = marker.startswith("#") or title.strip(" \t\r\f\v*").endswith(":")
     for name in SECTIONS:
-        if title == name.lower() or title.startswith(name.lower() + " "):
+        if bare == name.lower() or (prefix_ok and bare.startswith(name.lower() + " ")):
             return name
     return None
 
@@ -28,12 +33,11 @@ def _known(title: str) -> str | None:
 def section_bodies(summary: str) -> dict[str, str]:
     """Body text under each known section heading (``## Name`` or ``1. Name:``); a body runs to the
     next known heading, so numbered lists inside a section stay in it."""
-    known = [(m, _known(m.group(1))) for m in _HEADING.finditer(summary)]
-    known = [(m, name) for m, name in known if name is not None]
+    known = [(m, _known(m.group(1), m.group(2))) for m in _HEADING.finditer(summary)]
+    headings = [(m, name) for m, name in known if name is not None]
     bodies: dict[str, str] = {}
-    for index, (match, name) in enumerate(known):
-        end = known[index + 1][0].start() if index + 1 < len(known) else len(summary)
-        assert name is not None
+    for index, (match, name) in enumerate(headings):
+        end = headings[index + 1][0].start() if index + 1 < len(headings) else len(summary)
         bodies[name] = summary[match.end() : end].strip()
     return bodies
 

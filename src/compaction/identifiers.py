@@ -19,8 +19,11 @@ PATH_RE = re.compile(
     r"|(?<![\w/.-])(?:/[\w.-]+){2,}/?"  # absolute directories /usr/lib/python3
 )
 ERROR_NAME_RE = re.compile(r"\b[A-Z][A-Za-z0-9]*(?:Error|Exception|Warning|Failure|Fault)\b")
+# ``[^\S\n]`` (whitespace but not a newline) keeps every attempt inside one line: ``\s*`` at each
+# line start would scan a whole run of blank lines, quadratic in the run's length.
 ERROR_LINE_RE = re.compile(
-    r"^\s*(?:E\s+)?([A-Z][A-Za-z0-9]*(?:Error|Exception)(?::[^\n]{0,140})?)\s*$", re.MULTILINE
+    r"^[^\S\n]*(?:E[^\S\n]+)?([A-Z][A-Za-z0-9]*(?:Error|Exception)(?::[^\n]{0,140})?)[^\S\n]*$",
+    re.MULTILINE,
 )
 ID_RE = re.compile(
     r"\b(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{12,40})\b"

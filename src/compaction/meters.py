@@ -31,7 +31,7 @@ from sessions.blocks import (
     ToolCallBlock,
     ToolResultBlock,
 )
-from sessions.events import AssistantMessage, RequestHeader, SessionEvent
+from sessions.events import AssistantMessage, Replace, RequestHeader, SessionEvent
 from sessions.session import Session, project
 
 BLOCK_OVERHEAD = 4
@@ -178,7 +178,12 @@ class Meter(ABC):
         )
 
     def _anchor(self, session: Session, surface_now: int) -> tuple[int, int, int | None] | None:
-        """Provider usage of the latest assistant message, with the surface size it was measured at."""
+        """Provider usage of the latest assistant message, with the surface size it was measured at.
+
+        Computed from the log alone, so a fresh meter (another process, or after a rollback or
+        adopt reset the cache) agrees with one that watched the session grow, even when a
+        replacement landed after the message. A header appended after it voids the anchor.
+        """
         state = self._state(session)
         seq = session.last_of("assistant/message")
         if seq is None or seq == state.anchor_seq:
@@ -186,28 +191,30 @@ class Meter(ABC):
         state.anchor_seq = seq
         event = session.event(seq)
         state.anchor = None
+        header = session.last_of("request/header")
         if (
             isinstance(event, AssistantMessage)
             and event.usage is not None
-            and seq in session.surface
+            and (header is None or header < seq)
         ):
-            step_start = _step_start_before(session, seq)
-            later = 0
-            for node in reversed(session.nodes):
-                if node <= step_start:
-                    break
-                later += self.node_price(session, node)
-            anchor_surface = surface_now - later + self.node_price(session, seq)
-            state.anchor = (event.usage.total, anchor_surface, session.last_of("request/header"))
+            state.anchor = (event.usage.total, self._surface_at(session, seq, surface_now), header)
         return state.anchor
 
-
-def _step_start_before(session: Session, seq: int) -> int:
-    """Seq of the step/start that opened the step of the event at ``seq`` (-1 if none)."""
-    for candidate in range(seq - 1, -1, -1):
-        if session.event(candidate).TYPE == "step/start":
-            return candidate
-    return -1
+    def _surface_at(self, session: Session, seq: int, surface_now: int) -> int:
+        """Surface tokens just after ``seq`` was appended: the surface now, minus the nodes appended
+        since, plus the nodes replacements shadowed since that were already there (every
+        replacement cites all of its shadowed nodes in ``source_event_seqs``). O(events since)."""
+        surface = session.surface
+        tokens = surface_now
+        for later in range(seq + 1, len(session)):
+            event = session.event(later)
+            if later in surface:
+                tokens -= self.node_price(session, later)
+            if isinstance(event.surface_op, Replace):
+                for source in event.source_event_seqs or ():
+                    if source <= seq and source not in surface and session.event(source).SURFACE:
+                        tokens += self.node_price(session, source)
+        return tokens
 
 
 def _header(session: Session, seq: int) -> RequestHeader | None:

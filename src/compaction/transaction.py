@@ -41,7 +41,7 @@ from compaction.meters import Meter
 from compaction.selection import Span, span_for
 from compaction.summarizers.base import Summarizer, SummaryOutput, SummaryRequest
 from sessions.blocks import Message, TextBlock
-from sessions.errors import ConcurrencyError
+from sessions.errors import ConcurrencyError, StoreError
 from sessions.events import Replace, RequestHeader, SessionEvent, UserMessage
 from sessions.session import Session, project
 from sessions.store import SessionStore
@@ -71,10 +71,17 @@ class Transaction:
         try:
             return await self._summarize_and_commit(start)
         except asyncio.CancelledError as e:
-            self._close(
-                start,
-                f"cancelled: {error_chain(e) if str(e) else 'the compaction task was cancelled'}",
-            )
+            reason = error_chain(e) if str(e) else "the compaction task was cancelled"
+            try:
+                self._close(start, f"cancelled: {reason}")
+            except Exception as close_error:  # cancellation wins; the unclosed start blocks
+                log.error(
+                    "compaction %s was cancelled and its compact/start (seq %d) could not be "
+                    "closed: %s",
+                    start.compaction_id,
+                    start.seq,
+                    error_chain(close_error),
+                )
             raise
         except _ClosedError as closed:
             raise closed.error from None
@@ -102,6 +109,9 @@ class Transaction:
                 f"compaction: another writer appended to session {session.id} first (seq "
                 f"{stamped.seq}); its compaction or its step won the race. Reload and retry."
             ) from e
+        except StoreError:
+            session.rollback(mark)  # not stored: an in-memory start would block every later attempt
+            raise
         assert isinstance(stamped, CompactStart)
         self._progress(f"compact/start seq {stamped.seq} ({len(self.span.seqs)} nodes)", "started")
         return stamped
@@ -210,6 +220,12 @@ class Transaction:
                     ) from e
                 self._refresh_for_commit(start, captured)
                 continue
+            except StoreError as e:
+                session.rollback(mark)  # nothing landed: the surface stays as it was
+                raise CommitError(
+                    f"compaction {start.compaction_id}: the store refused the commit in session "
+                    f"{session.id}: {e}"
+                ) from e
             self._progress(f"committed compaction {start.compaction_id}", "committed")
             return _result(start, events, summary)
         raise AssertionError("unreachable")
@@ -250,6 +266,9 @@ class Transaction:
                 if attempt == 2 or self.store is None:
                     raise
                 session.adopt(self.store.get(session.id))
+            except StoreError:
+                session.rollback(mark)  # the start stays unmatched in the store: keep it so here
+                raise
 
     def _save(self) -> None:
         if self.store is not None:

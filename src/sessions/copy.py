@@ -20,6 +20,7 @@ from sessions.errors import StoreError
 from sessions.mapper import EventEnvelope, encode_event
 from sessions.native import surface_hash
 from sessions.partitioned import AnyStore, home_store
+from sessions.session import Session
 from sessions.store import SessionStore
 
 BATCH = 1000
@@ -74,7 +75,9 @@ def copy_session(
     events = source.load_events(session_id)
     if not events:
         raise StoreError(f"session {session_id} has no events in the source store")
-    expected = surface_hash(source.get(session_id))
+    # The hash of exactly the events copied: a writer appending to the source meanwhile must
+    # not make a faithful copy look unverified.
+    expected = surface_hash(Session.replay(session_id, events))
     home = home_store(target, session_id)
     present = _target_length(home, session_id)
     last_target = home.load_events(session_id, present - 1, present) if present else []

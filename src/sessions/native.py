@@ -154,6 +154,10 @@ def import_session(path: Path) -> Session:
         if number == 1 or not raw.strip():
             continue
         event = _decode_line(str(path), number, raw, header["version"])
+        if event.time.tzinfo is None:
+            raise _fail(
+                str(path), number, f"time {event.time.isoformat()} has no timezone; expected UTC"
+            )
         if event.seq != len(session):
             raise _fail(
                 str(path), number, f"seq {event.seq} is not contiguous; expected {len(session)}"

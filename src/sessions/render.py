@@ -1,10 +1,11 @@
 """Provider shapes of derived messages: OpenAI chat, Anthropic messages, and plain text.
 
 OpenAI: an assistant message carries ``tool_calls``; each tool result is its own ``role: tool``
-message. Anthropic: roles alternate, so consecutive same-role messages merge; tool results become
-``tool_result`` blocks at the front of the next user message. Reasoning is not sent back in either
-shape (providers require signed reasoning blocks we do not have). Images are metadata only, so they
-render as tagged text placeholders.
+message, right after it (a user-role message between a call and its result is held back until the
+results are out). Anthropic: roles alternate, so consecutive same-role messages merge; tool results
+become ``tool_result`` blocks at the front of the next user message; empty text is never sent.
+Reasoning is not sent back in either shape (providers require signed reasoning blocks we do not
+have). Images are metadata only, so they render as tagged text placeholders.
 """
 
 from __future__ import annotations
@@ -45,9 +46,30 @@ def _plain(blocks: tuple[Block, ...] | tuple[TextBlock | ImageBlock, ...]) -> st
 
 
 def to_openai(messages: list[Message], system: str | None = None) -> list[JSON]:
+    """OpenAI requires the ``tool`` messages to follow their assistant message directly, so a
+    user-role message that sits between a call and its result on the surface (injected context,
+    steering; spec §c allows it) is held back until the step's calls are answered, as the
+    Anthropic shape does by leading the merged user message with the ``tool_result`` blocks."""
     out: list[JSON] = [{"role": "system", "content": system}] if system else []
+    unanswered: set[str] = set()
+    held: list[JSON] = []  # user-role items waiting for the open calls' results
     for message in messages:
-        out.extend(_openai_message(message))
+        for item in _openai_message(message):
+            role = item["role"]
+            if role == "tool":
+                out.append(item)
+                unanswered.discard(item["tool_call_id"])
+                if not unanswered:
+                    out.extend(held)
+                    held.clear()
+            elif role != "assistant" and unanswered:
+                held.append(item)
+            else:
+                out.extend(held)  # an assistant message before every result: keep log order
+                held.clear()
+                out.append(item)
+                unanswered = {c["id"] for c in item.get("tool_calls", ())}
+    out.extend(held)
     return out
 
 
@@ -100,7 +122,8 @@ def to_anthropic(messages: list[Message]) -> list[JSON]:
 
 def _anthropic_block(block: Block) -> JSON | None:
     if isinstance(block, TextBlock):
-        return {"type": "text", "text": block.text} if block.text else None
+        # Anthropic rejects empty and whitespace-only text blocks
+        return {"type": "text", "text": block.text} if block.text.strip() else None
     if isinstance(block, ReasoningBlock):
         return None
     if isinstance(block, ImageBlock):
@@ -112,11 +135,10 @@ def _anthropic_block(block: Block) -> JSON | None:
             "name": block.name,
             "input": parse_arguments(block.arguments),
         }
-    result: JSON = {
-        "type": "tool_result",
-        "tool_use_id": block.tool_call_id,
-        "content": [{"type": "text", "text": _plain(block.content)}],
-    }
+    result: JSON = {"type": "tool_result", "tool_use_id": block.tool_call_id}
+    text = _plain(block.content)
+    if text.strip():  # an empty result is sent without content (empty text blocks are rejected)
+        result["content"] = [{"type": "text", "text": text}]
     if block.is_error:
         result["is_error"] = True
     return result

@@ -132,7 +132,7 @@ class Session:
             if found is None:
                 raise StoreError(
                     f"session {self.id}: the store returned no event at seq {seq} although the "
-                    f"snapshot counts {self.saved_length} saved events (truncated store?)"
+                    f"snapshot counts {self._base} stored events (truncated store?)"
                 )
         return found
 

@@ -48,7 +48,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--summarizer", choices=SUMMARIZERS, default="template")
     parser.add_argument("--base-url", metavar="URL", help="provider base URL (openai, anthropic)")
     parser.add_argument("--model", metavar="M", help="summarization model name (or a GGUF path for local)")
-    parser.add_argument("--max-tokens", type=positive_int, default=8192, metavar="N", help="generation cap")
+    parser.add_argument(
+        "--max-tokens",
+        type=positive_int,
+        metavar="N",
+        help=f"generation cap (default 8192; {LOCAL_MAX_TOKENS} with --summarizer local)",
+    )
     parser.add_argument(
         "--min-ratio",
         type=float,

@@ -117,6 +117,8 @@ def _execute(command: Command, context: Context, args: argparse.Namespace) -> in
         report_error(error, as_json=context.json, err=context.err)
         return USAGE if isinstance(error, UsageError) else FAILURE
     except KeyboardInterrupt:
+        if context.json:  # the contract holds on Ctrl-C too: one JSON document on stdout
+            write_json({"error": {"type": "KeyboardInterrupt", "message": "interrupted"}})
         context.err.print("compaction: interrupted")
         return INTERRUPTED
     except Exception as error:

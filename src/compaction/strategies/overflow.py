@@ -29,26 +29,38 @@ def is_context_overflow(error: BaseException) -> bool:
 
 
 class OverflowRecovery:
-    """An ``on_model_error`` hook for :class:`sessions.loop.AgentLoop`."""
+    """An ``on_model_error`` hook for :class:`sessions.loop.AgentLoop`.
 
-    def __init__(self, service: CompactService, max_overflow_retries: int = 1) -> None:
+    ``max_overflow_retries`` defaults to the service's ``BasicConfig.max_overflow_retries`` (1 for a
+    service without one). The counter is per turn: it resets when a new turn starts (the agent was
+    idle in between) and when an assistant message lands.
+    """
+
+    def __init__(self, service: CompactService, max_overflow_retries: int | None = None) -> None:
         self.service = service
-        self.max_overflow_retries = max_overflow_retries
-        self._retries: weakref.WeakKeyDictionary[Session, tuple[int | None, int]] = (
-            weakref.WeakKeyDictionary()
-        )
+        if max_overflow_retries is None:
+            config = getattr(service, "config", None)
+            max_overflow_retries = getattr(config, "max_overflow_retries", 1)
+        self.max_overflow_retries: int = max_overflow_retries
+        self._retries: weakref.WeakKeyDictionary[
+            Session, tuple[tuple[int, int | None], int]
+        ] = weakref.WeakKeyDictionary()
 
-    def _count(self, session: Session) -> int:
-        anchor, count = self._retries.get(session, (None, 0))
-        if anchor != session.last_of("assistant/message"):
-            return 0  # an assistant message landed since: the counter resets
+    @staticmethod
+    def _anchor(context: StepContext) -> tuple[int, int | None]:
+        return context.turn, context.session.last_of("assistant/message")
+
+    def _count(self, context: StepContext) -> int:
+        anchor, count = self._retries.get(context.session, ((0, None), 0))
+        if anchor != self._anchor(context):
+            return 0  # a new turn, or an assistant message landed since: the counter resets
         return count
 
     async def __call__(self, context: StepContext, error: Exception) -> bool:
         session = context.session
         if not is_context_overflow(error):
             return False
-        count = self._count(session)
+        count = self._count(context)
         if count >= self.max_overflow_retries:
             log.warning(
                 "context overflow: %d recovery attempts used; preserving the original error", count
@@ -68,7 +80,7 @@ class OverflowRecovery:
                     "retrying from the replacement surface",
                     e,
                 )
-                self._retries[session] = (session.last_of("assistant/message"), count + 1)
+                self._retries[session] = (self._anchor(context), count + 1)
                 return True
             log.warning(
                 "context-overflow compaction failed: %s; preserving the original request error", e
@@ -78,5 +90,5 @@ class OverflowRecovery:
             return False
         if result is not None:
             log.info("compaction (context overflow recovery): %s", result.describe())
-        self._retries[session] = (session.last_of("assistant/message"), count + 1)
+        self._retries[session] = (self._anchor(context), count + 1)
         return True

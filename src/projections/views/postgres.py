@@ -52,16 +52,20 @@ class PostgresView(PostgresTrackingRecorder, ViewRecorder):
             self._insert_tracking(cursor, tracking)
 
     def drop(self, application_name: str) -> None:
+        """The tables are shared by every store application of the database (the partitions of
+        a partitioned store), so emptying them resets EVERY application's tracking record, in the
+        same transaction: no runner may resume over rows that are gone (a running one fails with
+        TrackingConflictError; a new one catches up from the start)."""
         with self.datastore.transaction(commit=True) as cursor:
             for t in self.tables:
                 qualified = self._qualified[t.name]
                 cursor.execute(self._sql(f"DROP TABLE IF EXISTS {qualified}"))
                 cursor.execute(self._sql(create_statement(t, "postgresql", qualified)))
-            cursor.execute(
-                SQL("DELETE FROM {0}.{1} WHERE application_name = %s").format(
+            cursor.execute(  # every application's record; eventsourcing's migration marker stays
+                SQL("DELETE FROM {0}.{1} WHERE application_name <> %s").format(
                     Identifier(self.datastore.schema), Identifier(self.tracking_table_name)
                 ),
-                (application_name,),
+                (self.table_migration_identifier,),
             )
 
     def select(

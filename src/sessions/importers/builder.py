@@ -25,7 +25,17 @@ from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
 
-from sessions.blocks import ImageBlock, Message, Source, TextBlock, ToolCallBlock, ToolResultBlock
+import msgspec
+
+from sessions.blocks import (
+    Block,
+    ImageBlock,
+    Message,
+    Source,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+)
 from sessions.errors import EventRuleError, TranscriptError
 from sessions.events import (
     AssistantMessage,
@@ -53,9 +63,13 @@ from sessions.session import Session
 
 @dataclass
 class _PendingCall:
-    call_id: str
+    block: ToolCallBlock
     call_seq: int | None  # the tool/call seq, or None when the call was never dispatched
     origin: str
+
+    @property
+    def call_id(self) -> str:
+        return self.block.id
 
 
 @dataclass
@@ -174,8 +188,12 @@ class SessionBuilder:
         call_origins: dict[str, str] | None = None,
         time: datetime | None = None,
     ) -> None:
-        """One model call: a new step with the message and a tool/call per dispatched call."""
+        """One model call: a new step with the message and a tool/call per dispatched call.
+
+        A tool-call block repeating an id of the same message is dropped (reported): one result
+        could answer only one of them, and the surface would never balance again."""
         self.at(time)
+        message = self._without_repeated_calls(message, origin)
         self._close_step(origin)
         self._open_turn(origin)
         provider = message.source.provider or "unknown"
@@ -200,6 +218,20 @@ class SessionBuilder:
             if isinstance(block, ToolCallBlock):
                 self._register_call(block, (call_origins or {}).get(block.id, origin), dispatched)
 
+    def _without_repeated_calls(self, message: Message, origin: str) -> Message:
+        seen: set[str] = set()
+        kept: list[Block] = []
+        for index, block in enumerate(message.content):
+            if isinstance(block, ToolCallBlock):
+                if block.id in seen:
+                    self.skip(f"{origin} block {index}", f"repeated tool call id {block.id!r}")
+                    continue
+                seen.add(block.id)
+            kept.append(block)
+        if len(kept) == len(message.content):
+            return message
+        return msgspec.structs.replace(message, content=tuple(kept))
+
     def _register_call(self, block: ToolCallBlock, origin: str, dispatched: bool) -> None:
         self.tool_calls += 1
         call_seq: int | None = None
@@ -213,7 +245,7 @@ class SessionBuilder:
                 origin=origin,
             )
             call_seq = self._append(call).seq
-        self._pending[block.id] = _PendingCall(block.id, call_seq, origin)
+        self._pending[block.id] = _PendingCall(block, call_seq, origin)
 
     def result(
         self,
@@ -233,6 +265,20 @@ class SessionBuilder:
             why = "answered twice" if call_id in self._answered else "no matching call in its step"
             self.skip(origin, f"tool result for {call_id!r} not imported ({why})")
             return False
+        if pending.call_seq is None:
+            # the input said the call never ran (an aborted message), yet it holds the result
+            call = pending.block
+            pending.call_seq = self._append(
+                ToolCall(
+                    turn=self._turn,
+                    step=self._step,
+                    call_id=call.id,
+                    name=call.name,
+                    arguments=call.arguments,
+                    origin=f"{origin} (dispatch inferred from this result)",
+                )
+            ).seq
+            self.note(f"{origin}: tool call {call_id} was marked not dispatched but has a result")
         message = Message(
             id=message_id or f"tool-result-{call_id}",
             role="user",
@@ -246,7 +292,7 @@ class SessionBuilder:
                 message=message,
                 meta=meta,
                 surface_op="append",
-                source_event_seqs=None if pending.call_seq is None else (pending.call_seq,),
+                source_event_seqs=(pending.call_seq,),
                 origin=origin,
             )
         )

@@ -215,11 +215,8 @@ class _ChainImporter:
             part = as_dict(raw)
             if part.get("type") != "tool_result":
                 others.append(part)
-            elif self.step is None:
-                self.b.skip(
-                    origin,
-                    f"tool result for {part.get('tool_use_id')!r} not imported (no model call before it)",
-                )
+            elif self.step is None:  # no step open: the builder reports it (and why)
+                self.b.result(as_str(part.get("tool_use_id")), (), origin)
             else:
                 result_id = f"{_message_id(line, number)}#{index}"
                 time = parse_time(line.get("timestamp"))

@@ -132,11 +132,14 @@ def json_lines(path: Path, data: bytes) -> tuple[list[tuple[int, JSON]], list[st
     return parsed, skipped
 
 
-def json_document(path: Path, data: bytes) -> Any:
+def whole_document(data: bytes) -> Any:
+    """The file as one JSON list or object, or None when it is JSONL (or not JSON at all)."""
+    if data.lstrip()[:1] not in (b"[", b"{"):
+        return None
     try:
         return msgspec.json.decode(data)
-    except msgspec.DecodeError as e:
-        raise TranscriptError(str(path), None, f"expected a JSON document, found invalid JSON ({e})") from e
+    except msgspec.DecodeError:
+        return None
 
 
 def as_dict(value: Any) -> JSON:

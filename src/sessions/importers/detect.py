@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 from sessions.errors import TranscriptError
-from sessions.importers.common import JSON, as_dict, as_list, as_str, read_bytes
+from sessions.importers.common import JSON, as_dict, as_list, as_str, read_bytes, whole_document
 
 CLAUDE_CODE_TYPES = frozenset(
     {
@@ -45,7 +45,7 @@ def detect_format(path: Path) -> str:
 def detect_bytes(path: Path, data: bytes) -> str:
     if not data.strip():
         raise TranscriptError(str(path), None, f"the file is empty; {EXPECTED}")
-    document = _whole_document(data)
+    document = whole_document(data)
     if document is not None:
         found = _document_format(document)
         if found:
@@ -54,15 +54,6 @@ def detect_bytes(path: Path, data: bytes) -> str:
             str(path), 1, f"unknown transcript format: {EXPECTED}; found {_describe(document)}"
         )
     return _lines_format(path, data)
-
-
-def _whole_document(data: bytes) -> Any:
-    if data.lstrip()[:1] not in (b"[", b"{"):
-        return None
-    try:
-        return msgspec.json.decode(data)
-    except msgspec.DecodeError:
-        return None
 
 
 def _document_format(document: Any) -> str | None:

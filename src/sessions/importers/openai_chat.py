@@ -19,8 +19,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from sessions.blocks import Block, ImageBlock, Message, ReasoningBlock, TextBlock, ToolCallBlock
 from sessions.errors import TranscriptError
 from sessions.importers.builder import SessionBuilder
@@ -38,6 +36,7 @@ from sessions.importers.common import (
     session_id_for,
     text_of_content,
     user_message,
+    whole_document,
 )
 
 FORMAT = "openai"
@@ -60,7 +59,7 @@ def import_file(path: Path, data: bytes) -> list[ImportedSession]:
 
 
 def _conversations(path: Path, data: bytes) -> tuple[list[Conversation], list[str]]:
-    document = _whole_document(data)
+    document = whole_document(data)
     if document is not None:
         return [_from_document(path, document)], []
     lines, skipped = json_lines(path, data)
@@ -70,16 +69,6 @@ def _conversations(path: Path, data: bytes) -> tuple[list[Conversation], list[st
             for k, (n, d) in enumerate(lines, start=1)
         ], skipped
     return [(str(path), [(f"line {n}", d) for n, d in lines], {})], skipped
-
-
-def _whole_document(data: bytes) -> Any:
-    """The file as one JSON list or object, or None when it is JSONL (or not JSON at all)."""
-    if data.lstrip()[:1] not in (b"[", b"{"):
-        return None
-    try:
-        return msgspec.json.decode(data)
-    except msgspec.DecodeError:
-        return None
 
 
 def _from_document(path: Path, document: Any) -> Conversation:

@@ -163,10 +163,8 @@ class _RunImporter:
         call_id = as_str(metadata.get("tool_call_id"))
         if call_id and self.step is not None:
             self.step.results.append((origin, event))
-        elif call_id:
-            self.b.skip(
-                origin, f"observation for {call_id!r} not imported (no model call before it)"
-            )
+        elif call_id:  # no step open: the builder reports it (and why)
+            self.b.result(call_id, (), origin)
         elif kind == "recall":
             self.b.skip(
                 origin, "recall observation (workspace context): not a conversation message"

@@ -8,7 +8,8 @@ A ``session`` header line, then entries: ``message`` (roles ``user``, ``assistan
   shows as a ``request/header`` with reason ``change`` before the step that used it.
 * An assistant message that stopped with ``error`` or ``aborted`` never ran its tool calls: no
   ``tool/call`` is recorded and each call gets a synthesized ``ToolNotStartedError`` result; the
-  turn ends with that reason.
+  turn ends with that reason. (A call the file nevertheless answers gets its ``tool/call`` right
+  before that result, and a note.)
 * A ``compaction`` entry is counted and its summary imported as a user message (origin says so).
 """
 
