@@ -213,9 +213,7 @@ def test_scan_finds_exactly_the_unmatched_starts(store_url: str) -> None:
 
         scanner = OrphanScanner(store, batch=2)  # several pages
         first = scanner.poll()
-        assert [(o.session_id, o.compaction_id) for o in scanner.orphans] == [
-            (orphaned.id, "c-lost")
-        ]
+        assert [(o.session_id, o.compaction_id) for o in scanner.orphans] == [(orphaned.id, "c-lost")]
         assert first.events_scanned == total
         assert first.records_read == 3  # two starts and one end
         assert scanner.poll().events_scanned == 0  # nothing new
@@ -360,14 +358,10 @@ def open_step_with_calls(session: Session) -> tuple[int, int]:
             turn=turn,
             step=step,
             surface_op="append",
-            message=Message(
-                id="a-open", role="assistant", content=(TextBlock("go"), *calls), source=MODEL
-            ),
+            message=Message(id="a-open", role="assistant", content=(TextBlock("go"), *calls), source=MODEL),
         )
     )
-    recorded = session.append(
-        ToolCall(turn=turn, step=step, call_id="k1", name="bash", arguments="{}")
-    )
+    recorded = session.append(ToolCall(turn=turn, step=step, call_id="k1", name="bash", arguments="{}"))
     return step, recorded.seq
 
 
@@ -439,9 +433,7 @@ def test_repair_closes_the_orphan_and_the_turn_and_is_idempotent(store_url: str)
         again = recover(store, repair())
         assert again.orphans == () and len(store.get(session.id)) == len(repaired)
         result = asyncio.run(
-            BasicCompactService(BasicConfig(context_window=WINDOW)).compact_now(
-                repaired, store=store
-            )
+            BasicCompactService(BasicConfig(context_window=WINDOW)).compact_now(repaired, store=store)
         )
         assert result is not None
 
@@ -489,9 +481,7 @@ def test_follow_repairs_when_the_lease_expires() -> None:
         session = saved_session(store, lease(os.getpid(), seconds=0.3))
         seen: list[tuple[bool, str]] = []
         config = RecoveryConfig(repair=True, interval_seconds=0.15)
-        report = Recovery(store, config).follow(
-            polls=5, on_report=lambda r: seen.append((r.stale, r.action))
-        )
+        report = Recovery(store, config).follow(polls=5, on_report=lambda r: seen.append((r.stale, r.action)))
         assert seen == [(False, "none"), (True, "repaired")]
         assert report.polls == 5
         assert [o.action for o in report.orphans] == ["repaired"]
@@ -569,8 +559,7 @@ def test_recover_command_reports_repairs_and_repeats(
     assert status == 0
     (orphan,) = document["orphans"]
     assert {
-        k: orphan[k]
-        for k in ("session_id", "compaction_id", "stale", "inert", "surface_hash", "action")
+        k: orphan[k] for k in ("session_id", "compaction_id", "stale", "inert", "surface_hash", "action")
     } == {
         "session_id": str(session.id),
         "compaction_id": "c-orphan",
@@ -600,9 +589,7 @@ def test_recover_command_reports_repairs_and_repeats(
     assert status == 0 and document["orphans"] == [] and document["polls"] == 2
 
 
-def test_recover_command_fails_on_corruption(
-    sqlite_url: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_recover_command_fails_on_corruption(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     with SessionStore.open(sqlite_url) as store:
         session = store.create()
         history(session)
@@ -616,17 +603,13 @@ def test_recover_command_fails_on_corruption(
     assert orphan["action"] == "refused-corrupt" and orphan["inert"] is False and orphan["evidence"]
 
 
-def test_recover_command_renders_for_people(
-    sqlite_url: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_recover_command_renders_for_people(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     with SessionStore.open(sqlite_url) as store:
         saved_session(store, lease(dead_pid()))
     assert cli_main(["--store", sqlite_url, "recover"]) == 0
     out = capsys.readouterr().out
     assert "would-repair" in out and "owner process" in out
-    assert (
-        cli_main(["--store", sqlite_url, "recover", "--interval", "0", "--follow", "--json"]) == 1
-    )
+    assert cli_main(["--store", sqlite_url, "recover", "--interval", "0", "--follow", "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["error"]["type"] == "RecoveryConfigError"
 
 
@@ -653,3 +636,25 @@ def test_the_documented_example_runs() -> None:
     text = (Path(__file__).resolve().parents[1] / "docs" / "recovery.md").read_text()
     (snippet,) = re.findall(r"```python\n(.*?)```", text, re.S)
     exec(compile(snippet, "docs/recovery.md", "exec"), {})
+
+
+def test_an_unreadable_session_is_reported_and_the_others_are_still_recovered(tmp_path: Path) -> None:
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path / 'sessions.db'}"
+    with SessionStore.open(url) as store:
+        good = saved_session(store, lease(dead_pid()))
+        bad = saved_session(store, lease(dead_pid()), cid="c-bad")
+    connection = sqlite3.connect(tmp_path / "sessions.db")
+    with connection:  # one payload of the bad session no longer decodes
+        connection.execute(
+            "UPDATE stored_events SET state = ? WHERE originator_id = ? AND originator_version = 3",
+            (b"{not json", bad.id.hex),
+        )
+    connection.close()
+    with SessionStore.open(url) as store:
+        report = recover(store, repair())
+        actions = {o.session_id: o.action for o in report.orphans}
+        assert actions == {str(good.id): "repaired", str(bad.id): "unreadable"}
+        assert report.passed is False  # the operator is told (exit status 1)
+        assert inspect_lock(store.get(good.id)).start_seq is None

@@ -22,6 +22,7 @@ from recovery.liveness import Liveness, judge
 from recovery.repair import Settlement, settle
 from recovery.report import OrphanReport, RecoveryReport
 from recovery.scan import BATCH, Orphan, OrphanScanner
+from sessions.errors import EventCompactionError
 from sessions.events import now_utc
 from sessions.store import SessionStore
 
@@ -44,9 +45,7 @@ class RecoveryConfig:
     def __post_init__(self) -> None:
         for name in ("repair", "check_pids"):
             if not isinstance(getattr(self, name), bool):
-                raise RecoveryConfigError(
-                    f"{NAME}.{name} must be a boolean; got {getattr(self, name)!r}"
-                )
+                raise RecoveryConfigError(f"{NAME}.{name} must be a boolean; got {getattr(self, name)!r}")
         interval = self.interval_seconds
         if not isinstance(interval, (int, float)) or not math.isfinite(interval) or interval <= 0:
             raise RecoveryConfigError(
@@ -129,6 +128,16 @@ class Recovery:
         except RepairConflictError as e:
             log.warning("%s", e)
             settlement = Settlement("conflict", None)
+        except EventCompactionError as e:
+            # One session that cannot be folded (a corrupt row, a type from a newer version) must
+            # not stop the recovery of the others: report it and carry on.
+            log.error(
+                "recovery: session %s cannot be loaded to prove compaction %s inert: %s",
+                orphan.session_id,
+                orphan.compaction_id,
+                e,
+            )
+            settlement = Settlement("unreadable", None)
         report = OrphanReport.of(orphan, liveness, settlement, now)
         self._remember(orphan, report)
         _log(report)

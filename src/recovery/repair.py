@@ -37,7 +37,7 @@ from sessions.store import SessionStore
 log = logging.getLogger("recovery")
 
 Action = Literal[
-    "none", "would-repair", "repaired", "already-closed", "refused-corrupt", "conflict"
+    "none", "would-repair", "repaired", "already-closed", "refused-corrupt", "conflict", "unreadable"
 ]
 ABANDONED = "abandoned"
 ATTEMPTS = 3
@@ -53,9 +53,7 @@ class Settlement:
     closer_seqs: tuple[int, ...] = ()
 
 
-def settle(
-    store: SessionStore, orphan: Orphan, liveness: Liveness, *, repair: bool
-) -> Settlement:
+def settle(store: SessionStore, orphan: Orphan, liveness: Liveness, *, repair: bool) -> Settlement:
     """Prove ``orphan`` inert and, if ``repair`` and it is stale, close it (see the module doc)."""
     for _ in range(ATTEMPTS):
         session = store.get(orphan.session_id)
@@ -72,8 +70,11 @@ def settle(
         try:
             store.save(session)
         except ConcurrencyError:
-            log.info("recovery: session %s changed while closing %s; reloading",
-                     orphan.session_id, orphan.compaction_id)
+            log.info(
+                "recovery: session %s changed while closing %s; reloading",
+                orphan.session_id,
+                orphan.compaction_id,
+            )
             continue
         return Settlement("repaired", proof, appended[0].seq, tuple(e.seq for e in appended[1:]))
     raise RepairConflictError(
@@ -86,10 +87,7 @@ def settle(
 def close_orphan(session: Session, orphan: Orphan, liveness: Liveness) -> list[SessionEvent]:
     """Append (unsaved) the abandoned ``compact/end`` and, when they apply, the turn closers."""
     start = orphan.start
-    error = (
-        f"{ABANDONED}: {liveness.reason}; closed by recovery on {socket.gethostname()} "
-        f"pid {os.getpid()}"
-    )
+    error = f"{ABANDONED}: {liveness.reason}; closed by recovery on {socket.gethostname()} pid {os.getpid()}"
     end = CompactEnd(compaction_id=start.compaction_id, turn=start.turn, error=error)
     appended = [session.append(end)]
     if _owns_open_turn(session, orphan, liveness):

@@ -10,7 +10,9 @@
   another recovery process); nothing was written;
 * ``refused-corrupt``: not inert; left in place and reported with the evidence;
 * ``conflict``: other writers kept appending to the session; nothing was written (the next run or
-  poll retries).
+  poll retries);
+* ``unreadable``: the session could not be loaded (a corrupt row, an event type this version does not
+  know); nothing was proven or written, the error is logged, and the other sessions are recovered.
 """
 
 from __future__ import annotations
@@ -130,8 +132,8 @@ class RecoveryReport:
 
     @property
     def passed(self) -> bool:
-        """No orphan is corrupt."""
-        return not self.corrupt
+        """No orphan is corrupt, and every orphan's session could be read."""
+        return not self.corrupt and not any(o.action == "unreadable" for o in self.orphans)
 
     def raise_for_corruption(self) -> None:
         """Raise :class:`OrphanCorruptionError` with every corrupt orphan's evidence."""
