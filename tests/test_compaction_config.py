@@ -50,8 +50,9 @@ def test_defaults() -> None:
         ({"keep_first_user_message": 1}, r"keep_first_user_message must be a boolean; got 1"),
         ({"require_sections": None}, r"require_sections must be a boolean; got None"),
         ({"min_identifier_ratio": 1.2}, r"min_identifier_ratio \(1\.2\) must be a number in \[0, 1\]"),
-        ({"lease_seconds": 0}, r"BasicCompactionConfig\.lease_seconds \(0\) must be positive"),
-        ({"lease_seconds": True}, r"BasicCompactionConfig\.lease_seconds \(True\) must be positive"),
+        ({"lease_seconds": 0}, r"BasicCompactionConfig\.lease_seconds \(0\) must be a positive, finite"),
+        ({"lease_seconds": True}, r"BasicCompactionConfig\.lease_seconds \(True\) must be a positive"),
+        ({"lease_seconds": float("inf")}, r"BasicCompactionConfig\.lease_seconds \(inf\) must be a positive"),
         ({"min_identifier_ratio": True}, r"min_identifier_ratio \(True\) must be a number in \[0, 1\]"),
         (
             {"threshold_ratio": 0.1},

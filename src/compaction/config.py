@@ -62,9 +62,10 @@ class BasicConfig:
             raise CompactionConfigError(
                 f"{NAME}.min_identifier_ratio ({self.min_identifier_ratio!r}) must be a number in [0, 1]"
             )
-        if not (_is_number(self.lease_seconds) and self.lease_seconds > 0):
+        if not (_is_number(self.lease_seconds) and 0 < self.lease_seconds < 10**9):
             raise CompactionConfigError(
-                f"{NAME}.lease_seconds ({self.lease_seconds!r}) must be positive"
+                f"{NAME}.lease_seconds ({self.lease_seconds!r}) must be a positive, finite number of "
+                "seconds (less than 10**9)"
             )
         if self.retain_tokens is None and self.resolved_retain_ratio >= self.threshold_ratio:
             raise CompactionConfigError(

@@ -100,12 +100,23 @@ def _request(context: Context, args: argparse.Namespace) -> Document:
         raise UsageError("audit: --request takes one compaction id; it cannot be combined with --all")
     store = context.store
     candidates = [context.resolve_session(args.session)] if args.session else store.session_ids()
+    found: list[RebuiltRequest] = []
+    full_id = len(args.request) >= 36  # a whole UUID: the first match is the only one
     with context.progress("looking for the compaction", total=len(candidates)) as advance:
         for session_id in candidates:
             rebuilt = _rebuild_in(context, session_id, args)
             advance()
             if rebuilt is not None:
-                return {"kind": "request", **rebuilt.as_json()}
+                found.append(rebuilt)
+                if full_id:
+                    break
+    if len(found) > 1:
+        ids = ", ".join(f"{r.compaction_id} (session {r.session_id})" for r in found[:5])
+        raise CompactionNotFoundError(
+            f"compaction id prefix {args.request!r} is ambiguous: it matches {ids}; give more characters"
+        )
+    if found:
+        return {"kind": "request", **found[0].as_json()}
     where = f"session {candidates[0]}" if args.session else f"any of the {len(candidates)} stored sessions"
     raise CompactionNotFoundError(
         f"no compaction {args.request!r} in {where}; expected a compaction id (or a unique prefix) "
