@@ -17,7 +17,7 @@ from compaction.contract import CompactionResult, CompactService, Trigger
 from compaction.errors import BusyError, CompactionConfigError, ConvergenceError, SpanError
 from compaction.lock import busy_message, inspect_lock
 from compaction.meters import HeuristicMeter, Meter
-from compaction.selection import Span, select_span, span_for
+from compaction.selection import Span, head_before_task, select_span, span_for
 from compaction.strategies.prune import PruneConfig, prune_session
 from compaction.summarizers.base import Summarizer
 from compaction.summarizers.template import TemplateSummarizer
@@ -112,7 +112,11 @@ class BasicCompactService(CompactService):
                 session, self.meter, retain, keep_first_user=self.config.keep_first_user_message
             )
             if span is None or _lone_checkpoint(session, span):
-                break  # re-summarizing a checkpoint alone adds drift, not room
+                # Re-summarizing a checkpoint alone adds drift, not room; what precedes the task
+                # statement (an injected demonstration, say) is the one place left to compact.
+                span = head_before_task(session, keep_first_user=self.config.keep_first_user_message)
+            if span is None or _lone_checkpoint(session, span):
+                break
             results.append(await self._transaction(session, store, span, manual=True))
         return results
 

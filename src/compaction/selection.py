@@ -64,6 +64,17 @@ def select_span(
     return Span(first, last, tuple(nodes[first : last + 1]))
 
 
+def head_before_task(session: Session, *, keep_first_user: bool = True) -> Span | None:
+    """Everything on the surface before the kept task statement, when that is a balanced span."""
+    protected = protected_position(session, keep_first_user)
+    if not protected:
+        return None
+    nodes = session.nodes
+    if not session.surface.balanced_after(nodes[protected - 1]):
+        return None
+    return Span(0, protected - 1, tuple(nodes[:protected]))
+
+
 def _retention_index(session: Session, meter: Meter, retain_tokens: int) -> int:
     nodes = session.nodes
     accumulated = 0
