@@ -41,7 +41,7 @@ message first)."""
 
 def build_anthropic_payload(request: SummaryRequest, model: str) -> JSON:
     """The messages body for ``request`` (pure: the audit rebuilds requests with it)."""
-    messages = [_clean(m) for m in to_anthropic([*request.messages, instruction_message(request)])]
+    messages = to_anthropic([*request.messages, instruction_message(request)])
     if messages[0]["role"] != "user":
         messages.insert(0, {"role": "user", "content": [{"type": "text", "text": CONTINUATION}]})
     payload: JSON = {"model": model, "max_tokens": request.max_tokens}
@@ -52,18 +52,6 @@ def build_anthropic_payload(request: SummaryRequest, model: str) -> JSON:
     payload["messages"] = messages
     payload["stream"] = True
     return payload
-
-
-def _clean(message: JSON) -> JSON:
-    """Anthropic rejects empty text blocks: an empty tool result is sent without content."""
-    for block in message["content"]:
-        if block["type"] == "tool_result":
-            content = [c for c in block.get("content", ()) if c.get("text", "x")]
-            if content:
-                block["content"] = content
-            else:
-                block.pop("content", None)
-    return message
 
 
 def _tool(name: str, description: str, parameters: dict[str, Any]) -> JSON:
