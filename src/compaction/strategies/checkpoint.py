@@ -166,10 +166,10 @@ class CheckpointCompactService(CompactService):
         store: SessionStore | None = None,
         next_instruction: str | None = None,
     ) -> CompactionResult | None:
-        span = self._span(session)
+        pad = read_scratchpad(session)
+        span = self._span(session, pad)
         if span is None:
             return None
-        pad = read_scratchpad(session)
         text = render_checkpoint(
             pad, next_instruction or self.next_instruction, compactions_count(session)
         )
@@ -186,7 +186,7 @@ class CheckpointCompactService(CompactService):
         )
         return await transaction.run()
 
-    def _span(self, session: Session) -> Span | None:
+    def _span(self, session: Session, pad: Scratchpad) -> Span | None:
         if session.open_step is not None:
             raise BusyError(
                 f"checkpoint rebuild never runs mid-step: step {session.open_step} of turn "
@@ -195,7 +195,6 @@ class CheckpointCompactService(CompactService):
         lock = inspect_lock(session)
         if lock.live:
             raise BusyError(busy_message("checkpoint rebuild", session, lock))
-        pad = read_scratchpad(session)
         if not pad.values:
             raise CompactionError(
                 f"checkpoint rebuild needs a typed scratchpad (scratchpad/set events) in session "
