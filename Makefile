@@ -26,11 +26,11 @@ test: $(INSTALLED)
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 lint: $(INSTALLED)
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check compaction projections recovery tests benchmarks
 	$(BIN)/mypy
 
 bench: $(INSTALLED)
 	$(BIN)/python -m benchmarks.run $(BENCH)
 
 clean:
-	rm -rf $(VENV) .compaction .mypy_cache .ruff_cache .hypothesis build src/*.egg-info
+	rm -rf $(VENV) .compaction .mypy_cache .ruff_cache .hypothesis build *.egg-info

@@ -25,8 +25,8 @@ if __package__ in (None, ""):  # run as a script (scripts/bench.sh): the reposit
 from benchmarks import raw_sqlite
 from benchmarks.common import Result, fmt_seconds, scratch_dir
 from benchmarks.workload import agent_batches
-from sessions.mapper import encode_event
-from sessions.store import SessionStore
+from compaction.sessions.mapper import encode_event
+from compaction.sessions.store import SessionStore
 
 EVENTS = 10_000
 REPEAT = 3

@@ -37,9 +37,9 @@ from compaction.basic import BasicCompactService
 from compaction.config import BasicConfig
 from compaction.contract import CompactionResult
 from compaction.meters import HeuristicMeter
-from sessions.events import SessionEvent
-from sessions.session import Session
-from sessions.store import SessionStore
+from compaction.sessions.events import SessionEvent
+from compaction.sessions.session import Session
+from compaction.sessions.store import SessionStore
 
 SMALL = 1_000
 LARGE = 100_000

@@ -27,8 +27,8 @@ from benchmarks.common import Result, best_of, fmt_seconds, timed
 from compaction.config import BasicConfig
 from compaction.meters import HeuristicMeter
 from compaction.selection import select_span
-from sessions.blocks import Message, Source, TextBlock, ToolCallBlock, ToolResultBlock
-from sessions.events import (
+from compaction.sessions.blocks import Message, Source, TextBlock, ToolCallBlock, ToolResultBlock
+from compaction.sessions.events import (
     AssistantMessage,
     RequestHeader,
     StepEnd,
@@ -38,7 +38,7 @@ from sessions.events import (
     TurnStart,
     UserMessage,
 )
-from sessions.session import Session
+from compaction.sessions.session import Session
 
 SMALL = 1_000
 LARGE = 100_000

@@ -36,13 +36,13 @@ from compaction.config import BasicConfig
 from compaction.events import CompactSummary
 from compaction.identifiers import Identifiers, extract, retained
 from compaction.meters import HeuristicMeter
-from sessions.blocks import text_of
-from sessions.importers import import_path
-from sessions.session import Session, project
+from compaction.sessions.blocks import text_of
+from compaction.sessions.importers import import_path
+from compaction.sessions.session import Session, project
 
 
 def transcripts_dir() -> Path:
-    default = Path(__file__).resolve().parents[2] / "shared" / "data" / "transcripts"
+    default = Path(__file__).resolve().parents[1] / "tests" / "data" / "transcripts"
     return Path(os.environ.get("COMPACTION_TRANSCRIPTS", default)).resolve()
 
 

@@ -22,7 +22,7 @@ from uuid import UUID
 from benchmarks import raw_sqlite
 from benchmarks.common import Result, best_of, fmt_seconds, scratch_dir, timed
 from benchmarks.workload import agent_batches, compacted_batches
-from sessions.store import SessionStore
+from compaction.sessions.store import SessionStore
 
 LARGE = 100_000
 SMALL = 1_000

@@ -34,9 +34,9 @@ import msgspec
 import compaction  # noqa: F401  (registers compact/* event types)
 from benchmarks.bench_load import build
 from benchmarks.common import Result, fmt_seconds, scratch_dir, timed
+from compaction.sessions.events import SessionEvent, event_class
+from compaction.sessions.store import SessionStore
 from projections import ProjectionRunner
-from sessions.events import SessionEvent, event_class
-from sessions.store import SessionStore
 
 SESSIONS = 10
 EVENTS_PER_SESSION = 10_000

@@ -7,7 +7,7 @@ only) scans the whole notification log for lock records and proves every orphan 
 
 Baseline: the rebuild benchmark (``bench_rebuild``) is not in the tree yet, so the baseline is a raw
 rebuild of the same events: every notification read and msgspec-decoded, and each session's surface
-folded from scratch with :class:`sessions.surface.Surface`. Ratio = recovery events/s / rebuild
+folded from scratch with :class:`compaction.sessions.surface.Surface`. Ratio = recovery events/s / rebuild
 events/s (higher is better; the scan must be no slower than a rebuild).
 """
 
@@ -20,11 +20,11 @@ from pathlib import Path
 from benchmarks.common import Result, best_of, fmt_seconds, scratch_dir, timed
 from benchmarks.workload import compacted_batches
 from compaction.events import CompactStart, Lease
+from compaction.sessions.events import SessionEvent
+from compaction.sessions.mapper import SessionMapper
+from compaction.sessions.store import SessionStore
+from compaction.sessions.surface import Surface
 from recovery import RecoveryConfig, RecoveryReport, recover
-from sessions.events import SessionEvent
-from sessions.mapper import SessionMapper
-from sessions.store import SessionStore
-from sessions.surface import Surface
 
 SESSIONS = 1_000
 EVENTS = 200  # per session

@@ -50,9 +50,9 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 
 import compaction  # noqa: F401  (registers compact/* event types)
 from benchmarks.workload import agent_batches
-from sessions.events import SessionEvent
-from sessions.partitioned import PartitionedSessionStore, open_store
-from sessions.store import SessionStore
+from compaction.sessions.events import SessionEvent
+from compaction.sessions.partitioned import PartitionedSessionStore, open_store
+from compaction.sessions.store import SessionStore
 
 PG_BASE = os.environ.get("COMPACTION_BENCH_PG", "postgresql://postgres@127.0.0.1:5432")
 WORKERS = (1, 2, 4, 8)

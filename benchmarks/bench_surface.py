@@ -19,8 +19,8 @@ import time
 
 from benchmarks.common import Result, fmt_seconds
 from benchmarks.workload import agent_events
-from sessions.events import SessionEvent
-from sessions.session import Session
+from compaction.sessions.events import SessionEvent
+from compaction.sessions.session import Session
 
 SMALL = 1_000
 LARGE = 100_000

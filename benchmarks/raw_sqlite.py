@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from sessions.events import event_class
+from compaction.sessions.events import event_class
 
 Row = tuple[str, int, str, bytes]  # originator_id (hex), originator_version, topic, state
 

@@ -23,8 +23,8 @@ from compaction.events import (
     Lease,
     ShadowedRange,
 )
-from sessions.blocks import Message, Source, TextBlock, ToolCallBlock, ToolResultBlock
-from sessions.events import (
+from compaction.sessions.blocks import Message, Source, TextBlock, ToolCallBlock, ToolResultBlock
+from compaction.sessions.events import (
     AssistantMessage,
     Replace,
     SessionEvent,
@@ -37,7 +37,7 @@ from sessions.events import (
     TurnStart,
     UserMessage,
 )
-from sessions.session import Session
+from compaction.sessions.session import Session
 
 STEPS_PER_TURN = 8
 MODEL = Source(kind="model", provider="bench", model="bench-1")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from sessions.blocks import Message, Source, TextBlock, ToolCallBlock, ToolResultBlock
-from sessions.events import (
+from compaction.sessions.blocks import Message, Source, TextBlock, ToolCallBlock, ToolResultBlock
+from compaction.sessions.events import (
     AssistantMessage,
     RequestHeader,
     StepEnd,
@@ -17,7 +17,7 @@ from sessions.events import (
     TurnStart,
     UserMessage,
 )
-from sessions.session import Session
+from compaction.sessions.session import Session
 
 MODEL = Source(kind="model", provider="test", model="test-model")
 

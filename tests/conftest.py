@@ -14,13 +14,10 @@ from pathlib import Path
 
 import pytest
 
-import compaction  # noqa: F401  (registers compact/* event types)
-
-TRANSCRIPTS = Path(__file__).resolve().parents[2] / "shared" / "data" / "transcripts"
-if not TRANSCRIPTS.exists():  # a clone next to shared/ under another name
-    TRANSCRIPTS = Path(
-        os.environ.get("COMPACTION_TRANSCRIPTS", "../shared/data/transcripts")
-    ).resolve()
+ROOT = Path(__file__).resolve().parents[1]
+"""The repository root."""
+TRANSCRIPTS = ROOT / "tests" / "data" / "transcripts"
+"""Public agent transcripts (MIT), kept in the repository with their licences: see SOURCES.md there."""
 
 PUBLIC_TRANSCRIPTS: list[Path] = sorted(
     p
@@ -36,11 +33,11 @@ PG_BASE = os.environ.get("COMPACTION_TEST_PG", "postgresql://postgres@127.0.0.1:
 
 def pytest_configure(config: pytest.Config) -> None:
     """The transcript tests are parametrized over the real files: with none found they would
-    silently run nothing, so a missing ``shared/`` stops the run instead."""
+    silently run nothing, so a damaged checkout stops the run instead."""
     if len(PUBLIC_TRANSCRIPTS) < 8:
         raise pytest.UsageError(
-            f"expected the 8 public transcripts under {TRANSCRIPTS} (../shared/data/transcripts "
-            f"next to the checkout, or COMPACTION_TRANSCRIPTS); found {len(PUBLIC_TRANSCRIPTS)}"
+            f"expected the 8 public transcripts under {TRANSCRIPTS} (part of the repository); "
+            f"found {len(PUBLIC_TRANSCRIPTS)}"
         )
 
 

@@ -1,0 +1,199 @@
+"""Reconstruct a compaction's summarization request from the log plus the code.
+
+The log records the span (``compact/summary.shadowed_seqs``), the provider and model, and
+``max_tokens``; the code supplies the rest the same way the transaction did
+(:func:`compaction.transaction.build_request`: the latest ``request/header``'s system prompt and
+tools, the protected first user message, the shadowed messages, the one instruction). For an
+OpenAI-compatible or Anthropic provider the request body is rebuilt with the summarizer's own pure
+payload builder, so it is the body that was sent; for the offline summarizers (``template``,
+``checkpoint``) and for compactions imported from another harness it is the
+:class:`~compaction.summarizers.base.SummaryRequest` itself.
+
+The model is ``compact/summary.request_model`` (the model the request named; ``model`` is the one
+that answered, which may carry a dated suffix). What the log cannot tell is listed in ``notes``: a
+log older than ``request_model`` (the answering model is assumed), OpenAI's
+``max_completion_tokens`` spelling (not recorded; ``max_tokens_field`` chooses), and a span
+summarized in chunks (sent as several requests cut from this one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+import msgspec
+
+from compaction.audit.checks import Bracket, find_brackets
+from compaction.config import BasicConfig
+from compaction.errors import EventCompactionError, EventRuleError
+from compaction.events import CompactSummary
+from compaction.sessions.events import SessionEvent
+from compaction.sessions.session import Session
+from compaction.summarizers.anthropic import build_anthropic_payload
+from compaction.summarizers.base import SummaryRequest
+from compaction.summarizers.openai import MaxTokensField, build_openai_payload
+from compaction.transaction import build_request
+
+OFFLINE_PROVIDERS = frozenset({"template", "checkpoint"})
+"""Summarizers that run in process: their request is the SummaryRequest itself."""
+
+
+class AuditError(EventCompactionError):
+    """The audit cannot do what was asked of it."""
+
+
+class CompactionNotFoundError(AuditError, LookupError):
+    """No compaction with that id (or id prefix) in the log."""
+
+
+class UnrebuildableError(AuditError):
+    """The log does not hold what the request would be rebuilt from."""
+
+
+@dataclass(frozen=True)
+class RebuiltRequest:
+    session_id: str
+    compaction_id: str
+    start_seq: int
+    provider: str
+    model: str
+    shape: str  # "openai" | "anthropic" | "summary-request"
+    request: SummaryRequest
+    payload: dict[str, Any]  # the body as sent (or the SummaryRequest as JSON values)
+    notes: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "compaction_id": self.compaction_id,
+            "start_seq": self.start_seq,
+            "provider": self.provider,
+            "model": self.model,
+            "shape": self.shape,
+            "request": self.payload,
+            "notes": list(self.notes),
+        }
+
+
+def find_bracket(events: Sequence[SessionEvent], compaction_id: str) -> Bracket | None:
+    """The bracket whose id is ``compaction_id`` or uniquely starts with it."""
+    brackets = find_brackets(events)
+    exact = [b for b in brackets if b.compaction_id == compaction_id]
+    if exact:
+        return exact[0]
+    prefixed = [b for b in brackets if compaction_id and b.compaction_id.startswith(compaction_id)]
+    if len(prefixed) > 1:
+        ids = ", ".join(b.compaction_id for b in prefixed[:5])
+        raise CompactionNotFoundError(
+            f"compaction id prefix {compaction_id!r} is ambiguous: it matches {ids}; give more characters"
+        )
+    return prefixed[0] if prefixed else None
+
+
+def rebuild_request(
+    session_id: UUID,
+    events: Sequence[SessionEvent],
+    compaction_id: str,
+    *,
+    keep_first_user: bool = True,
+    max_tokens_field: MaxTokensField = "max_tokens",
+) -> RebuiltRequest:
+    """The summarization request of one compaction of this session, as it was sent."""
+    bracket = find_bracket(events, compaction_id)
+    if bracket is None:
+        raise CompactionNotFoundError(
+            f"session {session_id} has no compaction {compaction_id!r}; expected the id of a "
+            "compact/start in this session (see `compaction audit SESSION`)"
+        )
+    summary = bracket.summary
+    if summary is None:
+        raise UnrebuildableError(
+            f"compaction {bracket.compaction_id} (compact/start seq {bracket.start.seq}) is "
+            f"{bracket.outcome} and has no compact/summary, so the log does not record its span; "
+            "only committed compactions can be rebuilt"
+        )
+    session = _session_at(session_id, events, bracket.start.seq)
+    notes: list[str] = []
+    max_tokens = summary.max_tokens
+    if max_tokens is None:
+        max_tokens = BasicConfig().max_tokens
+        notes.append(f"max_tokens is not recorded; the configuration default {max_tokens} is assumed")
+    request = build_request(
+        session, summary.shadowed_seqs, bracket.compaction_id, max_tokens, keep_first_user=keep_first_user
+    )
+    shape, payload = _payload(bracket, request, max_tokens_field, notes)
+    notes += _notes(bracket, session, keep_first_user)
+    return RebuiltRequest(
+        session_id=str(session_id),
+        compaction_id=bracket.compaction_id,
+        start_seq=bracket.start.seq,
+        provider=summary.provider,
+        model=requested_model(summary),
+        shape=shape,
+        request=request,
+        payload=payload,
+        notes=notes,
+    )
+
+
+def _session_at(session_id: UUID, events: Sequence[SessionEvent], seq: int) -> Session:
+    """The session as it was right after ``compact/start`` (the request was built then)."""
+    try:
+        return Session.replay(session_id, events[: seq + 1], strict_structure=False)
+    except EventRuleError as e:
+        raise UnrebuildableError(
+            f"session {session_id}: the log before compact/start seq {seq} breaks a rule, so the "
+            f"surface the request was built from cannot be folded: {e}"
+        ) from e
+
+
+def _payload(
+    bracket: Bracket, request: SummaryRequest, field_name: MaxTokensField, notes: list[str]
+) -> tuple[str, dict[str, Any]]:
+    assert bracket.summary is not None
+    provider, model = bracket.summary.provider, requested_model(bracket.summary)
+    if bracket.imported:
+        notes.append(
+            f"imported {provider} compaction: the harness's own request is not in the log; this is "
+            "the request this library sends for the same span"
+        )
+        return "summary-request", _builtins(request)
+    if provider in OFFLINE_PROVIDERS:
+        return "summary-request", _builtins(request)
+    if provider == "anthropic":
+        return "anthropic", build_anthropic_payload(request, model)
+    notes.append(f"provider {provider!r} is taken as OpenAI-compatible (chat completions)")
+    return "openai", build_openai_payload(request, model, max_tokens_field=field_name)
+
+
+def _builtins(request: SummaryRequest) -> dict[str, Any]:
+    data: dict[str, Any] = msgspec.to_builtins(request)
+    return data
+
+
+def _notes(bracket: Bracket, session: Session, keep_first_user: bool) -> list[str]:
+    assert bracket.summary is not None
+    summary = bracket.summary
+    notes: list[str] = []
+    first = session.first_user_seq
+    protected = first is not None and first not in summary.shadowed_seqs and first in session.surface
+    if keep_first_user and protected:
+        notes.append(f"the protected first user message (seq {first}, not shadowed) leads the messages")
+    if summary.chunks > 1:
+        notes.append(
+            f"the span was summarized in {summary.chunks} chunks and merged: these messages were "
+            "sent as several requests cut at tool-unit boundaries"
+        )
+    if summary.request_model is None and summary.provider not in OFFLINE_PROVIDERS and not bracket.imported:
+        notes.append(
+            f"the log records no requested model (written before request_model existed); "
+            f"{summary.model!r}, the model that answered, is assumed"
+        )
+    return notes
+
+
+def requested_model(summary: CompactSummary) -> str:
+    """The model the request named (older logs record only the model that answered)."""
+    return summary.request_model or summary.model

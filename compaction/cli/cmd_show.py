@@ -1,0 +1,101 @@
+"""``compaction show SESSION [--at SEQ] [--format openai|anthropic|text]``: the surface as the
+model saw it, now or right after event SEQ.
+
+JSON: ``{session_id, at, format, surface: [seq...], messages: [...]}``. ``messages`` is in the
+provider's shape; for ``text`` it is the OpenAI shape with a ``text`` rendering added (on the first
+item of each message; any further items a message expands to carry ``""``).
+
+``--diff A B`` compares what the model saw right after seqs A and B instead (see
+:mod:`compaction.audit.diff`): ``{kind: "diff", session_id, a, b, surface_a, surface_b, removed,
+added, replacements, appended}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from compaction.audit.diff import render_diff, surface_diff
+from compaction.audit.report import load_log
+from compaction.cli.command import Command, Context, Document
+from compaction.sessions.blocks import Message
+from compaction.sessions.render import to_anthropic, to_openai, to_text
+
+SHAPES = ("text", "openai", "anthropic")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("session", metavar="SESSION", help="a session id or a unique prefix of one")
+    parser.add_argument(
+        "--at",
+        type=int,
+        metavar="SEQ",
+        help="the surface right after event SEQ (default: after the latest event)",
+    )
+    parser.add_argument(
+        "--format", dest="shape", choices=SHAPES, default="text", help="message shape"
+    )
+    parser.add_argument(
+        "--diff", type=int, nargs=2, metavar=("A", "B"),
+        help="what the model saw after seq A and after seq B: shadowed spans beside their checkpoints",
+    )
+
+
+def run(context: Context, args: argparse.Namespace) -> Document:
+    session_id = context.resolve_session(args.session)
+    if args.diff:
+        events = load_log(context.store, session_id).events
+        return {"kind": "diff", **surface_diff(str(session_id), events, *args.diff)}
+    session = context.store.get(session_id, at=args.at)  # a seq outside the log: StoreError
+    return {
+        "session_id": str(session_id),
+        "at": len(session) - 1,
+        "format": args.shape,
+        "surface": list(session.nodes),
+        "messages": provider_messages(session.derive_messages(), args.shape),
+    }
+
+
+def provider_messages(messages: list[Message], shape: str) -> list[dict[str, Any]]:
+    if shape == "openai":
+        return to_openai(messages)
+    if shape == "anthropic":
+        return to_anthropic(messages)
+    rendered: list[dict[str, Any]] = []
+    for message in messages:
+        items = to_openai([message])
+        for index, item in enumerate(items):
+            item["text"] = to_text([message]) if index == 0 else ""
+        rendered.extend(items)
+    return rendered
+
+
+def render(document: Document, console: Console) -> None:
+    if document.get("kind") == "diff":
+        render_diff(document, console)
+        return
+    console.print(
+        Text(
+            f"session {document['session_id']} at seq {document['at']}: "
+            f"{len(document['surface'])} surface nodes, {len(document['messages'])} messages",
+            style="bold",
+        )
+    )
+    if document["format"] == "text":
+        for item in document["messages"]:
+            if item["text"]:
+                console.print(Text(item["text"]))
+    else:
+        console.print_json(data=document["messages"])
+
+
+COMMAND = Command(
+    name="show",
+    help="the surface of a session as the model saw it",
+    configure=configure,
+    run=run,
+    render=render,
+)

@@ -1,0 +1,156 @@
+"""``compaction [--store URL] COMMAND ... [--json]``: parse, run one command, print its document.
+
+Exit status: 0 on success, 1 when the library reports an error (any
+:class:`~compaction.errors.EventCompactionError`), 2 for a command line that does not parse, 130 on
+Ctrl-C. Expected errors never print a traceback: one line on stderr, or under ``--json`` the
+document ``{"error": {"type": ..., "message": ...}}`` on stdout.
+
+To add a core command: write ``cmd_NAME.py`` exporting ``COMMAND`` and add it to :data:`COMMANDS`.
+Other packages add theirs through the ``compaction.commands`` entry points (:mod:`.plugins`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+from typing import NoReturn
+
+from rich.console import Console
+
+from compaction.cli import (
+    cmd_audit,
+    cmd_compact,
+    cmd_copy,
+    cmd_demo,
+    cmd_export,
+    cmd_import,
+    cmd_sessions,
+    cmd_show,
+)
+from compaction.cli.command import Command, Context
+from compaction.cli.output import report_crash, report_error, stdout_console, write_json
+from compaction.cli.plugins import plugin_commands
+from compaction.errors import EventCompactionError, UsageError
+from compaction.sessions.store import DEFAULT_URL, default_url
+
+COMMANDS: tuple[Command, ...] = (
+    cmd_audit.COMMAND,
+    cmd_compact.COMMAND,
+    cmd_copy.COMMAND,
+    cmd_demo.COMMAND,
+    cmd_export.COMMAND,
+    cmd_import.COMMAND,
+    cmd_sessions.COMMAND,
+    cmd_show.COMMAND,
+)
+"""The core's commands; :func:`all_commands` adds the plugins (``rebuild``, ``recover``, ...)."""
+
+
+def all_commands() -> list[Command]:
+    """The core's commands and every ``compaction.commands`` plugin, sorted by name."""
+    plugins = plugin_commands(c.name for c in COMMANDS)
+    return sorted([*COMMANDS, *plugins], key=lambda c: c.name)
+
+FAILURE = 1
+USAGE = 2
+INTERRUPTED = 130
+
+
+class _Parser(argparse.ArgumentParser):
+    """Raises :class:`UsageError` instead of exiting, so ``--json`` can report it as a document."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message, self.format_usage())
+
+
+def _add_common(parser: argparse.ArgumentParser, *, in_command: bool) -> None:
+    # Inside a command the defaults are suppressed, so the options also work after COMMAND
+    # without resetting what was given before it.
+    default = argparse.SUPPRESS if in_command else None
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        default=default,
+        help=f"sqlite:///PATH, postgresql://USER@HOST:PORT/DB or memory:// "
+        f"(default: $COMPACTION_STORE, else {DEFAULT_URL})",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS if in_command else False,
+        help="print exactly one JSON document on stdout",
+    )
+
+
+def build_parser(commands: Sequence[Command] | None = None) -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="compaction",
+        description="Event-sourced context compaction for LLM agent sessions.",
+    )
+    _add_common(parser, in_command=False)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for command in all_commands() if commands is None else commands:
+        sub = subparsers.add_parser(command.name, help=command.help, description=command.help)
+        _add_common(sub, in_command=True)
+        command.configure(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    err = Console(stderr=True)
+    commands = all_commands()
+    try:
+        args = build_parser(commands).parse_args(arguments)
+    except UsageError as error:
+        report_error(error, as_json=_wants_json(arguments), err=err)
+        return USAGE
+    except SystemExit as done:  # --help and --version
+        return 0 if done.code is None else done.code if isinstance(done.code, int) else FAILURE
+    command = next(c for c in commands if c.name == args.command)
+    context = Context(store_url=args.store or default_url(), json=args.json, err=err)
+    return _execute(command, context, args)
+
+
+def _execute(command: Command, context: Context, args: argparse.Namespace) -> int:
+    try:
+        document = command.run(context, args)
+    except EventCompactionError as error:
+        report_error(error, as_json=context.json, err=context.err)
+        return USAGE if isinstance(error, UsageError) else FAILURE
+    except KeyboardInterrupt:
+        if context.json:  # the contract holds on Ctrl-C too: one JSON document on stdout
+            write_json({"error": {"type": "KeyboardInterrupt", "message": "interrupted"}})
+        context.err.print("compaction: interrupted")
+        return INTERRUPTED
+    except Exception as error:
+        if not context.json:
+            raise
+        report_crash(error, err=context.err)
+        return FAILURE
+    finally:
+        context.close()
+    if context.json:
+        write_json(document)
+    else:
+        command.render(document, stdout_console())
+    return command.exit_status(document)
+
+
+def _wants_json(arguments: list[str]) -> bool:
+    options = arguments[: arguments.index("--")] if "--" in arguments else arguments
+    return "--json" in options
+
+
+def _version() -> str:
+    try:
+        return version("event-compaction")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""The compaction seam: what a compaction backend promises, not how it does it.
+
+A :class:`CompactService` decides when and what to compact and commits the result as events. Backends
+(:class:`~compaction.basic.BasicCompactService`, the checkpoint strategy) implement every method.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Literal
+
+from compaction.events import ShadowedRange
+from compaction.sessions.blocks import TextBlock
+from compaction.sessions.session import Session
+from compaction.sessions.store import SessionStore
+
+Trigger = Literal["pressure", "context-overflow"]
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    """What a committed compaction returns: its events, the summary and what it shadowed."""
+
+    compaction_id: str
+    start_seq: int
+    summary_seq: int
+    replacement_seq: int
+    end_seq: int
+    summary: tuple[TextBlock, ...]
+    shadowed_range: ShadowedRange
+    shadowed_seqs: tuple[int, ...]  # in surface order
+    shadowed_token_count: int
+    summary_token_count: int
+
+    def describe(self) -> str:
+        return (
+            f"shadowed {len(self.shadowed_seqs)} surface nodes (seqs {self.shadowed_range.start}-"
+            f"{self.shadowed_range.end}, ~{self.shadowed_token_count} tokens) with a "
+            f"{self.summary_token_count}-token checkpoint"
+        )
+
+
+class CompactService(ABC):
+    """Abstract compaction capability over one session at a time."""
+
+    @abstractmethod
+    async def compact_if_needed(
+        self, session: Session, *, store: SessionStore | None = None, trigger: Trigger = "pressure"
+    ) -> CompactionResult | None:
+        """Check token pressure; compact the oldest whole units when over the threshold."""
+
+    @abstractmethod
+    async def compact_region(
+        self,
+        session: Session,
+        start: int,
+        end: int,
+        *,
+        store: SessionStore | None = None,
+        manual: bool = False,
+    ) -> CompactionResult:
+        """Summarize the surface nodes ``start``..``end`` (positional, inclusive) into one node."""
+
+    @abstractmethod
+    async def compact_now(
+        self, session: Session, *, store: SessionStore | None = None
+    ) -> CompactionResult | None:
+        """Manual compaction between turns: everything but the newest unit (None when nothing)."""

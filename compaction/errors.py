@@ -1,0 +1,323 @@
+"""The library's error hierarchy: one root, every other error a subclass, all in this module.
+
+    EventCompactionError                      the root; catch this to catch everything
+    ├── ConfigurationError (ValueError)        bad store URL, unknown config key, bad knob value
+    │   ├── CompactionConfigError              unknown compaction key or bad knob value
+    │   ├── ProjectionConfigError              unknown projection, bad views path or option
+    │   ├── RecoveryConfigError                a bad RecoveryConfig value
+    │   ├── UsageError                         the command line itself is wrong (exit status 2)
+    │   └── AmbiguousSessionError (LookupError)  a SESSION prefix matches more than one session
+    ├── UnknownEventTypeError (LookupError)    a stored or imported event type nobody registered
+    ├── EventRuleError (ValueError)            an append broke a rule; carries rule, seq, values
+    │   ├── SurfaceRuleError                   a surface rule of spec §b.2 (contiguity, eligibility, ...)
+    │   └── StructureRuleError                 a turn/step rule of spec §a.7
+    ├── CorruptSurfaceError                    tool-pairing balance went negative (spec §c)
+    ├── SessionStateError (ValueError)         a rollback past saved events, adopting another session
+    ├── StoreError                             the event store failed
+    │   ├── ConcurrencyError                   another writer appended to the same session first
+    │   ├── SessionNotFoundError (KeyError)    no such session in the store
+    │   └── ViewStoreError                     a projection's view database failed
+    ├── TranscriptError (ValueError)           an input transcript cannot be read; names file and line
+    ├── ScriptExhaustedError (LookupError)     a scripted model was called more often than scripted
+    ├── CompactionError
+    │   ├── SpanError (ValueError)             the region is not on the surface or not a balanced cut
+    │   ├── BusyError                          a live compact/start holds the lock, or a turn is open
+    │   ├── SurfaceChangedError                the surface changed while the summary was being made
+    │   ├── ShrinkError                        the framed summary is not smaller than what it shadows
+    │   ├── FidelityError                      sections missing or identifier retention under the bar
+    │   ├── ConvergenceError                   still above the threshold after every allowed attempt
+    │   ├── CommitError                        the atomic commit failed (the store refused it)
+    │   └── SummarizerError                    the summarizer failed; ``code`` says how
+    │       ├── ContextLengthError             the prompt did not fit the model (``context_length``)
+    │       ├── TruncatedError                 generation stopped at max_tokens (``max_tokens``)
+    │       ├── EmptySummaryError              no text came back (``empty``)
+    │       └── UnsupportedOutputError         tool calls or images in the output
+    ├── ProjectionError
+    │   ├── TrackingConflictError              another runner already applied the batch
+    │   ├── ProjectionTimeoutError (TimeoutError)  a view did not reach a position in time
+    │   └── ProjectionFoldError                a stored event does not fold (corrupt log)
+    └── RecoveryError
+        ├── OrphanCorruptionError              an orphaned compact/start is not inert
+        └── RepairConflictError                other writers kept appending while recovery tried
+
+This module imports nothing of the library, so every layer (``compaction.sessions`` included) may
+import it. Every message says what was expected, what was found, and where (session, seq, event
+type). Every failure after ``compact/start`` is recorded as ``compact/end{error}`` with the message;
+a failed projection batch leaves the view and its tracking record as they were.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+class EventCompactionError(Exception):
+    """Root of every error this library raises on purpose."""
+
+
+class ConfigurationError(EventCompactionError, ValueError):
+    """A configuration value, URL or option is invalid."""
+
+
+class UnknownEventTypeError(EventCompactionError, LookupError):
+    """An event type is not registered (a reader without the package that defines it)."""
+
+    def __init__(self, event_type: str, where: str = "") -> None:
+        self.event_type = event_type
+        location = f" at {where}" if where else ""
+        super().__init__(
+            f"unknown event type {event_type!r}{location}: no registered event class has this "
+            "TYPE; import the package that defines it (for example `import compaction`) "
+            "before reading this log"
+        )
+
+
+class EventRuleError(EventCompactionError, ValueError):
+    """An event was rejected; the log and the surface are unchanged."""
+
+    def __init__(self, rule: str, seq: int, message: str, **values: Any) -> None:
+        self.rule = rule
+        self.seq = seq
+        self.values = values
+        super().__init__(f"[{rule}] {message}")
+
+
+class SurfaceRuleError(EventRuleError):
+    """A surface validation rule (spec §b.2) rejected the event."""
+
+
+class StructureRuleError(EventRuleError):
+    """A turn/step structure rule (spec §a.7) rejected the event."""
+
+
+class CorruptSurfaceError(EventCompactionError):
+    """The surface is not tool-pairing balanced in a way that cannot happen legally."""
+
+    def __init__(self, message: str, seq: int) -> None:
+        self.seq = seq
+        super().__init__(message)
+
+
+class SessionStateError(EventCompactionError, ValueError):
+    """An operation on a session object that its state does not allow (nothing was changed)."""
+
+
+class StoreError(EventCompactionError):
+    """The event store failed."""
+
+
+class ConcurrencyError(StoreError):
+    """Another writer appended to the same session first; nothing of this save was stored."""
+
+    def __init__(self, session_id: object, first_seq: int, last_seq: int) -> None:
+        self.session_id = session_id
+        self.first_seq = first_seq
+        self.last_seq = last_seq
+        super().__init__(
+            f"session {session_id}: another writer already stored seqs in {first_seq}..{last_seq}; "
+            "none of this save's events were stored. Reload the session and retry."
+        )
+
+
+class SessionNotFoundError(StoreError, KeyError):
+    """No session with that id exists in the store."""
+
+    def __init__(self, session_id: object) -> None:
+        self.session_id = session_id
+        super().__init__(f"no session {session_id} in the store")
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class TranscriptError(EventCompactionError, ValueError):
+    """An input transcript could not be read."""
+
+    def __init__(self, path: str, line: int | None, message: str) -> None:
+        self.path = path
+        self.line = line
+        where = f"{path}:{line}" if line is not None else path
+        super().__init__(f"{where}: {message}")
+
+
+# ---------------------------------------------------------------- the command line
+
+class UsageError(ConfigurationError):
+    """The command line does not parse; ``usage`` is the usage line of the (sub)command."""
+
+    def __init__(self, message: str, usage: str = "") -> None:
+        self.usage = usage
+        super().__init__(message)
+
+
+class AmbiguousSessionError(ConfigurationError, LookupError):
+    """A session id prefix names more than one session."""
+
+    def __init__(self, prefix: str, matches: list[str]) -> None:
+        self.prefix = prefix
+        self.matches = matches
+        shown = ", ".join(matches[:5]) + (", ..." if len(matches) > 5 else "")
+        super().__init__(
+            f"session prefix {prefix!r} is ambiguous: it matches {len(matches)} sessions "
+            f"({shown}); give more characters of the id"
+        )
+
+
+# ---------------------------------------------------------------- scripted models
+
+
+class ScriptExhaustedError(EventCompactionError, LookupError):
+    """A scripted model was called more times than it has responses."""
+
+
+# ---------------------------------------------------------------- compaction
+
+class CompactionError(EventCompactionError):
+    """Root of compaction failures."""
+
+
+class CompactionConfigError(CompactionError, ConfigurationError):
+    pass
+
+
+class SpanError(CompactionError, ValueError):
+    pass
+
+
+class BusyError(CompactionError):
+    pass
+
+
+class SurfaceChangedError(CompactionError):
+    pass
+
+
+class ShrinkError(CompactionError):
+    pass
+
+
+class FidelityError(CompactionError):
+    pass
+
+
+class ConvergenceError(CompactionError):
+    pass
+
+
+class CommitError(CompactionError):
+    pass
+
+
+class SummarizerError(CompactionError):
+    """A summarizer failed. ``retryable`` says whether the same request may succeed later."""
+
+    code = "error"
+
+    def __init__(self, message: str, *, code: str | None = None, retryable: bool = False) -> None:
+        if code is not None:
+            self.code = code
+        self.retryable = retryable
+        super().__init__(message)
+
+
+class ContextLengthError(SummarizerError):
+    code = "context_length"
+
+
+class TruncatedError(SummarizerError):
+    code = "max_tokens"
+
+
+class EmptySummaryError(SummarizerError):
+    code = "empty"
+
+
+class UnsupportedOutputError(SummarizerError):
+    code = "unsupported_content"
+
+
+def error_chain(error: BaseException) -> str:
+    """``message: cause: cause ...`` (the name when a message is empty), as recorded on compact/end."""
+    parts: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        text = str(current) or type(current).__name__
+        if not parts or parts[-1] != text:
+            parts.append(text)
+        current = current.__cause__
+    return ": ".join(parts)
+
+
+# ---------------------------------------------------------------- projections
+
+class ProjectionError(EventCompactionError):
+    """Root of projection failures."""
+
+
+class ProjectionConfigError(ProjectionError, ConfigurationError):
+    """An unknown projection name, an unusable views location, or a bad runner option."""
+
+
+class ViewStoreError(ProjectionError, StoreError):
+    """The view database refused a read or a write; the message names the view and the operation."""
+
+
+class TrackingConflictError(ProjectionError):
+    """The view's tracking record is already at or past the batch: another runner applied it."""
+
+    def __init__(self, projection: str, expected: int, recorded: int | None) -> None:
+        self.projection = projection
+        self.expected = expected
+        self.recorded = recorded
+        super().__init__(
+            f"projection {projection!r}: expected the view's tracking record at notification "
+            f"{expected}, found {recorded} (another runner is writing this view, or it was "
+            "rebuilt meanwhile); nothing of this batch was written. Run one runner per view; "
+            "restart this one to resume from the tracking record."
+        )
+
+
+class ProjectionTimeoutError(ProjectionError, TimeoutError):
+    """A view did not record the awaited notification before the timeout."""
+
+
+class ProjectionFoldError(ProjectionError):
+    """A stored event could not be folded; names the projection, session, seq and notification."""
+
+    def __init__(
+        self, projection: str, session_id: object, seq: int, notification_id: int, reason: str
+    ) -> None:
+        self.projection = projection
+        self.session_id = session_id
+        self.seq = seq
+        self.notification_id = notification_id
+        super().__init__(
+            f"projection {projection!r}: session {session_id} seq {seq} (notification "
+            f"{notification_id}) does not fold: {reason}; nothing of this batch was written"
+        )
+
+
+# ---------------------------------------------------------------- recovery
+
+class RecoveryError(EventCompactionError):
+    """Root of recovery failures."""
+
+
+class RecoveryConfigError(RecoveryError, ConfigurationError):
+    pass
+
+
+class OrphanCorruptionError(RecoveryError):
+    """One or more orphans are not inert; ``evidence`` holds one line per finding."""
+
+    def __init__(self, message: str, evidence: Sequence[str]) -> None:
+        self.evidence = tuple(evidence)
+        detail = "".join(f"\n  - {line}" for line in self.evidence)
+        super().__init__(f"{message}{detail}")
+
+
+class RepairConflictError(RecoveryError):
+    pass

@@ -1,0 +1,117 @@
+"""The compaction package's event types, added to the session registry when ``compaction`` is
+imported: ``compact/*``, and the checkpoint strategy's ``scratchpad/set`` and ``phase/end``. All are
+log-only. ``compact/*`` record the lock (start/end) and the provenance of a summary. The summary itself rides
+on a ``user/message`` replacement whose source is ``Source(kind="plugin", plugin="compact")``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar
+
+import msgspec
+
+from compaction.sessions.blocks import TextBlock
+from compaction.sessions.events import SessionEvent, Usage, register_event_type
+
+
+class Lease(msgspec.Struct, frozen=True):
+    """Who holds a compaction lock and until when (recovery decides live or stale from it)."""
+
+    host: str
+    pid: int
+    expires_at: datetime
+
+
+class ShadowedRange(msgspec.Struct, frozen=True):
+    """Positional surface span: seqs of the first and last shadowed nodes (start may be > end)."""
+
+    start: int
+    end: int
+
+
+@register_event_type
+class CompactStart(SessionEvent, frozen=True, kw_only=True):
+    TYPE: ClassVar[str] = "compact/start"
+    compaction_id: str
+    turn: int | None  # None: standalone (manual, between turns); int: owned by that open turn
+    lease: Lease
+    strategy: str = "summary"
+
+
+class Fidelity(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What the fidelity gate measured before commit."""
+
+    sections_present: tuple[str, ...] = ()
+    sections_missing: tuple[str, ...] = ()
+    identifiers_total: int = 0
+    identifiers_kept: int = 0
+    retention_ratio: float = 1.0
+    missing_identifiers: tuple[str, ...] = ()
+    required_ratio: float = 0.0
+
+
+@register_event_type
+class CompactSummary(SessionEvent, frozen=True, kw_only=True):
+    TYPE: ClassVar[str] = "compact/summary"
+    compaction_id: str
+    summary: tuple[TextBlock, ...]
+    shadowed_range: ShadowedRange
+    shadowed_seqs: tuple[int, ...]
+    shadowed_token_count: int
+    provider: str
+    model: str
+    max_tokens: int | None = None
+    usage: Usage | None = None
+    fidelity: Fidelity | None = None
+    shadowed_hashes: dict[str, str] = msgspec.field(default_factory=dict)  # str(seq) -> sha256
+    meter: str = "heuristic"  # the meter that priced shadowed_token_count
+    summary_token_count: int = 0  # the framed replacement's price under the same meter
+    chunks: int = 1  # >1 when the span was summarized in chunks and merged
+    request_model: str | None = None  # the model the request named (``model`` is the one that answered)
+
+
+@register_event_type
+class CompactEnd(SessionEvent, frozen=True, kw_only=True):
+    TYPE: ClassVar[str] = "compact/end"
+    compaction_id: str
+    turn: int | None
+    error: str | None = None
+
+
+@register_event_type
+class CompactPrune(SessionEvent, frozen=True, kw_only=True):
+    """Shadow price of the immediately following ``tool/result`` replacement (spec §f)."""
+
+    TYPE: ClassVar[str] = "compact/prune"
+    shadowed_range: ShadowedRange
+    shadowed_seqs: tuple[int, ...]
+    shadowed_token_count: int
+    chars_before: int = 0
+    chars_after: int = 0
+    meter: str = "heuristic"
+
+
+COMPACT_PLUGIN = "compact"
+
+
+# ---------------------------------------------------------------- the checkpoint strategy
+
+
+@register_event_type
+class ScratchpadSet(SessionEvent, frozen=True, kw_only=True):
+    """A typed state value and what produced it (``tool:<call id>`` or ``seq:<n>``; empty = model)."""
+
+    TYPE: ClassVar[str] = "scratchpad/set"
+    key: str
+    value: Any
+    source: str = ""
+
+
+@register_event_type
+class PhaseEnd(SessionEvent, frozen=True, kw_only=True):
+    """A phase's one-paragraph conclusion, written by the phase that ends (a boundary)."""
+
+    TYPE: ClassVar[str] = "phase/end"
+    name: str
+    conclusion: str

@@ -1,0 +1,95 @@
+"""Other harnesses' compactions as compaction brackets, so the audit checks them like ours.
+
+A Claude Code ``compact_boundary`` + ``isCompactSummary`` message, or a pi ``compaction`` entry,
+becomes ``compact/start``, ``compact/summary`` (``provider`` = the harness), a ``user/message``
+replacement of everything before the retained tail (the harness's own summary text, verbatim, as the
+checkpoint), and ``compact/end``. Nothing is repaired: where the harness's cut split a tool pair or
+dropped the first user message, the import still succeeds and the audit reports it.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from compaction.checkpoint import event_hash
+from compaction.events import (
+    COMPACT_PLUGIN,
+    CompactEnd,
+    CompactStart,
+    CompactSummary,
+    Lease,
+    ShadowedRange,
+)
+from compaction.fidelity import measure_fidelity
+from compaction.identifiers import extract
+from compaction.meters import HeuristicMeter
+from compaction.sessions.blocks import Message, Source, TextBlock, text_of
+from compaction.sessions.events import Replace, UserMessage
+from compaction.sessions.importers.common import ForeignCompaction, register_compaction_handler
+from compaction.sessions.session import Session, project
+
+
+def shadowed_positions(session: Session, first_kept_seq: int | None) -> tuple[int, ...]:
+    """The surface nodes before the retained tail (everything when ``first_kept_seq`` is None)."""
+    nodes = session.nodes
+    if first_kept_seq is None:
+        return tuple(nodes)
+    last = len(nodes) - 1
+    while last >= 0 and nodes[last] >= first_kept_seq:
+        last -= 1
+    return tuple(nodes[: last + 1])
+
+
+def import_foreign_compaction(session: Session, foreign: ForeignCompaction) -> None:
+    shadowed = shadowed_positions(session, foreign.first_kept_seq)
+    if not shadowed:
+        session.append(
+            UserMessage(message=foreign.summary, surface_op="append", origin=foreign.origin)
+        )
+        return
+    meter = HeuristicMeter()
+    compaction_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{session.id}:{foreign.origin}"))
+    checkpoint = Message(
+        id=foreign.summary.id,
+        role="user",
+        content=foreign.summary.content,
+        source=Source(kind="plugin", plugin=COMPACT_PLUGIN, compaction_id=compaction_id),
+    )
+    text = text_of(foreign.summary.content)
+    identifiers = extract(m for m in (project(session.event(s)) for s in shadowed) if m)
+    base = len(session)
+    time = session.clock()
+    session.append_all(
+        [
+            CompactStart(
+                compaction_id=compaction_id,
+                turn=None,
+                lease=Lease(host=foreign.provider, pid=0, expires_at=time),
+                origin=foreign.origin,
+            ),
+            CompactSummary(
+                compaction_id=compaction_id,
+                summary=(TextBlock(text),),
+                shadowed_range=ShadowedRange(shadowed[0], shadowed[-1]),
+                shadowed_seqs=shadowed,
+                shadowed_token_count=sum(meter.event(session.event(s)) for s in shadowed),
+                provider=foreign.provider,
+                model=foreign.model or "unknown",
+                fidelity=measure_fidelity(text, identifiers, 0.0),
+                shadowed_hashes={str(s): event_hash(session.event(s)) for s in shadowed},
+                meter=meter.name,
+                summary_token_count=meter.message(checkpoint),
+                origin=foreign.origin,
+            ),
+            UserMessage(
+                message=checkpoint,
+                surface_op=Replace(shadowed[0], shadowed[-1]),
+                source_event_seqs=(base, base + 1, *shadowed),
+                origin=foreign.origin,
+            ),
+            CompactEnd(compaction_id=compaction_id, turn=None, origin=foreign.origin),
+        ]
+    )
+
+
+register_compaction_handler(import_foreign_compaction)

@@ -1,0 +1,135 @@
+"""Verbatim identifiers of a span: the file paths, commands, error names and ids the agent touched.
+
+One extractor serves the template summarizer (what to keep), the fidelity gate (what was kept) and the
+audit (the retention ratio). Paths and commands come from the agent's own tool-call arguments and text;
+error names and error lines come from tool results and assistant text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from compaction.sessions.blocks import Message, TextBlock, ToolCallBlock, ToolResultBlock
+
+PATH_RE = re.compile(
+    r"(?<![\w/.-])(?:~/|\.{1,2}/|/)?(?:[\w.-]+/)+[\w.-]*[\w-]\.[A-Za-z0-9]{1,8}\b"  # a/b.py, /x/y.txt
+    r"|(?<![\w/.-])(?:/[\w.-]+){2,}/?"  # absolute directories /usr/lib/python3
+)
+ERROR_NAME_RE = re.compile(r"\b[A-Z][A-Za-z0-9]*(?:Error|Exception|Warning|Failure|Fault)\b")
+# ``[^\S\n]`` (whitespace but not a newline) keeps every attempt inside one line: ``\s*`` at each
+# line start would scan a whole run of blank lines, quadratic in the run's length.
+ERROR_LINE_RE = re.compile(
+    r"^[^\S\n]*(?:E[^\S\n]+)?([A-Z][A-Za-z0-9]*(?:Error|Exception)(?::[^\n]{0,140})?)[^\S\n]*$",
+    re.MULTILINE,
+)
+ID_RE = re.compile(
+    r"\b(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{12,40})\b"
+)
+COMMAND_KEYS = ("command", "cmd", "script")
+MAX_COMMAND = 160
+MAX_PATH = 200
+
+
+@dataclass
+class Identifiers:
+    """Ordered, de-duplicated identifiers by kind."""
+
+    paths: dict[str, None] = field(default_factory=dict)
+    commands: dict[str, None] = field(default_factory=dict)
+    errors: dict[str, None] = field(default_factory=dict)
+    error_lines: dict[str, None] = field(default_factory=dict)
+    ids: dict[str, None] = field(default_factory=dict)
+
+    def all(self) -> list[str]:
+        """Every identifier that counts toward retention (error lines are context, not counted)."""
+        return [*self.paths, *self.commands, *self.errors, *self.ids]
+
+    def __len__(self) -> int:
+        return len(self.all())
+
+
+def extract(messages: Iterable[Message]) -> Identifiers:
+    found = Identifiers()
+    for message in messages:
+        for block in message.content:
+            if isinstance(block, ToolCallBlock):
+                _from_arguments(block.arguments, found)
+            elif isinstance(block, ToolResultBlock):
+                _from_result(block, found)
+            elif isinstance(block, TextBlock):
+                _from_text(block.text, found, agent=message.role == "assistant")
+    return found
+
+
+def _from_arguments(arguments: str, found: Identifiers) -> None:
+    try:
+        value = json.loads(arguments) if arguments.strip() else {}
+    except json.JSONDecodeError:
+        value = arguments
+    for key, text in _strings(value):
+        if key in COMMAND_KEYS:
+            command = text.strip().splitlines()[0][:MAX_COMMAND] if text.strip() else ""
+            if command:
+                found.commands[command] = None
+        for path in _paths(text):
+            found.paths[path] = None
+        for ident in ID_RE.findall(text):
+            found.ids[ident] = None
+
+
+def _from_result(block: ToolResultBlock, found: Identifiers) -> None:
+    for inner in block.content:
+        if isinstance(inner, TextBlock):
+            _errors(inner.text, found)
+
+
+def _from_text(text: str, found: Identifiers, *, agent: bool) -> None:
+    _errors(text, found)
+    if agent:
+        for path in _paths(text):
+            found.paths[path] = None
+
+
+def _errors(text: str, found: Identifiers) -> None:
+    if "rror" not in text and "xception" not in text and "arning" not in text and "ail" not in text:
+        return
+    for name in ERROR_NAME_RE.findall(text):
+        found.errors[name] = None
+    for line in ERROR_LINE_RE.findall(text):
+        found.error_lines[line.strip()] = None
+
+
+def _paths(text: str) -> Iterator[str]:
+    if "/" not in text:
+        return
+    for match in PATH_RE.finditer(text):
+        path = match.group(0).rstrip(".,:;")
+        if (
+            3 <= len(path) <= MAX_PATH
+            and not path.startswith("//")
+            and "://" not in text[max(0, match.start() - 8) : match.end()]
+        ):
+            yield path
+
+
+def _strings(value: object, key: str = "") -> Iterator[tuple[str, str]]:
+    if isinstance(value, str):
+        yield key, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _strings(v, str(k))
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item, key)
+
+
+def retained(identifiers: Iterable[str], summary: str) -> tuple[list[str], list[str]]:
+    """``(kept, missing)``: identifiers found verbatim in the summary, and the rest."""
+    kept: list[str] = []
+    missing: list[str] = []
+    for ident in identifiers:
+        (kept if ident in summary else missing).append(ident)
+    return kept, missing

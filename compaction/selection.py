@@ -1,0 +1,123 @@
+"""Which span to compact: the retention walk from the tail, snapped head-ward to a tool-pairing
+balanced cut (spec §d.7), with the session's first user message kept structurally.
+
+A *unit* is what snapping makes indivisible: a closed step (an assistant message with calls and all
+its results) or one standalone message. An open step cannot be split, so selection declines until it
+closes; a surface of one unit cannot be compacted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from compaction.errors import SpanError
+from compaction.meters import Meter
+from compaction.sessions.session import Session
+
+
+@dataclass(frozen=True)
+class Span:
+    """Positions ``first``..``last`` (inclusive) on the surface and their seqs."""
+
+    first: int
+    last: int
+    seqs: tuple[int, ...]
+
+    @property
+    def start(self) -> int:
+        return self.seqs[0]
+
+    @property
+    def end(self) -> int:
+        return self.seqs[-1]
+
+
+def protected_position(session: Session, keep_first_user: bool) -> int | None:
+    """Surface position of the first user message when it must not be shadowed."""
+    if not keep_first_user or session.first_user_seq is None:
+        return None
+    return session.surface.position(session.first_user_seq)
+
+
+def select_span(
+    session: Session, meter: Meter, retain_tokens: int, *, keep_first_user: bool = True
+) -> Span | None:
+    """The oldest whole units beyond ``retain_tokens`` of retained tail, or None."""
+    nodes = session.nodes
+    if not nodes:
+        return None
+    surface = session.surface
+    keep = _retention_index(session, meter, retain_tokens)
+    while keep > 0 and not surface.balanced_before(nodes[keep]):
+        keep -= 1
+    protected = protected_position(session, keep_first_user)
+    if protected is None or protected >= keep:
+        first, last = 0, keep - 1  # no task statement to keep, or it is in the retained tail
+    elif protected + 1 < keep and surface.balanced_before(nodes[protected + 1]):
+        first, last = protected + 1, keep - 1  # anchored right after the task statement
+    else:
+        first, last = 0, protected - 1  # only what precedes the task statement
+        if last >= first and not surface.balanced_after(nodes[last]):
+            return None
+    if last < first:
+        return None
+    return Span(first, last, tuple(nodes[first : last + 1]))
+
+
+def head_before_task(session: Session, *, keep_first_user: bool = True) -> Span | None:
+    """Everything on the surface before the kept task statement, when that is a balanced span."""
+    protected = protected_position(session, keep_first_user)
+    if not protected:
+        return None
+    nodes = session.nodes
+    if not session.surface.balanced_after(nodes[protected - 1]):
+        return None
+    return Span(0, protected - 1, tuple(nodes[:protected]))
+
+
+def _retention_index(session: Session, meter: Meter, retain_tokens: int) -> int:
+    nodes = session.nodes
+    accumulated = 0
+    keep = len(nodes)
+    for index in range(len(nodes) - 1, -1, -1):
+        accumulated += meter.node_price(session, nodes[index])
+        keep = index
+        if accumulated >= retain_tokens:
+            break
+    return keep
+
+
+def span_for(session: Session, start: int, end: int, *, keep_first_user: bool = True) -> Span:
+    """Validate an explicit region (spec §d.10 step 2) and return it."""
+    surface = session.surface
+    first = surface.position(start)
+    if first is None:
+        raise SpanError(
+            f"compactRegion: start seq {start} not found in surface (session {session.id})"
+        )
+    last = surface.position(end)
+    if last is None:
+        raise SpanError(f"compactRegion: end seq {end} not found in surface (session {session.id})")
+    if first > last:
+        raise SpanError(
+            f"compactRegion: start seq {start} (position {first}) is after end seq {end} "
+            f"(position {last}) on the surface"
+        )
+    if not surface.balanced_before(start):
+        raise SpanError(
+            f"compactRegion: start seq {start} is not a balanced boundary (would split a step's "
+            "tool-call/result pair)"
+        )
+    if not surface.balanced_after(end):
+        raise SpanError(
+            f"compactRegion: end seq {end} is not a balanced boundary (would split a step, or the "
+            "step is still open)"
+        )
+    protected = protected_position(session, keep_first_user)
+    if protected is not None and first <= protected <= last:
+        raise SpanError(
+            f"compactRegion: the span {start}..{end} includes the session's first user message "
+            f"(seq {session.first_user_seq}), which is kept structurally; start after it or set "
+            "keep_first_user_message=False"
+        )
+    return Span(first, last, tuple(session.nodes[first : last + 1]))

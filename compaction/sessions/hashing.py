@@ -1,0 +1,42 @@
+"""The surface hash: one stable fingerprint of what the model sees, shared by the whole library.
+
+The recipe is defined once, at the bottom layer, as :func:`compaction.sessions.native.surface_hash` (export
+and copy record it; recovery reports it; audit can compare it). It is the lowercase hex sha256 of::
+
+    msgspec.json.encode(surface_seqs)              # e.g. b"[0,3,4,17]"
+    msgspec.json.encode(message)                   # for each derived message, in surface order
+
+with nothing between the parts (each is a self-delimiting JSON value). ``surface_seqs`` is the
+surface (``Session.nodes``); the messages are what ``Session.derive_messages()`` returns (spec
+§b.7: one message per node that projects to one). Messages hold only Structs (field order fixed by
+their declarations) and strings, so the encoding is deterministic.
+
+Two sessions with the same hash show the model the same history at the same positions. The hash is
+stable across stores, processes and versions as long as the message Structs evolve by msgspec's
+rules (new fields get defaults and are omitted when default). :func:`hash_surface` applies the same
+recipe to an explicit surface, such as the inertness proof's from-scratch folds; a test pins the two
+functions together. :data:`SURFACE_HASH_VERSION` names this recipe; a change must bump it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+
+import msgspec
+
+from compaction.sessions.blocks import Message
+from compaction.sessions.native import surface_hash
+
+__all__ = ["SURFACE_HASH_VERSION", "hash_surface", "surface_hash"]
+
+SURFACE_HASH_VERSION = 1
+_ENCODER = msgspec.json.Encoder()
+
+
+def hash_surface(seqs: Sequence[int], messages: Iterable[Message]) -> str:
+    """The surface hash of an explicit surface (its seqs) and its derived messages."""
+    digest = hashlib.sha256(_ENCODER.encode(list(seqs)))
+    for message in messages:
+        digest.update(_ENCODER.encode(message))
+    return digest.hexdigest()

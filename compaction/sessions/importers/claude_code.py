@@ -1,0 +1,363 @@
+"""Claude Code JSONL (``~/.claude/projects/<project>/<session>.jsonl``) into sessions.
+
+Claude Code writes one line per content block of an API message, and runs each tool as soon as its
+``tool_use`` block is complete, so the results of one message are interleaved with its later
+blocks. Lines sharing ``message.id`` are merged into one assistant message (one step); the
+``tool_result`` blocks of user lines arriving meanwhile are that step's results.
+
+* ``thinking`` becomes a reasoning block, ``tool_use`` a tool-call block (arguments = compact JSON).
+* A user line with ``isMeta`` is harness context (``context/message``); any other user line without
+  ``tool_result`` blocks is a prompt and opens a new turn.
+* ``isSidechain`` lines (sub-agent threads of older versions) are kept apart: each thread, found
+  through ``parentUuid``, becomes its own session (source ``FILE#sidechain-N``). A file made only of
+  one sidechain thread (a ``subagents/agent-*.jsonl`` file) imports as a plain session.
+* Claude Code's own compaction: the ``system``/``compact_boundary`` line is counted in
+  ``compactions`` and the ``isCompactSummary`` user line is imported as a user message whose origin
+  says so. ``summary``, ``system``, ``progress``, snapshot and queue lines are reported as skipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from compaction.sessions.blocks import (
+    Block,
+    ImageBlock,
+    Message,
+    ReasoningBlock,
+    TextBlock,
+    ToolCallBlock,
+)
+from compaction.sessions.events import Usage
+from compaction.sessions.importers.builder import SessionBuilder
+from compaction.sessions.importers.common import (
+    JSON,
+    ForeignCompaction,
+    ImportedSession,
+    as_dict,
+    as_int,
+    as_list,
+    as_str,
+    compact_json,
+    file_digest,
+    image_block,
+    json_lines,
+    model_source,
+    parse_time,
+    session_id_for,
+    user_message,
+)
+
+FORMAT = "claude-code"
+PROVIDER = "anthropic"
+Line = tuple[int, JSON]
+
+
+def import_file(path: Path, data: bytes) -> list[ImportedSession]:
+    lines, truncated = json_lines(path, data)
+    main = [(n, d) for n, d in lines if not d.get("isSidechain")]
+    threads = _sidechain_threads([(n, d) for n, d in lines if d.get("isSidechain")])
+    sub_agent = not main and len(threads) == 1
+    if sub_agent:
+        main, threads = threads[0], []
+    groups = [(0, str(path), main)] if main or not threads else []
+    groups += [(k, f"{path}#sidechain-{k}", t) for k, t in enumerate(threads, start=1)]
+    digest = file_digest(data)
+    sessions = [
+        _import_lines(chain, session_id_for(FORMAT, digest, k), source) for k, source, chain in groups
+    ]
+    sessions[0].skipped[:0] = truncated
+    if sub_agent:
+        sessions[0].notes.append("every line is a sidechain (a sub-agent transcript)")
+    elif main and threads:
+        kept = ", ".join(f"#sidechain-{k} ({len(t)} lines)" for k, t in enumerate(threads, 1))
+        sessions[0].notes.append(f"sidechain lines kept apart as separate sessions: {kept}")
+    return sessions
+
+
+def _sidechain_threads(lines: list[Line]) -> list[list[Line]]:
+    """Group sidechain lines into threads: by ``agentId`` when the lines carry one, else by
+    following ``parentUuid`` to the thread's root."""
+    thread_of: dict[str, int] = {}
+    threads: list[list[Line]] = []
+    for number, line in lines:
+        agent = as_str(line.get("agentId"))
+        index = thread_of.get(f"agent:{agent}") if agent else None
+        if index is None:
+            index = thread_of.get(as_str(line.get("parentUuid")))
+        if index is None:
+            index = len(threads)
+            threads.append([])
+        threads[index].append((number, line))
+        uid = as_str(line.get("uuid"))
+        if uid:
+            thread_of[uid] = index
+        if agent:
+            thread_of[f"agent:{agent}"] = index
+    return threads
+
+
+# ---------------------------------------------------------------- one chain of lines
+
+
+@dataclass
+class _Result:
+    origin: str
+    part: JSON
+    message_id: str
+    time: datetime | None
+
+
+@dataclass
+class _Step:
+    """The lines of one API message and the tool results that arrived while it streamed."""
+
+    message_id: str
+    model: str
+    first_line: int
+    last_line: int
+    time: datetime | None
+    blocks: list[Block] = field(default_factory=list)
+    call_origins: dict[str, str] = field(default_factory=dict)
+    usage: Usage | None = None
+    results: list[_Result] = field(default_factory=list)
+    after: list[tuple[str, Message, datetime | None]] = field(default_factory=list)  # user text
+
+
+class _ChainImporter:
+    def __init__(self, builder: SessionBuilder) -> None:
+        self.b = builder
+        self.step: _Step | None = None
+        self.seen_ids: dict[str, int] = {}
+        self.last_model: str | None = None
+
+    def line(self, number: int, line: JSON) -> None:
+        kind = as_str(line.get("type"))
+        origin = _origin(number, line)
+        self.b.at(parse_time(line.get("timestamp")))
+        if kind == "assistant":
+            self.assistant(number, line, origin)
+        elif kind == "user":
+            self.user(number, line, origin)
+        elif kind == "system":
+            subtype = as_str(line.get("subtype"), "message")
+            if subtype == "compact_boundary":
+                meta = as_dict(line.get("compactMetadata"))
+                self.b.compaction(
+                    origin,
+                    f"compact_boundary, trigger {meta.get('trigger')}, preTokens {meta.get('preTokens')}",
+                )
+            self.b.skip(origin, f"system line ({subtype}): harness metadata, not sent to the model")
+        elif kind == "summary":
+            self.b.skip(origin, "summary line: a session title, not part of the conversation")
+        else:
+            self.b.skip(origin, f"{kind or 'untyped'} line: not a conversation message")
+
+    # ------------------------------------------------------------ assistant lines
+
+    def assistant(self, number: int, line: JSON, origin: str) -> None:
+        message = as_dict(line.get("message"))
+        message_id = as_str(message.get("id")) or as_str(line.get("uuid")) or f"line-{number}"
+        if self.step is None or self.step.message_id != message_id:
+            self.flush()
+            time = parse_time(line.get("timestamp"))
+            self.step = _Step(message_id, as_str(message.get("model")), number, number, time)
+            self.last_model = as_str(message.get("model")) or self.last_model
+        step = self.step
+        step.last_line = number
+        step.usage = _usage(as_dict(message.get("usage"))) or step.usage
+        for index, raw in enumerate(_content(message.get("content"))):
+            block = _assistant_block(as_dict(raw))
+            if block is None:
+                self.b.skip(
+                    f"{origin} block {index}",
+                    f"unsupported block type {as_dict(raw).get('type')!r}",
+                )
+            elif isinstance(block, ToolCallBlock) and block.id in step.call_origins:
+                self.b.skip(f"{origin} block {index}", f"duplicate tool_use {block.id} in one message")
+            else:
+                if isinstance(block, ToolCallBlock):
+                    step.call_origins[block.id] = origin
+                step.blocks.append(block)
+
+    # ------------------------------------------------------------ user lines
+
+    def user(self, number: int, line: JSON, origin: str) -> None:
+        content = as_dict(line.get("message")).get("content")
+        parts = _content(content)
+        if any(as_dict(p).get("type") == "tool_result" for p in parts):
+            self.tool_results(number, line, origin, parts)
+            return
+        self.flush()
+        message = user_message(_message_id(line, number), self.user_blocks(origin, parts))
+        if line.get("isCompactSummary"):
+            self.b.foreign(
+                ForeignCompaction(
+                    summary=message,
+                    provider="claude-code",
+                    model=self.last_model,
+                    first_kept_seq=None,
+                    origin=f"{origin} isCompactSummary",
+                )
+            )
+        elif line.get("isMeta"):
+            self.b.context(message, f"{origin} isMeta")
+        else:
+            self.b.user(message, origin)
+
+    def tool_results(self, number: int, line: JSON, origin: str, parts: list[Any]) -> None:
+        others: list[Any] = []
+        for index, raw in enumerate(parts):
+            part = as_dict(raw)
+            if part.get("type") != "tool_result":
+                others.append(part)
+            elif self.step is None:  # no step open: the builder reports it (and why)
+                self.b.result(as_str(part.get("tool_use_id")), (), origin)
+            else:
+                result_id = f"{_message_id(line, number)}#{index}"
+                time = parse_time(line.get("timestamp"))
+                self.step.results.append(_Result(origin, part, result_id, time))
+        if not others:
+            return
+        extra = user_message(f"{_message_id(line, number)}-text", self.user_blocks(origin, others))
+        if self.step is None:
+            self.b.user(extra, f"{origin} text sent with tool results")
+        else:
+            self.step.after.append((origin, extra, parse_time(line.get("timestamp"))))
+
+    def user_blocks(self, origin: str, parts: list[Any]) -> tuple[Block, ...]:
+        blocks: list[Block] = []
+        for index, raw in enumerate(parts):
+            block = _user_block(as_dict(raw))
+            if block is None:
+                self.b.skip(
+                    f"{origin} block {index}",
+                    f"unsupported block type {as_dict(raw).get('type')!r}",
+                )
+            else:
+                blocks.append(block)
+        return tuple(blocks)
+
+    # ------------------------------------------------------------ steps
+
+    def flush(self) -> None:
+        step, self.step = self.step, None
+        if step is None:
+            return
+        message_id = step.message_id
+        repeats = self.seen_ids.get(message_id, 0)
+        self.seen_ids[message_id] = repeats + 1
+        if repeats:
+            message_id = f"{message_id}#{repeats + 1}"
+        lines = (
+            f"line {step.first_line}"
+            if step.first_line == step.last_line
+            else f"lines {step.first_line}-{step.last_line}"
+        )
+        message = Message(
+            id=message_id,
+            role="assistant",
+            content=tuple(step.blocks),
+            source=model_source(PROVIDER, step.model),
+        )
+        self.b.assistant(
+            message,
+            f"{lines} message {step.message_id}",
+            usage=step.usage,
+            call_origins=step.call_origins,
+            time=step.time,
+        )
+        for result in step.results:
+            self.b.result(
+                as_str(result.part.get("tool_use_id")),
+                _result_content(result.part.get("content")),
+                result.origin,
+                is_error=result.part.get("is_error") is True,
+                message_id=result.message_id,
+                time=result.time,
+            )
+        for after_origin, extra, time in step.after:
+            self.b.user(extra, f"{after_origin} text sent with tool results", time=time)
+
+
+def _import_lines(lines: list[Line], session_id: UUID, source: str) -> ImportedSession:
+    builder = SessionBuilder(session_id, source=source, format=FORMAT)
+    importer = _ChainImporter(builder)
+    for number, line in lines:
+        importer.line(number, line)
+    importer.flush()
+    versions = sorted({as_str(d.get("version")) for _, d in lines} - {""})
+    if versions:
+        builder.note(f"Claude Code version {', '.join(versions)}")
+    return builder.finish()
+
+
+# ---------------------------------------------------------------- blocks
+
+
+def _origin(number: int, line: JSON) -> str:
+    uid = as_str(line.get("uuid"))
+    return f"line {number} uuid {uid}" if uid else f"line {number}"
+
+
+def _message_id(line: JSON, number: int) -> str:
+    return as_str(line.get("uuid")) or f"line-{number}"
+
+
+def _content(content: Any) -> list[Any]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return as_list(content)
+
+
+def _assistant_block(part: JSON) -> Block | None:
+    kind = part.get("type")
+    if kind == "text":
+        return TextBlock(as_str(part.get("text")))
+    if kind == "thinking":
+        return ReasoningBlock(as_str(part.get("thinking")))
+    if kind == "redacted_thinking":
+        return ReasoningBlock("[redacted thinking]")
+    if kind == "tool_use":
+        return ToolCallBlock(
+            id=as_str(part.get("id")),
+            name=as_str(part.get("name")),
+            arguments=compact_json(part.get("input", {})),
+        )
+    return None
+
+
+def _user_block(part: JSON) -> TextBlock | ImageBlock | None:
+    kind = part.get("type")
+    if kind == "text":
+        return TextBlock(as_str(part.get("text")))
+    if kind == "image":
+        source = as_dict(part.get("source"))
+        return image_block(as_str(source.get("data")), as_str(source.get("media_type")))
+    return None
+
+
+def _result_content(content: Any) -> tuple[TextBlock | ImageBlock, ...]:
+    if isinstance(content, str):
+        return (TextBlock(content),)
+    blocks: list[TextBlock | ImageBlock] = []
+    for raw in as_list(content):
+        part = as_dict(raw)
+        block = _user_block(part)
+        blocks.append(block if block is not None else TextBlock(compact_json(part)))
+    return tuple(blocks)
+
+
+def _usage(raw: JSON) -> Usage | None:
+    if not raw:
+        return None
+    return Usage(
+        input_tokens=as_int(raw.get("input_tokens")),
+        output_tokens=as_int(raw.get("output_tokens")),
+        cache_read_tokens=as_int(raw.get("cache_read_input_tokens")),
+        cache_write_tokens=as_int(raw.get("cache_creation_input_tokens")),
+    )

@@ -1,0 +1,190 @@
+"""pi coding-agent session JSONL into sessions.
+
+A ``session`` header line, then entries: ``message`` (roles ``user``, ``assistant`` with ``text`` /
+``thinking`` / ``toolCall`` blocks, ``toolResult`` with ``toolCallId``), ``model_change``,
+``thinking_level_change`` and ``compaction`` (``summary``, ``firstKeptEntryIndex``).
+
+* Each assistant message is one step. Its provider/model ride on the message, so a switch of model
+  shows as a ``request/header`` with reason ``change`` before the step that used it.
+* An assistant message that stopped with ``error`` or ``aborted`` never ran its tool calls: no
+  ``tool/call`` is recorded and each call gets a synthesized ``ToolNotStartedError`` result; the
+  turn ends with that reason. (A call the file nevertheless answers gets its ``tool/call`` right
+  before that result, and a note.)
+* A ``compaction`` entry is counted and its summary imported as a user message (origin says so).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from compaction.sessions.blocks import Block, ImageBlock, Message, ReasoningBlock, TextBlock, ToolCallBlock
+from compaction.sessions.events import TurnEndKind, TurnEndReason, Usage
+from compaction.sessions.importers.builder import SessionBuilder
+from compaction.sessions.importers.common import (
+    JSON,
+    ForeignCompaction,
+    ImportedSession,
+    as_dict,
+    as_int,
+    as_list,
+    as_str,
+    compact_json,
+    file_digest,
+    image_block,
+    json_lines,
+    model_source,
+    parse_time,
+    session_id_for,
+    user_message,
+)
+
+FORMAT = "pi"
+STOPPED: dict[str, TurnEndKind] = {"error": "error", "aborted": "aborted"}
+
+
+def import_file(path: Path, data: bytes) -> list[ImportedSession]:
+    lines, truncated = json_lines(path, data)
+    builder = SessionBuilder(session_id_for(FORMAT, file_digest(data), 0), source=str(path), format=FORMAT)
+    builder.skipped.extend(truncated)
+    entry_seqs: dict[str, int] = {}
+    for index, (number, line) in enumerate(lines):
+        builder.at(parse_time(line.get("timestamp")))
+        entry_seqs[f"index:{index}"] = len(builder.session)
+        if isinstance(line.get("id"), str):
+            entry_seqs[f"id:{line['id']}"] = len(builder.session)
+        if as_str(line.get("type")) == "compaction":
+            _compaction(builder, f"line {number}", line, entry_seqs)
+        else:
+            _entry(builder, number, line)
+    return [builder.finish()]
+
+
+def _entry(b: SessionBuilder, number: int, line: JSON) -> None:
+    kind = as_str(line.get("type"))
+    origin = f"line {number}"
+    if kind == "message":
+        _message(b, origin, as_dict(line.get("message")))
+    elif kind == "session":
+        b.skip(
+            origin,
+            f"session header (id {line.get('id')}, cwd {line.get('cwd')}): provider and "
+            "model go to request/header from each assistant message",
+        )
+    elif kind == "model_change":
+        b.skip(
+            origin,
+            f"model change to {line.get('provider')}/{line.get('modelId')}: recorded as a "
+            "request/header change before the next assistant message that uses it",
+        )
+    elif kind == "thinking_level_change":
+        b.skip(
+            origin,
+            f"thinking level change to {line.get('thinkingLevel')!r}: no session event for it",
+        )
+    else:
+        b.skip(origin, f"{kind or 'untyped'} entry: not a conversation message")
+
+
+def _message(b: SessionBuilder, origin: str, message: JSON) -> None:
+    role = as_str(message.get("role"))
+    message_id = origin.replace(" ", "-")
+    if role == "user":
+        b.user(user_message(message_id, _user_blocks(b, origin, message.get("content"))), origin)
+    elif role == "assistant":
+        _assistant(b, origin, message_id, message)
+    elif role == "toolResult":
+        b.result(
+            as_str(message.get("toolCallId")),
+            _user_blocks(b, origin, message.get("content")),
+            origin,
+            is_error=message.get("isError") is True,
+            message_id=message_id,
+        )
+    else:
+        b.skip(origin, f"message with role {role!r}: not sent to the model as a chat message")
+
+
+def _assistant(b: SessionBuilder, origin: str, message_id: str, message: JSON) -> None:
+    stop = as_str(message.get("stopReason"))
+    blocks: list[Block] = []
+    for index, raw in enumerate(as_list(message.get("content"))):
+        block = _assistant_block(as_dict(raw), f"{origin}-{index}")
+        if block is None:
+            b.skip(f"{origin} block {index}", f"unsupported block type {as_dict(raw).get('type')!r}")
+        else:
+            blocks.append(block)
+    source = model_source(as_str(message.get("provider")), as_str(message.get("model")))
+    b.assistant(
+        Message(id=message_id, role="assistant", content=tuple(blocks), source=source),
+        origin,
+        usage=_usage(as_dict(message.get("usage"))),
+        interrupted=stop == "aborted",
+        dispatched=stop not in STOPPED,
+    )
+    if stop in STOPPED:
+        error = as_str(message.get("errorMessage")) or None
+        b.turn_reason(TurnEndReason(kind=STOPPED[stop], message=error))
+
+
+def _compaction(b: SessionBuilder, origin: str, line: JSON, entry_seqs: dict[str, int]) -> None:
+    """A pi compaction: entries before ``firstKeptEntryIndex`` (0-based over the file's entries; v2
+    files name ``firstKeptEntryId``) were replaced by ``summary``."""
+    kept_index = line.get("firstKeptEntryIndex")
+    kept_id = line.get("firstKeptEntryId")
+    b.compaction(origin, f"firstKeptEntryIndex {kept_index}, tokensBefore {line.get('tokensBefore')}")
+    key = f"id:{kept_id}" if isinstance(kept_id, str) else f"index:{kept_index}"
+    first_kept = entry_seqs.get(key)
+    if first_kept is None:
+        b.note(f"{origin}: first kept entry {key} not found; the summary replaces everything before it")
+    b.foreign(
+        ForeignCompaction(
+            summary=user_message(origin.replace(" ", "-"), (TextBlock(as_str(line.get("summary"))),)),
+            provider="pi",
+            model=None,
+            first_kept_seq=first_kept,
+            origin=f"{origin} compaction summary",
+        )
+    )
+
+
+def _assistant_block(part: JSON, fallback_id: str) -> Block | None:
+    kind = part.get("type")
+    if kind == "text":
+        return TextBlock(as_str(part.get("text")))
+    if kind == "thinking":
+        return ReasoningBlock(as_str(part.get("thinking")))
+    if kind == "toolCall":
+        arguments = part.get("arguments", {})
+        return ToolCallBlock(
+            id=as_str(part.get("id")) or fallback_id,
+            name=as_str(part.get("name")),
+            arguments=arguments if isinstance(arguments, str) else compact_json(arguments),
+        )
+    return None
+
+
+def _user_blocks(b: SessionBuilder, origin: str, content: Any) -> tuple[TextBlock | ImageBlock, ...]:
+    if isinstance(content, str):
+        return (TextBlock(content),)
+    blocks: list[TextBlock | ImageBlock] = []
+    for index, raw in enumerate(as_list(content)):
+        part = as_dict(raw)
+        if part.get("type") == "text":
+            blocks.append(TextBlock(as_str(part.get("text"))))
+        elif part.get("type") == "image":
+            blocks.append(image_block(as_str(part.get("data")), as_str(part.get("mimeType"))))
+        else:
+            b.skip(f"{origin} block {index}", f"unsupported block type {part.get('type')!r}")
+    return tuple(blocks)
+
+
+def _usage(raw: JSON) -> Usage | None:
+    if not raw:
+        return None
+    return Usage(
+        input_tokens=as_int(raw.get("input")),
+        output_tokens=as_int(raw.get("output")),
+        cache_read_tokens=as_int(raw.get("cacheRead")),
+        cache_write_tokens=as_int(raw.get("cacheWrite")),
+    )

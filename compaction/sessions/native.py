@@ -1,0 +1,218 @@
+"""The native event format: one session as JSONL, restorable exactly (same seqs, same surface).
+
+Line 1 is a header ``{"format": "compaction-events", "version": 1, "session_id", "library_version",
+"events", "surface_hash"}``; each further line is one event ``{"seq", "type", "time", "payload",
+"surface_op", "source_event_seqs"}`` where ``payload`` holds the event's own fields. Reading refuses a
+file whose seqs are not contiguous or whose events break a rule, naming the line.
+
+Format evolution rules (docs/formats.md): new fields get defaults; a type name is never reused for a
+different shape; where a shape must change, an upcaster keyed by (type, version) rewrites old payloads
+before decoding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Iterator
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import msgspec
+
+from compaction.errors import (
+    CorruptSurfaceError,
+    EventRuleError,
+    TranscriptError,
+    UnknownEventTypeError,
+)
+from compaction.sessions.events import SessionEvent
+from compaction.sessions.mapper import decode_event
+from compaction.sessions.session import Session, project
+
+FORMAT = "compaction-events"
+VERSION = 1
+_ENVELOPE = ("seq", "type", "time", "surface_op", "source_event_seqs")
+
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+UPCASTERS: dict[tuple[str, int], Upcaster] = {}
+"""(event type, format version it was written in) -> payload rewrite to the current shape."""
+
+
+def library_version() -> str:
+    try:
+        return version("event-compaction")
+    except PackageNotFoundError:  # running from a source tree
+        return "0+unknown"
+
+
+def surface_hash(session: Session) -> str:
+    """sha256 over the surface seqs and the msgspec encoding of the derived messages."""
+    digest = hashlib.sha256()
+    digest.update(msgspec.json.encode(list(session.nodes)))
+    encoder = msgspec.json.Encoder()
+    for seq in session.nodes:
+        message = project(session.event(seq))
+        if message is not None:
+            digest.update(encoder.encode(message))
+    return digest.hexdigest()
+
+
+# ---------------------------------------------------------------- writing
+
+
+def event_line(event: SessionEvent) -> dict[str, Any]:
+    data = msgspec.to_builtins(event)
+    envelope = {key: data.pop(key, None) for key in _ENVELOPE}
+    data.pop("type", None)
+    return {
+        "seq": event.seq,
+        "type": event.TYPE,
+        "time": envelope["time"],
+        "payload": data,
+        "surface_op": envelope["surface_op"],
+        "source_event_seqs": envelope["source_event_seqs"],
+    }
+
+
+def export_lines(session: Session) -> Iterator[str]:
+    header = {
+        "format": FORMAT,
+        "version": VERSION,
+        "session_id": str(session.id),
+        "library_version": library_version(),
+        "events": len(session),
+        "surface_hash": surface_hash(session),
+    }
+    yield json.dumps(header, ensure_ascii=False)
+    for event in session.events():
+        yield json.dumps(event_line(event), ensure_ascii=False, separators=(",", ":"))
+
+
+def export_session(session: Session, path: Path) -> int:
+    with path.open("w", encoding="utf-8") as out:
+        for line in export_lines(session):
+            out.write(line + "\n")
+    return len(session)
+
+
+# ---------------------------------------------------------------- reading
+
+
+def _fail(path: str, line: int, message: str) -> TranscriptError:
+    return TranscriptError(path, line, message)
+
+
+def is_native(path: Path) -> bool:
+    """Whether the file starts with a native export header (any version)."""
+    try:
+        with path.open(encoding="utf-8") as handle:
+            header = json.loads(handle.readline())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(header, dict) and header.get("format") == FORMAT
+
+
+def read_header(path: Path) -> dict[str, Any]:
+    first = next(_numbered_lines(path), (1, ""))[1]
+    try:
+        header = json.loads(first)
+    except json.JSONDecodeError as e:
+        raise _fail(str(path), 1, f"the header line is not JSON: {e}") from e
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise _fail(str(path), 1, f"not a native event export (expected format {FORMAT!r})")
+    file_version = header.get("version")
+    if not isinstance(file_version, int) or not 1 <= file_version <= VERSION:
+        raise _fail(
+            str(path),
+            1,
+            f"unsupported format version {file_version!r}; this library reads 1..{VERSION}",
+        )
+    return header
+
+
+def _numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` from 1; unreadable files and bytes that are not UTF-8 name the line."""
+    number = 0
+    try:
+        with path.open("rb") as handle:
+            for number, raw in enumerate(handle, start=1):
+                yield number, raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _fail(str(path), number, f"expected UTF-8 text: {e}") from e
+    except OSError as e:
+        raise TranscriptError(str(path), None, f"cannot read the export: {e}") from e
+
+
+def import_session(path: Path) -> Session:
+    """Rebuild the exported session exactly; every rule is re-checked, errors name the line."""
+    header = read_header(path)
+    session = Session(_session_id(str(path), header))
+    for number, raw in _numbered_lines(path):
+        if number == 1 or not raw.strip():
+            continue
+        event = _decode_line(str(path), number, raw, header["version"])
+        if event.time.tzinfo is None:
+            raise _fail(
+                str(path), number, f"time {event.time.isoformat()} has no timezone; expected UTC"
+            )
+        if event.seq != len(session):
+            raise _fail(
+                str(path), number, f"seq {event.seq} is not contiguous; expected {len(session)}"
+            )
+        try:
+            session.append(event)
+        except (EventRuleError, CorruptSurfaceError) as e:
+            raise _fail(str(path), number, f"event seq {event.seq} breaks a rule: {e}") from e
+    if not len(session):
+        raise _fail(str(path), 2, "expected at least one event line after the header, found none")
+    _verify(str(path), header, session)
+    return session
+
+
+def _session_id(path: str, header: dict[str, Any]) -> UUID:
+    try:
+        return UUID(str(header.get("session_id")))
+    except ValueError as e:
+        raise _fail(path, 1, f"session_id {header.get('session_id')!r} is not a UUID") from e
+
+
+def _decode_line(path: str, number: int, raw: str, file_version: int) -> SessionEvent:
+    try:
+        line = json.loads(raw)
+        kind = line["type"]
+        payload = dict(line["payload"])
+        upcast = UPCASTERS.get((kind, file_version))
+        if upcast is not None:
+            payload = upcast(payload)
+        payload.update(seq=line["seq"], time=line["time"])
+        # Only the envelope's nulls mean "absent": a payload field may be None on purpose
+        # (``turn: int | None`` has no default, so dropping it would make the line undecodable).
+        for key in ("surface_op", "source_event_seqs"):
+            if line.get(key) is not None:
+                payload[key] = line[key]
+        return decode_event(kind, msgspec.json.encode(payload), f"{path}:{number}")
+    except UnknownEventTypeError as e:
+        raise _fail(path, number, str(e)) from e
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise _fail(path, number, f"not an event line ({type(e).__name__}: {e})") from e
+    except Exception as e:  # decode errors from msgspec come wrapped in StoreError
+        raise _fail(path, number, str(e)) from e
+
+
+def _verify(path: str, header: dict[str, Any], session: Session) -> None:
+    expected = header.get("events")
+    if expected is not None and expected != len(session):
+        raise _fail(
+            path, 1, f"the header announces {expected} events but the file holds {len(session)}"
+        )
+    recorded = header.get("surface_hash")
+    if recorded and recorded != surface_hash(session):
+        raise _fail(path, 1, "the rebuilt surface hash differs from the header's (file altered?)")
+
+
+def iter_exports(paths: Iterable[Path]) -> Iterator[Session]:
+    for path in paths:
+        yield import_session(path)

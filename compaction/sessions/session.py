@@ -1,0 +1,388 @@
+"""Session: one session's event stream, its append rules, and what the model sees.
+
+A session is a pure fold over its log: the :class:`~compaction.sessions.surface.Surface`, the turn/step
+:class:`~compaction.sessions.structure.Structure`, and a few counters. :meth:`Session.append` validates an
+event against all of them before it enters the log, so a rejected event leaves everything unchanged.
+Appended events stay *pending* until a :class:`~compaction.sessions.store.SessionStore` saves them.
+
+Sessions loaded from a snapshot keep only the fold state in memory and fetch event payloads lazily
+(``loader``) when a caller asks for them, so loading the latest state of a long session is cheap.
+"""
+
+from __future__ import annotations
+
+import sys
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import ClassVar
+from uuid import UUID, uuid4
+
+import msgspec
+
+from compaction.errors import SessionStateError, StoreError
+from compaction.sessions.blocks import Message
+from compaction.sessions.events import (
+    APPEND,
+    UNSET_SEQ,
+    UNSET_TIME,
+    AssistantMessage,
+    Replace,
+    SessionEvent,
+    UserMessage,
+    now_utc,
+)
+from compaction.sessions.structure import Structure, StructureState
+from compaction.sessions.surface import Mark, Plan, Surface
+
+Validator = Callable[["Session", SessionEvent], None]
+"""An extra pre-commit rule: raise an :class:`EventRuleError` subclass to reject the event."""
+
+EventLoader = Callable[[int, int], Sequence[SessionEvent]]
+"""Fetch the stored events with ``lo <= seq < hi`` (used by sessions restored from a snapshot)."""
+
+LOAD_CHUNK = 2048
+
+
+class SessionSnapshot(msgspec.Struct, frozen=True):
+    """Everything the fold needs to continue after ``length`` events, without the events.
+
+    The surface travels packed (little-endian int64 seqs, int32 deltas): a surface of 40,000 nodes
+    decodes in a fraction of the time a JSON list of integers takes."""
+
+    length: int
+    nodes: bytes
+    deltas: bytes
+    generation: int
+    structure: StructureState
+    last_by_type: dict[str, int]
+    type_counts: dict[str, int]
+    first_user_seq: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionMark:
+    """The fold state :meth:`Session.rollback` (and a rejected ``append_all``) restores."""
+
+    length: int
+    surface: Mark
+    structure: StructureState
+    last_by_type: dict[str, int]
+    type_counts: dict[str, int]
+    first_user_seq: int | None
+
+
+class Session:
+    """One session's log and its folds. Not thread-safe: one writer per session object."""
+
+    validators: ClassVar[list[Validator]] = []
+    strict_structure: bool = True
+
+    def __init__(
+        self,
+        session_id: UUID | None = None,
+        *,
+        strict_structure: bool = True,
+        clock: Callable[[], datetime] = now_utc,
+    ) -> None:
+        self.id: UUID = session_id or uuid4()
+        self.strict_structure = strict_structure
+        self.clock = clock
+        # Events with seq >= _base, in order. Below _base (a session restored from a snapshot) the
+        # payloads are fetched on demand into _older, so restoring costs O(surface), not O(log).
+        self._base = 0
+        self._events: list[SessionEvent] = []
+        self._older: dict[int, SessionEvent] = {}
+        self._loader: EventLoader | None = None
+        self.surface = Surface()
+        self.structure = Structure()
+        self.last_by_type: dict[str, int] = {}
+        self.type_counts: dict[str, int] = {}
+        self.first_user_seq: int | None = None
+        self.saved_length = 0
+        self.epoch = 0  # bumped whenever appended events are forgotten: caches keyed by seq reset
+        self._derived: list[Message | None] = []
+        self._derived_generation = 0
+
+    # ------------------------------------------------------------ reading
+
+    def __len__(self) -> int:
+        return self._base + len(self._events)
+
+    @property
+    def next_seq(self) -> int:
+        return self._base + len(self._events)
+
+    @property
+    def pending(self) -> list[SessionEvent]:
+        """Events appended since the last save, in order."""
+        return [self.event(s) for s in range(self.saved_length, len(self))]
+
+    def event(self, seq: int) -> SessionEvent:
+        offset = seq - self._base
+        if 0 <= offset < len(self._events):
+            return self._events[offset]
+        if not 0 <= seq < len(self):
+            raise IndexError(f"session {self.id} has no event at seq {seq} (length {len(self)})")
+        found = self._older.get(seq)
+        if found is None:
+            self._fetch(seq)
+            found = self._older.get(seq)
+            if found is None:
+                raise StoreError(
+                    f"session {self.id}: the store returned no event at seq {seq} although the "
+                    f"snapshot counts {self._base} stored events (truncated store?)"
+                )
+        return found
+
+    def events(self, start: int = 0, stop: int | None = None) -> Iterator[SessionEvent]:
+        stop = len(self) if stop is None else stop
+        for seq in range(start, stop):
+            yield self.event(seq)
+
+    def _fetch(self, seq: int) -> None:
+        if self._loader is None:
+            raise LookupError(f"session {self.id}: event {seq} is not loaded and no loader is set")
+        lo = max(0, seq - LOAD_CHUNK // 2)
+        while lo < seq and lo in self._older:
+            lo += 1
+        hi = min(self._base, lo + LOAD_CHUNK)
+        for event in self._loader(lo, hi):
+            self._older.setdefault(event.seq, event)
+
+    def last_of(self, event_type: str) -> int | None:
+        """Seq of the latest event of ``event_type``, or None."""
+        return self.last_by_type.get(event_type)
+
+    @property
+    def open_turn(self) -> int | None:
+        return self.structure.open_turn
+
+    @property
+    def open_step(self) -> int | None:
+        return self.structure.open_step
+
+    # ------------------------------------------------------------ appending
+
+    def append(self, event: SessionEvent) -> SessionEvent:
+        """Validate and append one event; return it with ``seq`` and ``time`` assigned."""
+        stamped = self._stamp(event, len(self))
+        self._commit(stamped, self._check(stamped))
+        return stamped
+
+    def append_all(self, events: Iterable[SessionEvent]) -> list[SessionEvent]:
+        """Append several events atomically: if any is rejected, none is appended.
+
+        Each event is validated against the state left by the ones before it (validators see
+        that state too); a rejection rolls the whole batch back in O(batch), or O(surface) when
+        the batch holds a replacement.
+        """
+        batch = list(events)
+        if len(batch) <= 1:
+            return [self.append(e) for e in batch]
+        mark = self._mark(replaces=any(isinstance(e.surface_op, Replace) for e in batch))
+        appended: list[SessionEvent] = []
+        try:
+            for event in batch:
+                appended.append(self.append(event))
+        except BaseException:
+            self._rollback(mark)
+            raise
+        return appended
+
+    def _mark(self, *, replaces: bool) -> SessionMark:
+        return SessionMark(
+            length=len(self),
+            surface=self.surface.mark(replaces=replaces),
+            structure=self.structure.state(),
+            last_by_type=dict(self.last_by_type),
+            type_counts=dict(self.type_counts),
+            first_user_seq=self.first_user_seq,
+        )
+
+    def _rollback(self, mark: SessionMark) -> None:
+        self.epoch += 1
+        del self._events[mark.length - self._base :]
+        self.surface.rollback(mark.surface)
+        self.structure = Structure(mark.structure)
+        self.last_by_type = dict(mark.last_by_type)
+        self.type_counts = dict(mark.type_counts)
+        self.first_user_seq = mark.first_user_seq
+        if self._derived_generation != self.surface.generation:
+            self._derived = []
+            self._derived_generation = self.surface.generation
+        del self._derived[len(self.surface.nodes) :]
+
+    def _stamp(self, event: SessionEvent, seq: int) -> SessionEvent:
+        updates: dict[str, object] = {}
+        if event.seq == UNSET_SEQ:
+            updates["seq"] = seq
+        if event.time == UNSET_TIME:
+            updates["time"] = self.clock()
+        return msgspec.structs.replace(event, **updates) if updates else event
+
+    def _check(self, event: SessionEvent) -> Plan:
+        plan = self.surface.plan(event, self.event)
+        if self.strict_structure:
+            self.structure.check(event)
+        for validator in self.validators:
+            validator(self, event)
+        return plan
+
+    def _commit(self, event: SessionEvent, plan: Plan) -> None:
+        self._events.append(event)
+        self.surface.apply(plan)
+        if self.strict_structure:
+            self.structure.apply(event)
+        kind = event.TYPE
+        self.last_by_type[kind] = event.seq
+        self.type_counts[kind] = self.type_counts.get(kind, 0) + 1
+        if (
+            self.first_user_seq is None
+            and isinstance(event, UserMessage)
+            and event.surface_op == APPEND
+        ):
+            self.first_user_seq = event.seq
+
+    # Public marks: the compaction transaction stages appends, saves them, and rolls back
+    # when the store refuses the save (another writer won).
+
+    def mark(self) -> SessionMark:
+        """Capture the fold state so :meth:`rollback` can undo later, unsaved appends."""
+        return self._mark(replaces=True)
+
+    def rollback(self, mark: SessionMark) -> None:
+        """Forget every event appended after ``mark``; they must not have been saved."""
+        if self.saved_length > mark.length:
+            raise SessionStateError(
+                f"session {self.id}: cannot roll back to length {mark.length}; events up to "
+                f"seq {self.saved_length - 1} are already saved"
+            )
+        self._rollback(mark)
+
+    def adopt(self, other: Session) -> None:
+        """Become ``other`` (a fresher load of the same session), keeping this object's identity."""
+        if other.id != self.id:
+            raise SessionStateError(f"cannot adopt session {other.id} into session {self.id}")
+        epoch = max(self.epoch, other.epoch) + 1
+        self.__dict__.update(other.__dict__)
+        self.epoch = epoch
+
+    def mark_saved(self) -> None:
+        self.saved_length = len(self)
+
+    def discard_pending(self) -> None:
+        """Drop unsaved events by refolding the saved prefix (used after a failed save)."""
+        saved = list(self.events(0, self.saved_length))
+        fresh = Session.replay(self.id, saved, strict_structure=self.strict_structure)
+        fresh.clock = self.clock
+        self.adopt(fresh)
+
+    # ------------------------------------------------------------ the model's view
+
+    @property
+    def nodes(self) -> list[int]:
+        """The surface: seqs of the events the model sees, in order."""
+        return self.surface.nodes
+
+    def derive_messages(self) -> list[Message]:
+        """The surface as provider-neutral messages (spec §b.7), cached per replace generation."""
+        nodes = self.surface.nodes
+        if self._derived_generation != self.surface.generation or len(self._derived) > len(nodes):
+            self._derived = []
+            self._derived_generation = self.surface.generation
+        for seq in nodes[len(self._derived) :]:
+            self._derived.append(project(self.event(seq)))
+        return [m for m in self._derived if m is not None]
+
+    def surface_at(self, seq: int) -> list[int]:
+        """The surface exactly as it was right after event ``seq``."""
+        if not 0 <= seq < len(self):
+            raise IndexError(f"session {self.id} has no event at seq {seq} (length {len(self)})")
+        surface = Surface()
+        for event in self.events(0, seq + 1):
+            surface.fold(event, self.event)
+        return list(surface.nodes)
+
+    def messages_at(self, seq: int) -> list[Message]:
+        return [m for m in (project(self.event(s)) for s in self.surface_at(seq)) if m is not None]
+
+    # ------------------------------------------------------------ building and snapshots
+
+    @classmethod
+    def replay(
+        cls,
+        session_id: UUID,
+        events: Iterable[SessionEvent],
+        *,
+        strict_structure: bool = True,
+    ) -> Session:
+        """Fold stored events (already stamped) into a session; every rule is re-checked."""
+        session = cls(session_id, strict_structure=strict_structure)
+        for event in events:
+            session.append(event)
+        session.mark_saved()
+        return session
+
+    def snapshot(self) -> SessionSnapshot:
+        return SessionSnapshot(
+            length=len(self),
+            nodes=pack_ints(self.surface.nodes, "q"),
+            deltas=pack_ints(self.surface.deltas, "i"),
+            generation=self.surface.generation,
+            structure=self.structure.state(),
+            last_by_type=dict(self.last_by_type),
+            type_counts=dict(self.type_counts),
+            first_user_seq=self.first_user_seq,
+        )
+
+    @classmethod
+    def from_snapshot(
+        cls,
+        session_id: UUID,
+        snapshot: SessionSnapshot,
+        loader: EventLoader,
+        *,
+        strict_structure: bool = True,
+    ) -> Session:
+        session = cls(session_id, strict_structure=strict_structure)
+        session._base = snapshot.length
+        session._loader = loader
+        session.surface = Surface.restore(
+            unpack_ints(snapshot.nodes, "q"),
+            unpack_ints(snapshot.deltas, "i"),
+            snapshot.generation,
+            snapshot.length,
+        )
+        session.structure = Structure(snapshot.structure)
+        session.last_by_type = dict(snapshot.last_by_type)
+        session.type_counts = dict(snapshot.type_counts)
+        session.first_user_seq = snapshot.first_user_seq
+        session.saved_length = snapshot.length
+        return session
+
+
+def pack_ints(values: Sequence[int], code: str) -> bytes:
+    packed = array(code, values)
+    if sys.byteorder != "little":
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def unpack_ints(data: bytes, code: str) -> list[int]:
+    unpacked = array(code)
+    unpacked.frombytes(data)
+    if sys.byteorder != "little":
+        unpacked.byteswap()
+    return unpacked.tolist()
+
+
+def project(event: SessionEvent) -> Message | None:
+    """What one surface node contributes to the model's history (None for nothing)."""
+    if not event.SURFACE:
+        return None
+    message: Message = event.message  # type: ignore[attr-defined]
+    if isinstance(event, AssistantMessage) and not message.content:
+        return None
+    return message

@@ -1,0 +1,382 @@
+"""The surface: the ordered list of seqs the model sees, folded positionally from the log.
+
+Validation follows spec §b.2, in order: contiguity, marker eligibility, replace range,
+provenance (``source_event_seqs``), and the single tool-result rewrite rule.
+:meth:`Surface.plan` validates without mutating; :meth:`Surface.apply` commits a plan. Appending
+costs O(1); a replacement costs O(surface) once (a splice and a position-index rebuild).
+
+Tool-pairing balance (spec §c) is folded lazily over surface order and cached per replace
+generation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import msgspec
+
+from compaction.errors import CorruptSurfaceError, SurfaceRuleError
+from compaction.sessions.blocks import ToolResultBlock
+from compaction.sessions.events import Replace, SessionEvent, ToolResult, tool_call_count
+
+EventLookup = Callable[[int], SessionEvent]
+
+
+class Plan(NamedTuple):
+    """A validated change to the surface: an append, a replacement, or nothing (log-only).
+
+    A NamedTuple, not a frozen dataclass: one is built per appended event, and this is 3x cheaper.
+    """
+
+    seq: int
+    delta: int  # tool-pairing delta of the new node
+    start_index: int = -1  # replacement: first shadowed position (inclusive)
+    end_index: int = -1  # replacement: last shadowed position (inclusive)
+    shadowed: tuple[int, ...] = ()
+    on_surface: bool = True
+
+    @property
+    def is_replace(self) -> bool:
+        return self.start_index >= 0
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """A point to roll the surface back to. ``nodes``/``deltas`` are kept only when the changes
+    since the mark may include a replacement (appends alone are undone by truncation)."""
+
+    length: int
+    count: int
+    generation: int
+    nodes: tuple[int, ...] | None
+    deltas: tuple[int, ...] | None
+
+
+class Surface:
+    """Incremental surface fold. ``length`` counts every folded event, log-only ones included."""
+
+    __slots__ = ("_cuts", "_cuts_generation", "_pos", "deltas", "generation", "length", "nodes")
+
+    def __init__(self, length: int = 0) -> None:
+        self.nodes: list[int] = []
+        self.deltas: list[int] = []
+        self.generation = 0
+        self.length = length
+        self._pos: dict[int, int] | None = {}
+        self._cuts: list[int] = [0]
+        self._cuts_generation = 0
+
+    # ------------------------------------------------------------ state
+
+    @classmethod
+    def restore(
+        cls, nodes: Sequence[int], deltas: Sequence[int], generation: int, length: int
+    ) -> Surface:
+        surface = cls(length)
+        surface.nodes = list(nodes)
+        surface.deltas = list(deltas)
+        surface.generation = generation
+        surface._pos = None
+        surface._cuts_generation = generation
+        return surface
+
+    def copy(self) -> Surface:
+        return Surface.restore(self.nodes, self.deltas, self.generation, self.length)
+
+    def mark(self, *, replaces: bool) -> Mark:
+        """Remember this state; O(1) unless ``replaces`` (then O(surface), like a replacement)."""
+        nodes = tuple(self.nodes) if replaces else None
+        deltas = tuple(self.deltas) if replaces else None
+        return Mark(self.length, len(self.nodes), self.generation, nodes, deltas)
+
+    def rollback(self, mark: Mark) -> None:
+        """Return to ``mark`` (a state this surface passed through); caches are rebuilt lazily."""
+        if mark.nodes is not None and mark.deltas is not None:
+            self.nodes[:] = mark.nodes
+            self.deltas[:] = mark.deltas
+        else:
+            assert self.generation == mark.generation, "a replacement needs a mark with nodes"
+            del self.nodes[mark.count :]
+            del self.deltas[mark.count :]
+        self.length = mark.length
+        self.generation = mark.generation
+        self._pos = None
+        self._cuts = [0]
+        self._cuts_generation = mark.generation
+
+    def position(self, seq: int) -> int | None:
+        if self._pos is None:
+            self._pos = {s: i for i, s in enumerate(self.nodes)}
+        return self._pos.get(seq)
+
+    def __contains__(self, seq: object) -> bool:
+        return isinstance(seq, int) and self.position(seq) is not None
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    # ------------------------------------------------------------ validation
+
+    def plan(self, event: SessionEvent, lookup: EventLookup) -> Plan:
+        """Validate ``event`` against the current surface; raise SurfaceRuleError or plan it."""
+        seq = event.seq
+        if seq != self.length:
+            raise SurfaceRuleError(
+                "contiguity",
+                seq,
+                f"session event seq {seq} is not contiguous; expected {self.length}",
+                expected=self.length,
+                found=seq,
+            )
+        op = event.surface_op
+        if not event.SURFACE:
+            _check_log_only(event)
+            return Plan(seq=seq, delta=0, on_surface=False)
+        if op is None:
+            raise SurfaceRuleError(
+                "eligibility",
+                seq,
+                f'session event "{event.TYPE}" is surface-eligible and requires a surfaceOp marker',
+                event_type=event.TYPE,
+            )
+        delta = tool_call_count(event)
+        if not isinstance(op, Replace):
+            if op != "append":
+                raise SurfaceRuleError(
+                    "eligibility",
+                    seq,
+                    f'session event "{event.TYPE}" carries an invalid surfaceOp: {op!r} at seq '
+                    f'{seq}; expected "append" or Replace(start, end)',
+                    surface_op=op,
+                )
+            _check_provenance(event, ())
+            return Plan(seq=seq, delta=delta)
+        i, j = self._replace_range(event, op)
+        shadowed = tuple(self.nodes[i : j + 1])
+        _check_provenance(event, shadowed)
+        if isinstance(event, ToolResult):
+            _check_tool_result_rewrite(event, shadowed, lookup)
+        return Plan(seq=seq, delta=delta, start_index=i, end_index=j, shadowed=shadowed)
+
+    def _replace_range(self, event: SessionEvent, op: Replace) -> tuple[int, int]:
+        seq = event.seq
+        if not (_is_seq(op.start) and _is_seq(op.end)):
+            raise SurfaceRuleError(
+                "eligibility",
+                seq,
+                f'session event "{event.TYPE}" carries an invalid replace surfaceOp: start '
+                f"{op.start!r}, end {op.end!r} at seq {seq}; both must be non-negative integers",
+                start=op.start,
+                end=op.end,
+            )
+        i = self.position(op.start)
+        if i is None:
+            raise SurfaceRuleError(
+                "replace-range", seq,
+                f"surface replace: start seq {op.start} not found in surface (event seq {seq})",
+                start=op.start,
+            )
+        j = self.position(op.end)
+        if j is None:
+            raise SurfaceRuleError(
+                "replace-range", seq,
+                f"surface replace: end seq {op.end} not found in surface (event seq {seq})",
+                end=op.end,
+            )
+        if i > j:
+            raise SurfaceRuleError(
+                "replace-range", seq,
+                f"surface replace: start seq {op.start} (index {i}) is after end seq {op.end} "
+                f"(index {j})",
+                start=op.start, end=op.end, start_index=i, end_index=j,
+            )
+        return i, j
+
+    # ------------------------------------------------------------ commit
+
+    def apply(self, plan: Plan) -> None:
+        self.length = plan.seq + 1
+        if not plan.on_surface:
+            return
+        if not plan.is_replace:
+            if self._pos is not None:
+                self._pos[plan.seq] = len(self.nodes)
+            self.nodes.append(plan.seq)
+            self.deltas.append(plan.delta)
+            return
+        i, j = plan.start_index, plan.end_index
+        self.nodes[i : j + 1] = [plan.seq]
+        self.deltas[i : j + 1] = [plan.delta]
+        self.generation += 1
+        self._pos = None
+
+    def fold(self, event: SessionEvent, lookup: EventLookup) -> Plan:
+        plan = self.plan(event, lookup)
+        self.apply(plan)
+        return plan
+
+    # ------------------------------------------------------------ tool-pairing balance (spec §c)
+
+    def cuts(self) -> list[int]:
+        """Running balance at each of the ``len(nodes) + 1`` cuts; raises on a corrupt surface."""
+        if self._cuts_generation != self.generation or len(self._cuts) > len(self.nodes) + 1:
+            self._cuts = [0]
+            self._cuts_generation = self.generation
+        done = len(self._cuts) - 1
+        if done < len(self.nodes):
+            tail = self._cuts[-1:]
+            for k in range(done, len(self.nodes)):
+                value = tail[-1] + self.deltas[k]
+                if value < 0:
+                    raise CorruptSurfaceError(
+                        f"tool-pairing balance: tool/result at surface seq {self.nodes[k]} has no "
+                        "matching tool-call (corrupt surface)",
+                        self.nodes[k],
+                    )
+                tail.append(value)
+            self._cuts.extend(tail[1:])
+        return self._cuts
+
+    def balanced_before(self, seq: int) -> bool:
+        return self.cuts()[self._require(seq)] == 0
+
+    def balanced_after(self, seq: int) -> bool:
+        return self.cuts()[self._require(seq) + 1] == 0
+
+    def is_balanced(self) -> bool:
+        return self.cuts()[-1] == 0
+
+    def _require(self, seq: int) -> int:
+        index = self.position(seq)
+        if index is None:
+            raise CorruptSurfaceError(f"tool-pairing balance: surface seq {seq} not found", seq)
+        return index
+
+
+def _check_log_only(event: SessionEvent) -> None:
+    if event.surface_op is not None:
+        raise SurfaceRuleError(
+            "eligibility", event.seq,
+            f'session event "{event.TYPE}" is not surface-eligible and cannot carry surfaceOp',
+            event_type=event.TYPE,
+        )
+    if event.source_event_seqs is not None:
+        raise SurfaceRuleError(
+            "eligibility", event.seq,
+            f'session event "{event.TYPE}" is not surface-eligible and cannot carry '
+            "sourceEventSeqs",
+            event_type=event.TYPE,
+        )
+
+
+def _check_provenance(event: SessionEvent, shadowed: tuple[int, ...]) -> None:
+    sources = event.source_event_seqs
+    seq = event.seq
+    if sources is None:
+        if shadowed:
+            _missing(seq, shadowed)
+        return
+    if not isinstance(sources, (tuple, list)):
+        raise SurfaceRuleError(
+            "provenance",
+            seq,
+            f"sourceEventSeqs on event at seq {seq} must be an array when present; found "
+            f"{type(sources).__name__} {sources!r}",
+            value=sources,
+        )
+    if not sources and event.TYPE != "assistant/message":
+        raise SurfaceRuleError(
+            "provenance", seq,
+            f"sourceEventSeqs must not be empty except on assistant/message (seq {seq}, "
+            f'type "{event.TYPE}")',
+        )
+    seen: set[int] = set()
+    for value in sources:
+        if not _is_seq(value):
+            raise SurfaceRuleError(
+                "provenance", seq,
+                f'session event "{event.TYPE}" sourceEventSeqs must densely contain non-negative '
+                f"safe integers; found {value!r} at seq {seq}",
+                value=value,
+            )
+        if value in seen:
+            raise SurfaceRuleError(
+                "provenance", seq,
+                f"sourceEventSeqs must not contain duplicates; {value} repeats at seq {seq}",
+                value=value,
+            )
+        if value >= seq:
+            raise SurfaceRuleError(
+                "provenance", seq,
+                f"sourceEventSeqs must reference earlier events: {value} >= current seq {seq}",
+                value=value,
+            )
+        seen.add(value)
+    missing = [s for s in shadowed if s not in seen]
+    if missing:
+        _missing(seq, tuple(missing))
+
+
+def _is_seq(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _missing(seq: int, missing: tuple[int, ...]) -> None:
+    raise SurfaceRuleError(
+        "provenance", seq,
+        "surface replace: sourceEventSeqs must include every shadowed surface node; missing "
+        + ", ".join(map(str, missing))
+        + f" (event seq {seq})",
+        missing=list(missing),
+    )
+
+
+def _check_tool_result_rewrite(
+    event: ToolResult, shadowed: tuple[int, ...], lookup: EventLookup
+) -> None:
+    seq = event.seq
+    if len(shadowed) != 1:
+        raise SurfaceRuleError(
+            "tool-result-rewrite", seq,
+            "tool/result surface replacement must rewrite exactly one current node; it shadows "
+            f"{len(shadowed)} (seqs {', '.join(map(str, shadowed))})",
+            shadowed=list(shadowed),
+        )
+    original = lookup(shadowed[0])
+    if not isinstance(original, ToolResult):
+        raise SurfaceRuleError(
+            "tool-result-rewrite", seq,
+            f"tool/result surface replacement must target a current tool/result; seq "
+            f"{shadowed[0]} is {original.TYPE}",
+            target=shadowed[0],
+        )
+    if _blank_content(event) != _blank_content(original):
+        raise SurfaceRuleError(
+            "tool-result-rewrite", seq,
+            f"tool/result surface replacement may change only content (replacing seq "
+            f"{shadowed[0]} at seq {seq}: turn, step, error, meta, message id, role, source, "
+            "tool call id and error flag must stay identical)",
+            target=shadowed[0],
+        )
+
+
+def _blank_content(event: ToolResult) -> tuple[object, ...]:
+    """The event's data with only ``message.content[0].content`` blanked (spec §b.2 step 6)."""
+    message = event.message
+    head: object = message.content[0] if message.content else None
+    if isinstance(head, ToolResultBlock):
+        head = msgspec.structs.replace(head, content=())
+    return (
+        event.turn,
+        event.step,
+        event.error,
+        event.meta,
+        event.synthesized,
+        message.id,
+        message.role,
+        message.source,
+        head,
+        message.content[1:],
+    )

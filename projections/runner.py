@@ -1,0 +1,248 @@
+"""Running projections: rebuild from scratch, catch up incrementally, follow the log until stopped.
+
+One :class:`ProjectionRunner` reads the store's notification log in batches with a
+:class:`~projections.subscription.PollingSubscription`, decodes each stored row once, feeds it to
+every selected projection whose tracking position is behind it, and commits each projection's rows
+with its tracking record (one transaction per projection per batch). A runner killed at any moment
+resumes from the tracking records: a batch is either wholly in a view or not at all, and a tracking
+position is never recorded twice, so nothing is applied twice.
+
+Run ONE runner per view at a time; a second one fails with
+:class:`~compaction.errors.TrackingConflictError` instead of corrupting anything.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from eventsourcing.persistence import Tracking
+
+from compaction.errors import ProjectionConfigError, ProjectionTimeoutError
+from compaction.meters import Meter
+from compaction.sessions.store import SessionStore
+from projections.base import DEFAULT_MAX_CACHED_SESSIONS, RowDecoder, SessionProjection
+from projections.ledger import LedgerProjection
+from projections.subscription import DEFAULT_POLL_INTERVAL, PollingSubscription, StoredRow
+from projections.surface_view import SurfaceProjection
+from projections.usage import UsageProjection
+from projections.views.base import ViewRecorder
+from projections.views.database import ViewDatabase
+
+PROJECTIONS: dict[str, type[SessionProjection[Any]]] = {
+    SurfaceProjection.name: SurfaceProjection,
+    LedgerProjection.name: LedgerProjection,
+    UsageProjection.name: UsageProjection,
+}
+ALL = tuple(PROJECTIONS)
+DEFAULT_BATCH_SIZE = 2000
+
+OnBatch = Callable[[int], None]
+"""Called after each committed batch with the number of notifications it held."""
+
+
+@dataclass(frozen=True)
+class ProjectionReport:
+    """What a run did to one view: notifications applied, rows now in it, tracking position."""
+
+    name: str
+    events: int
+    rows: int
+    position: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "events": self.events, "rows": self.rows, "position": self.position
+        }
+
+
+def resolve_names(names: Sequence[str]) -> tuple[str, ...]:
+    """``["all"]`` -> every projection; unknown names raise :class:`ProjectionConfigError`."""
+    chosen: list[str] = []
+    for name in names:
+        for one in ALL if name == "all" else (name,):
+            if one not in PROJECTIONS:
+                raise ProjectionConfigError(
+                    f"unknown projection {one!r}; expected one of {', '.join(ALL)} or all"
+                )
+            if one not in chosen:
+                chosen.append(one)
+    if not chosen:
+        raise ProjectionConfigError(
+            f"no projection selected; expected one of {', '.join(ALL)} or all"
+        )
+    return tuple(chosen)
+
+
+class ProjectionRunner:
+    """Projections of one store, run over its notification log. Close it (or use ``with``)."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        projections: Sequence[str] = ALL,
+        *,
+        views_path: str | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        meter: Meter | None = None,
+        max_cached_sessions: int = DEFAULT_MAX_CACHED_SESSIONS,
+    ) -> None:
+        names = resolve_names(projections)
+        _check_positive("batch_size", batch_size)
+        _check_positive("poll_interval", poll_interval)
+        _check_positive("max_cached_sessions", max_cached_sessions)
+        self.store = store
+        self.database = ViewDatabase(store, views_path)
+        try:
+            self.projections = [self._build(n, meter, max_cached_sessions) for n in names]
+        except BaseException:
+            self.database.close()
+            raise
+        self.subscription = PollingSubscription(
+            store.recorder, gt=self.position, batch_size=batch_size, poll_interval=poll_interval
+        )
+        self.decoder = RowDecoder(store.mapper)
+
+    def _build(self, name: str, meter: Meter | None, cache: int) -> SessionProjection[Any]:
+        tables = PROJECTIONS[name].tables
+        view = self.database.recorder(name, tables)
+        if name == UsageProjection.name:
+            return UsageProjection(view, self.store, meter=meter, max_cached_sessions=cache)
+        return PROJECTIONS[name](view, self.store, max_cached_sessions=cache)
+
+    # ------------------------------------------------------------ state
+
+    @property
+    def views(self) -> dict[str, ViewRecorder]:
+        return {p.name: p.view for p in self.projections}
+
+    @property
+    def position(self) -> int:
+        """The lowest tracking position among the selected views (0: nothing applied yet)."""
+        return min(p.position for p in self.projections)
+
+    def behind(self) -> int:
+        """About how many notifications the slowest view has still to apply (ids can skip)."""
+        latest = self.store.recorder.max_notification_id() or 0
+        return max(0, latest - self.position)
+
+    def reports(self) -> list[ProjectionReport]:
+        return [ProjectionReport(p.name, p.applied, p.rows(), p.position) for p in self.projections]
+
+    # ------------------------------------------------------------ running
+
+    def rebuild(self, on_batch: OnBatch | None = None) -> list[ProjectionReport]:
+        """Drop the selected views and their tracking, then catch up from notification 1."""
+        for projection in self.projections:
+            projection.drop()
+        return self.catch_up(on_batch)
+
+    def catch_up(
+        self, on_batch: OnBatch | None = None, stop: threading.Event | None = None
+    ) -> list[ProjectionReport]:
+        """Apply every notification after the tracking positions; return once the log is
+        exhausted (or ``stop`` is set)."""
+        while not (stop is not None and stop.is_set()) and self.step(on_batch):
+            pass
+        return self.reports()
+
+    def run_forever(
+        self, stop: threading.Event, on_batch: OnBatch | None = None
+    ) -> list[ProjectionReport]:
+        """Catch up, then follow new notifications until ``stop`` is set; the batch under way when
+        it is set is finished and recorded first."""
+        while not stop.is_set():
+            if not self.step(on_batch):
+                self.subscription.reader.wait(self.subscription.poll_interval, stop)
+        return self.reports()
+
+    def step(self, on_batch: OnBatch | None = None) -> int:
+        """Read, fold and commit one batch; return how many notifications it held (0: none left)."""
+        self.subscription.position = self.position
+        rows = self.subscription.next_batch()
+        if not rows:
+            return 0
+        last = rows[-1][0]
+        active = [p for p in self.projections if p.position < last]
+        try:
+            for projection in active:
+                projection.check_position()
+            self._fold(rows, active)
+            tracking = Tracking(self.store.name, last)
+            for projection in active:
+                projection.commit(tracking, sum(1 for r in rows if r[0] > projection.position))
+        except BaseException:
+            for projection in active:
+                projection.discard()
+            raise
+        if on_batch is not None:
+            on_batch(len(rows))
+        return len(rows)
+
+    def _fold(self, rows: list[StoredRow], active: list[SessionProjection[Any]]) -> None:
+        """Decode each row once and fold it into every view that has not applied it yet
+        (one row at a time: a decoded event is garbage as soon as the views have it)."""
+        decode = self.decoder.decode
+        if all(p.position < rows[0][0] for p in active):
+            appliers = [p.apply for p in active]
+            for row in rows:
+                key, event = decode(row)
+                for apply in appliers:
+                    apply(row[0], key, event)
+            return
+        for row in rows:  # a view is ahead of another: skip what it already has
+            key, event = decode(row)
+            for projection in active:
+                if row[0] > projection.position:
+                    projection.apply(row[0], key, event)
+
+    def wait(self, notification_id: int, timeout: float = 1.0) -> None:
+        """Block until every selected view has recorded ``notification_id`` (eventsourcing's
+        ``TrackingRecorder.wait``); raise :class:`ProjectionTimeoutError` after ``timeout``."""
+        for projection in self.projections:
+            try:
+                projection.view.wait(self.store.name, notification_id, timeout=timeout)
+            except TimeoutError as e:
+                raise ProjectionTimeoutError(
+                    f"projection {projection.name!r} did not record notification "
+                    f"{notification_id} within {timeout:g} s (it is at {projection.position})"
+                ) from e
+
+    # ------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        self.subscription.close()
+        self.database.close()
+
+    def __enter__(self) -> ProjectionRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _check_positive(name: str, value: float) -> None:
+    if not value > 0:
+        raise ProjectionConfigError(f"projection runner: {name} must be positive; got {value!r}")
+
+
+@contextmanager
+def stop_on_signals(
+    stop: threading.Event, signals: Sequence[signal.Signals] = (signal.SIGTERM, signal.SIGINT)
+) -> Iterator[threading.Event]:
+    """Set ``stop`` on SIGTERM / SIGINT (main thread only) instead of dying mid-batch."""
+
+    def handler(signum: int, frame: object) -> None:
+        stop.set()
+
+    previous = {s: signal.signal(s, handler) for s in signals}
+    try:
+        yield stop
+    finally:
+        for s, old in previous.items():
+            signal.signal(s, old)

