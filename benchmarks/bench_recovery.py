@@ -21,7 +21,6 @@ from benchmarks.common import Result, best_of, fmt_seconds, scratch_dir, timed
 from benchmarks.workload import compacted_batches
 from compaction.events import CompactStart, Lease
 from compaction.sessions.events import SessionEvent
-from compaction.sessions.mapper import SessionMapper
 from compaction.sessions.store import SessionStore
 from compaction.sessions.surface import Surface
 from recovery import RecoveryConfig, RecoveryReport, recover
@@ -51,21 +50,20 @@ def build(store: SessionStore) -> int:
 
 def rebuild(store: SessionStore) -> int:
     """Read and decode every event, fold every session's surface; return the events folded."""
-    mapper: SessionMapper = store.mapper  # type: ignore[assignment]
     surfaces: dict[object, Surface] = defaultdict(Surface)
     logs: dict[object, dict[int, SessionEvent]] = defaultdict(dict)
-    start, folded = 1, 0
+    after, folded = 0, 0
     while True:
-        batch = store.recorder.select_notifications(start=start, limit=5000)
+        batch = store.notifications(after, 5000)
         if not batch:
             return folded
         for notification in batch:
-            event = mapper.decode_event(notification)
-            log = logs[notification.originator_id]
+            event = notification.event
+            log = logs[notification.session_id]
             log[event.seq] = event
-            surfaces[notification.originator_id].fold(event, log.__getitem__)
+            surfaces[notification.session_id].fold(event, log.__getitem__)
             folded += 1
-        start = batch[-1].id + 1
+        after = batch[-1].notification_id
 
 
 def _scan(path: Path) -> Result:

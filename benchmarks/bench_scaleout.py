@@ -153,7 +153,7 @@ def follower(url: str, ready: Barrier, done: Event, out: Queue[Any]) -> None:
             ready.wait(START_TIMEOUT)
             done.wait()
             begin = time.perf_counter()
-            targets = [part.recorder.max_notification_id() or 0 for part in parts]
+            targets = [part.max_notification_id() for part in parts]
             while any(r.position < t for r, t in zip(runners, targets, strict=True)):
                 time.sleep(0.005)
             catch_up = time.perf_counter() - begin

@@ -18,7 +18,6 @@ from compaction.errors import BusyError, CompactionConfigError, ConvergenceError
 from compaction.lock import busy_message, inspect_lock
 from compaction.meters import HeuristicMeter, Meter
 from compaction.selection import Span, head_before_task, select_span, span_for
-from compaction.sessions.events import RequestHeader
 from compaction.sessions.session import Session, project
 from compaction.sessions.store import SessionStore
 from compaction.strategies.prune import PruneConfig, prune_session
@@ -54,11 +53,10 @@ class BasicCompactService(CompactService):
     def context_window(self, session: Session) -> int:
         if self.config.context_window is not None:
             return self.config.context_window
-        seq = session.last_of("request/header")
-        header = session.event(seq) if seq is not None else None
-        if isinstance(header, RequestHeader) and header.context_window:
+        header = session.latest_header()
+        if header is not None and header.context_window:
             return header.context_window
-        target = f"{header.provider}/{header.model}" if isinstance(header, RequestHeader) else "this session"
+        target = f"{header.provider}/{header.model}" if header is not None else "this session"
         raise CompactionConfigError(
             f"compaction-basic: no context capacity for {target}; configure context_window "
             "(BasicConfig.context_window or --window) or record it on request/header"

@@ -1,15 +1,12 @@
-"""The checkpoint message (spec §d.13 framing) and content hashes of shadowed events."""
+"""The checkpoint message (spec §d.13 framing): how a summary is framed, and how it is recognised."""
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 
 from compaction.events import COMPACT_PLUGIN
 from compaction.instruction import CLOSE_TAG, OPEN_TAG, PREAMBLE
-from compaction.sessions.blocks import Message, Source, TextBlock
-from compaction.sessions.events import SessionEvent
-from compaction.sessions.mapper import encode_event
+from compaction.sessions.blocks import Message, Source, TextBlock, text_of
 
 
 def frame(summary: tuple[TextBlock, ...]) -> tuple[TextBlock, ...]:
@@ -26,12 +23,24 @@ def checkpoint_message(compaction_id: str, summary: tuple[TextBlock, ...]) -> Me
 
 
 def is_checkpoint(message: Message) -> bool:
+    """A compaction's checkpoint: the summary message a replacement put in the history.
+
+    The rule is the message's provenance (its source names the compact plugin), never its text:
+    a user can paste the tags, and an imported harness's checkpoint carries no frame at all."""
     return message.source.kind == "plugin" and message.source.plugin == COMPACT_PLUGIN
 
 
-def event_hash(event: SessionEvent) -> str:
-    """sha256 of the event's stored encoding (what the store holds for that seq)."""
-    return hashlib.sha256(encode_event(event)).hexdigest()
+def framed_summary(message: Message) -> str | None:
+    """The summary text inside :func:`frame`'s tags, when ``message`` frames one; else None.
+
+    Frames come from this library only (a checkpoint, or a chunk's partial summary on its way to
+    the merge), so a message must come from a plugin to count: a user's text quoting the tags does
+    not. An imported checkpoint is unframed and reads as None (its text is plain history)."""
+    if message.role != "user" or message.source.kind != "plugin":
+        return None
+    if not any(isinstance(b, TextBlock) and OPEN_TAG in b.text for b in message.content):
+        return None
+    return text_of(message.content).split(OPEN_TAG, 1)[-1].split(CLOSE_TAG, 1)[0]
 
 
 def new_compaction_id() -> str:

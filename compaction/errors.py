@@ -3,10 +3,12 @@
     EventCompactionError                      the root; catch this to catch everything
     ├── ConfigurationError (ValueError)        bad store URL, unknown config key, bad knob value
     │   ├── CompactionConfigError              unknown compaction key or bad knob value
+    │   │   └── UnknownSummarizerError (LookupError)  a summarizer name nobody registered
     │   ├── ProjectionConfigError              unknown projection, bad views path or option
     │   ├── RecoveryConfigError                a bad RecoveryConfig value
     │   ├── UsageError                         the command line itself is wrong (exit status 2)
-    │   └── AmbiguousSessionError (LookupError)  a SESSION prefix matches more than one session
+    │   ├── AmbiguousSessionError (LookupError)  a SESSION prefix matches more than one session
+    │   └── PluginError                        a command plugin (entry point) could not be loaded
     ├── UnknownEventTypeError (LookupError)    a stored or imported event type nobody registered
     ├── EventRuleError (ValueError)            an append broke a rule; carries rule, seq, values
     │   ├── SurfaceRuleError                   a surface rule of spec §b.2 (contiguity, eligibility, ...)
@@ -16,8 +18,10 @@
     ├── StoreError                             the event store failed
     │   ├── ConcurrencyError                   another writer appended to the same session first
     │   ├── SessionNotFoundError (KeyError)    no such session in the store
+    │   ├── UnreadableRowError                 a stored row of the notification log does not decode
     │   └── ViewStoreError                     a projection's view database failed
     ├── TranscriptError (ValueError)           an input transcript cannot be read; names file and line
+    ├── AgentLoopError (RuntimeError)          the reference loop was misused or the model answered badly
     ├── ScriptExhaustedError (LookupError)     a scripted model was called more often than scripted
     ├── CompactionError
     │   ├── SpanError (ValueError)             the region is not on the surface or not a balanced cut
@@ -31,14 +35,18 @@
     │       ├── ContextLengthError             the prompt did not fit the model (``context_length``)
     │       ├── TruncatedError                 generation stopped at max_tokens (``max_tokens``)
     │       ├── EmptySummaryError              no text came back (``empty``)
-    │       └── UnsupportedOutputError         tool calls or images in the output
+    │       ├── UnsupportedOutputError         tool calls or images in the output
+    │       └── LocalServerError               the local model server failed to start
     ├── ProjectionError
     │   ├── TrackingConflictError              another runner already applied the batch
     │   ├── ProjectionTimeoutError (TimeoutError)  a view did not reach a position in time
     │   └── ProjectionFoldError                a stored event does not fold (corrupt log)
-    └── RecoveryError
-        ├── OrphanCorruptionError              an orphaned compact/start is not inert
-        └── RepairConflictError                other writers kept appending while recovery tried
+    ├── RecoveryError
+    │   ├── OrphanCorruptionError              an orphaned compact/start is not inert
+    │   └── RepairConflictError                other writers kept appending while recovery tried
+    └── AuditError                             the audit cannot do what was asked of it
+        ├── CompactionNotFoundError (LookupError)  no compaction with that id (or prefix)
+        └── UnrebuildableError                 the log lacks what a request would be rebuilt from
 
 This module imports nothing of the library, so every layer (``compaction.sessions`` included) may
 import it. Every message says what was expected, what was found, and where (session, seq, event
@@ -131,6 +139,24 @@ class SessionNotFoundError(StoreError, KeyError):
         return str(self.args[0])
 
 
+class UnreadableRowError(StoreError):
+    """A stored row read from the notification log cannot be decoded; names the session, the seq,
+    the notification id and the row's event type."""
+
+    def __init__(
+        self, session_id: object, seq: int, notification_id: int, event_type: str, reason: str
+    ) -> None:
+        self.session_id = session_id
+        self.seq = seq
+        self.notification_id = notification_id
+        self.event_type = event_type
+        self.reason = reason
+        super().__init__(
+            f"session {session_id} seq {seq} (notification {notification_id}): the stored "
+            f"{event_type} row cannot be decoded: {reason}"
+        )
+
+
 class TranscriptError(EventCompactionError, ValueError):
     """An input transcript could not be read."""
 
@@ -141,7 +167,12 @@ class TranscriptError(EventCompactionError, ValueError):
         super().__init__(f"{where}: {message}")
 
 
+class AgentLoopError(EventCompactionError, RuntimeError):
+    """The loop was used wrongly (a turn already open) or the model answered in a bad shape."""
+
+
 # ---------------------------------------------------------------- the command line
+
 
 class UsageError(ConfigurationError):
     """The command line does not parse; ``usage`` is the usage line of the (sub)command."""
@@ -164,6 +195,10 @@ class AmbiguousSessionError(ConfigurationError, LookupError):
         )
 
 
+class PluginError(ConfigurationError):
+    """A command plugin could not be loaded; names the plugin, its target and the cause."""
+
+
 # ---------------------------------------------------------------- scripted models
 
 
@@ -173,12 +208,24 @@ class ScriptExhaustedError(EventCompactionError, LookupError):
 
 # ---------------------------------------------------------------- compaction
 
+
 class CompactionError(EventCompactionError):
     """Root of compaction failures."""
 
 
 class CompactionConfigError(CompactionError, ConfigurationError):
     pass
+
+
+class UnknownSummarizerError(CompactionConfigError, LookupError):
+    """No summarizer is registered under that name; the message lists the known ones."""
+
+    def __init__(self, name: str, known: Sequence[str]) -> None:
+        self.name = name
+        self.known = tuple(known)
+        super().__init__(
+            f"unknown summarizer {name!r}; expected one of: {', '.join(self.known) or '(none registered)'}"
+        )
 
 
 class SpanError(CompactionError, ValueError):
@@ -237,6 +284,12 @@ class UnsupportedOutputError(SummarizerError):
     code = "unsupported_content"
 
 
+class LocalServerError(SummarizerError):
+    """The local model server failed to start (code ``local_server``)."""
+
+    code = "local_server"
+
+
 def error_chain(error: BaseException) -> str:
     """``message: cause: cause ...`` (the name when a message is empty), as recorded on compact/end."""
     parts: list[str] = []
@@ -252,6 +305,7 @@ def error_chain(error: BaseException) -> str:
 
 
 # ---------------------------------------------------------------- projections
+
 
 class ProjectionError(EventCompactionError):
     """Root of projection failures."""
@@ -302,6 +356,7 @@ class ProjectionFoldError(ProjectionError):
 
 # ---------------------------------------------------------------- recovery
 
+
 class RecoveryError(EventCompactionError):
     """Root of recovery failures."""
 
@@ -321,3 +376,18 @@ class OrphanCorruptionError(RecoveryError):
 
 class RepairConflictError(RecoveryError):
     pass
+
+
+# ---------------------------------------------------------------- the audit
+
+
+class AuditError(EventCompactionError):
+    """The audit cannot do what was asked of it."""
+
+
+class CompactionNotFoundError(AuditError, LookupError):
+    """No compaction with that id (or id prefix) in the log."""
+
+
+class UnrebuildableError(AuditError):
+    """The log does not hold what the request would be rebuilt from."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import uuid
 
-from compaction.checkpoint import event_hash
 from compaction.events import (
     COMPACT_PLUGIN,
     CompactEnd,
@@ -25,6 +24,7 @@ from compaction.identifiers import extract
 from compaction.meters import HeuristicMeter
 from compaction.sessions.blocks import Message, Source, TextBlock, text_of
 from compaction.sessions.events import Replace, UserMessage
+from compaction.sessions.hashing import event_hash
 from compaction.sessions.importers.common import ForeignCompaction, register_compaction_handler
 from compaction.sessions.session import Session, project
 

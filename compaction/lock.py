@@ -12,6 +12,7 @@ import socket
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from compaction.brackets import open_start
 from compaction.events import CompactStart, Lease
 from compaction.sessions.events import now_utc
 from compaction.sessions.session import Session
@@ -25,9 +26,8 @@ class LockState:
 
 
 def inspect_lock(session: Session) -> LockState:
-    start = session.last_of("compact/start")
-    end = session.last_of("compact/end")
-    if start is None or (end is not None and end > start):
+    start = open_start(session)
+    if start is None:
         return LockState(None, False)
     resume = session.last_of("session/resume")
     event = session.event(start)

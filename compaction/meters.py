@@ -153,7 +153,7 @@ class Meter(ABC):
         seq = session.last_of("request/header")
         if seq != state.header_seq:
             state.header_seq = seq
-            state.header_tokens = 0 if seq is None else self.header(_header(session, seq))
+            state.header_tokens = 0 if seq is None else self.header(session.latest_header())
         return state.header_tokens
 
     def measure(self, session: Session) -> Measurement:
@@ -215,11 +215,6 @@ class Meter(ABC):
                     if source <= seq and source not in surface and session.event(source).SURFACE:
                         tokens += self.node_price(session, source)
         return tokens
-
-
-def _header(session: Session, seq: int) -> RequestHeader | None:
-    event = session.event(seq)
-    return event if isinstance(event, RequestHeader) else None
 
 
 def _compact_json(value: Any) -> str:

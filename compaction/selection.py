@@ -8,6 +8,7 @@ closes; a surface of one unit cannot be compacted.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from compaction.errors import SpanError
@@ -37,6 +38,15 @@ def protected_position(session: Session, keep_first_user: bool) -> int | None:
     if not keep_first_user or session.first_user_seq is None:
         return None
     return session.surface.position(session.first_user_seq)
+
+
+def leading_task_statement(session: Session, shadowed: Collection[int]) -> int | None:
+    """Seq of the first user message when it is on the surface and not in ``shadowed``: the
+    summarization request then leads with it, so the summarizer still sees the task."""
+    first = session.first_user_seq
+    if first is None or first in shadowed or first not in session.surface:
+        return None
+    return first
 
 
 def select_span(

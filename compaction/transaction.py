@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from compaction.checkpoint import checkpoint_message, event_hash, new_compaction_id
+from compaction.checkpoint import checkpoint_message, new_compaction_id
 from compaction.config import BasicConfig
 from compaction.contract import CompactionResult
 from compaction.errors import (
@@ -40,9 +40,10 @@ from compaction.identifiers import extract
 from compaction.instruction import INSTRUCTION
 from compaction.lock import inspect_lock, new_lease
 from compaction.meters import Meter
-from compaction.selection import Span, span_for
+from compaction.selection import Span, leading_task_statement, span_for
 from compaction.sessions.blocks import Message, TextBlock
-from compaction.sessions.events import Replace, RequestHeader, SessionEvent, UserMessage
+from compaction.sessions.events import Replace, SessionEvent, UserMessage
+from compaction.sessions.hashing import event_hash
 from compaction.sessions.session import Session, project
 from compaction.sessions.store import SessionStore
 from compaction.summarizers.base import Summarizer, SummaryOutput, SummaryRequest
@@ -300,13 +301,12 @@ def build_request(
 ) -> SummaryRequest:
     """The summarization request (spec §d.12): header system/tools, the shadowed messages (after the
     protected task statement, which the summarizer still sees), then the instruction."""
-    header_seq = session.last_of("request/header")
-    header = session.event(header_seq) if header_seq is not None else None
-    system = header.system if isinstance(header, RequestHeader) else None
-    tools = header.tools if isinstance(header, RequestHeader) else ()
+    header = session.latest_header()
+    system = header.system if header is not None else None
+    tools = header.tools if header is not None else ()
     messages: list[Message] = []
-    first = session.first_user_seq
-    if keep_first_user and first is not None and first not in shadowed and first in session.surface:
+    first = leading_task_statement(session, shadowed) if keep_first_user else None
+    if first is not None:
         task = project(session.event(first))
         if task is not None:
             messages.append(task)

@@ -29,7 +29,6 @@ from projections.runner import (
     resolve_names,
     stop_on_signals,
 )
-from projections.subscription import PollingSubscription
 from projections.surface_view import (
     SurfaceProjection,
     SurfaceRecord,
@@ -44,7 +43,6 @@ __all__ = [
     "ALL",
     "PROJECTIONS",
     "LedgerProjection",
-    "PollingSubscription",
     "ProjectionConfigError",
     "ProjectionError",
     "ProjectionFoldError",

@@ -1,4 +1,4 @@
-"""What every projection shares: decoding stored rows, per-session fold state, atomic batches.
+"""What every projection shares: per-session fold state, atomic batches.
 
 A :class:`SessionProjection` is an eventsourcing ``Projection`` whose view is a
 :class:`~projections.views.ViewRecorder`. It folds events one at a time (:meth:`apply`) into
@@ -16,8 +16,7 @@ from abc import abstractmethod
 from typing import Any, ClassVar, Generic, TypeVar
 from uuid import UUID
 
-import msgspec
-from eventsourcing.persistence import IntegrityError, Mapper, PersistenceError, Tracking
+from eventsourcing.persistence import IntegrityError, PersistenceError, Tracking
 from eventsourcing.projection import Projection
 
 from compaction.errors import (
@@ -25,14 +24,12 @@ from compaction.errors import (
     ProjectionFoldError,
     StoreError,
     TrackingConflictError,
-    UnknownEventTypeError,
     ViewStoreError,
 )
-from compaction.sessions.events import SessionEvent, event_class
+from compaction.sessions.events import SessionEvent
 from compaction.sessions.mapper import EventEnvelope
 from compaction.sessions.store import SessionStore
 from compaction.sessions.surface import EventLookup, Plan, Surface
-from projections.subscription import StoredRow
 from projections.tables import Changes, Table
 from projections.views.base import ViewRecorder
 
@@ -54,66 +51,6 @@ def plan_or_advance(surface: Surface, event: SessionEvent, lookup: EventLookup) 
         surface.length = event.seq + 1
         return None
     return surface.plan(event, lookup)
-
-
-class RowDecoder:
-    """Stored rows to ``(session key, event)``: one typed msgspec decoder per type.
-
-    The session key is the canonical text of the session id (``str(UUID)``), the form view rows
-    store; keys are cached per stored originator id, so each is built once.
-    """
-
-    def __init__(self, mapper: Mapper[Any]) -> None:
-        self.cipher = mapper.cipher
-        self.compressor = mapper.compressor
-        self._transform = self.cipher is not None or self.compressor is not None
-        self._decoders: dict[str, msgspec.json.Decoder[Any]] = {}
-        self._keys: dict[Any, str] = {}
-
-    def key(self, originator_id: Any) -> str:
-        key = self._keys.get(originator_id)
-        if key is None:
-            as_uuid = originator_id if isinstance(originator_id, UUID) else UUID(originator_id)
-            key = self._keys[originator_id] = str(as_uuid)
-        return key
-
-    def decode(self, row: StoredRow) -> tuple[str, SessionEvent]:
-        """One stored row as ``(session key, event)``."""
-        notification_id, originator_id, version, topic, state = row
-        key = self._keys.get(originator_id) or self.key(originator_id)
-        decoder = self._decoders.get(topic) or self._decoder(topic, key, version, notification_id)
-        if self._transform:
-            state = self._plain(state)
-        try:
-            event: SessionEvent = decoder.decode(state)
-        except msgspec.DecodeError as e:
-            raise ProjectionFoldError(
-                "decode", key, version, notification_id, f"cannot decode {topic}: {e}"
-            ) from e
-        if event.seq != version:
-            raise ProjectionFoldError(
-                "decode", key, version, notification_id,
-                f"the stored payload carries seq {event.seq} (tampered or corrupt row)",
-            )
-        return key, event
-
-    def _plain(self, state: bytes) -> bytes:
-        if self.cipher is not None:
-            state = self.cipher.decrypt(state)
-        if self.compressor is not None:
-            state = self.compressor.decompress(state)
-        return state
-
-    def _decoder(
-        self, topic: str, key: str, version: int, notification_id: int
-    ) -> msgspec.json.Decoder[Any]:
-        where = f"session {key} seq {version} (notification {notification_id})"
-        try:
-            cls = event_class(topic, where)
-        except UnknownEventTypeError as e:
-            raise ProjectionFoldError("decode", key, version, notification_id, str(e)) from e
-        decoder = self._decoders[topic] = msgspec.json.Decoder(cls)
-        return decoder
 
 
 class SessionProjection(Projection[ViewRecorder], Generic[S]):

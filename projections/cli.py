@@ -24,9 +24,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from compaction.cli.command import Command, Context, Document
 from compaction.cli.output import positive_int, table
 from compaction.meters import meter_named
+from compaction.sessions.polling import DEFAULT_POLL_INTERVAL
 from projections import ALL, ProjectionReport, ProjectionRunner, resolve_names, stop_on_signals
 from projections.runner import DEFAULT_BATCH_SIZE
-from projections.subscription import DEFAULT_POLL_INTERVAL
 
 
 def positive_seconds(text: str) -> float:
@@ -84,7 +84,7 @@ def run(context: Context, args: argparse.Namespace) -> Document:
         if mode == "follow":
             reports = _follow(context, runner)
         else:
-            latest = store.recorder.max_notification_id() or 0
+            latest = store.max_notification_id()
             total = latest if mode == "rebuild" else runner.behind()
             label = f"{'rebuilding' if mode == 'rebuild' else 'catching up'} {', '.join(names)}"
             with _progress(context, label, total) as advance:

@@ -10,6 +10,9 @@ and the outcome:
 - ``failed``: ``compact/end`` with an error (``error`` holds it);
 - ``orphaned``: a ``compact/start`` with no ``compact/end`` yet; re-evaluated as events arrive, so
   an orphan that recovery closes later becomes ``failed``.
+
+Which event belongs to which bracket, and the outcome, are :mod:`compaction.brackets`' rules (the
+audit and the orphan scan read brackets through them too); this projection only keeps the rows.
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ from uuid import UUID
 
 import msgspec
 
+from compaction.brackets import ORPHANED, member_of, outcome_of
 from compaction.events import CompactEnd, CompactStart, CompactSummary
-from compaction.sessions.events import Replace, SessionEvent
+from compaction.sessions.events import SessionEvent
 from projections.base import SessionProjection
 from projections.tables import table
 from projections.views.base import ViewRecorder
@@ -36,16 +40,12 @@ LEDGER = table(
 )
 COLUMNS = LEDGER.column_names
 _AT = {name: i for i, name in enumerate(COLUMNS)}
-COMPACT_TYPES = frozenset({CompactStart.TYPE, CompactSummary.TYPE, CompactEnd.TYPE})
-
-COMMITTED, FAILED, ORPHANED = "committed", "failed", "orphaned"
 
 
 @dataclass
 class LedgerState:
     key: str
     open: dict[str, list[Any]] = field(default_factory=dict)  # compaction id -> row
-    awaiting: dict[int, list[Any]] = field(default_factory=dict)  # summary seq -> row
 
 
 def _blank(key: str, compaction_id: str) -> list[Any]:
@@ -69,8 +69,8 @@ class LedgerProjection(SessionProjection[LedgerState]):
     tables = (LEDGER,)
 
     def apply(self, notification_id: int, key: str, event: SessionEvent) -> None:
-        # Only compaction records and replacements matter; skip the rest without loading state.
-        if event.TYPE in COMPACT_TYPES or isinstance(event.surface_op, Replace):
+        # Only bracket members matter; skip the rest without loading state.
+        if member_of(event) is not None:
             super().apply(notification_id, key, event)
 
     def new_state(self, key: str) -> LedgerState:
@@ -82,11 +82,12 @@ class LedgerProjection(SessionProjection[LedgerState]):
         for found in self.view.select(LEDGER.name, COLUMNS, where):
             row = list(found)
             state.open[row[_AT["compaction_id"]]] = row
-            if row[_AT["summary_seq"]] is not None and row[_AT["replacement_seq"]] is None:
-                state.awaiting[row[_AT["summary_seq"]]] = row
         return state
 
     def fold(self, state: LedgerState, event: SessionEvent) -> None:
+        compaction_id = member_of(event)
+        if compaction_id is None:
+            return
         if isinstance(event, CompactStart):
             row = _blank(state.key, event.compaction_id)
             _set(row, turn=event.turn, strategy=event.strategy, start_seq=event.seq)
@@ -102,14 +103,12 @@ class LedgerProjection(SessionProjection[LedgerState]):
                 provider=event.provider, model=event.model,
                 fidelity=_json(event.fidelity),
             )
-            state.awaiting[event.seq] = row
         elif isinstance(event, CompactEnd):
             row = self._row(state, event.compaction_id)
             state.open.pop(event.compaction_id, None)
-            _set(row, end_seq=event.seq, error=event.error,
-                 outcome=COMMITTED if event.error is None else FAILED)
-        else:
-            replaced = self._replaced(state, event)
+            _set(row, end_seq=event.seq, error=event.error, outcome=outcome_of(event))
+        else:  # the replacement: it joins its open bracket
+            replaced = state.open.get(compaction_id)
             if replaced is None:
                 return
             row = replaced
@@ -128,17 +127,6 @@ class LedgerProjection(SessionProjection[LedgerState]):
             LEDGER.name, COLUMNS, {"session_id": state.key, "compaction_id": compaction_id}
         )
         return list(stored[0]) if stored else _blank(state.key, compaction_id)
-
-    @staticmethod
-    def _replaced(state: LedgerState, event: SessionEvent) -> list[Any] | None:
-        """The bracket whose summary this replacement cites in its ``source_event_seqs``."""
-        if not state.awaiting or not event.source_event_seqs:
-            return None
-        for source in event.source_event_seqs:
-            row = state.awaiting.pop(source, None)
-            if row is not None:
-                return row
-        return None
 
 
 # ---------------------------------------------------------------- reading the view

@@ -1,11 +1,12 @@
 """Running projections: rebuild from scratch, catch up incrementally, follow the log until stopped.
 
-One :class:`ProjectionRunner` reads the store's notification log in batches with a
-:class:`~projections.subscription.PollingSubscription`, decodes each stored row once, feeds it to
-every selected projection whose tracking position is behind it, and commits each projection's rows
-with its tracking record (one transaction per projection per batch). A runner killed at any moment
-resumes from the tracking records: a batch is either wholly in a view or not at all, and a tracking
-position is never recorded twice, so nothing is applied twice.
+One :class:`ProjectionRunner` reads the store's notification log in batches, decoded once by the
+store (:meth:`~compaction.sessions.store.SessionStore.notifications`; when following, from
+:meth:`~compaction.sessions.store.SessionStore.follow`, the recorder's eventsourcing subscription),
+feeds each event to every selected projection whose tracking position is behind it, and commits
+each projection's rows with its tracking record (one transaction per projection per batch). A
+runner killed at any moment resumes from the tracking records: a batch is either wholly in a view
+or not at all, and a tracking position is never recorded twice, so nothing is applied twice.
 
 Run ONE runner per view at a time; a second one fails with
 :class:`~compaction.errors.TrackingConflictError` instead of corrupting anything.
@@ -19,15 +20,21 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+from uuid import UUID
 
 from eventsourcing.persistence import Tracking
 
-from compaction.errors import ProjectionConfigError, ProjectionTimeoutError
+from compaction.errors import (
+    ProjectionConfigError,
+    ProjectionFoldError,
+    ProjectionTimeoutError,
+    UnreadableRowError,
+)
 from compaction.meters import Meter
-from compaction.sessions.store import SessionStore
-from projections.base import DEFAULT_MAX_CACHED_SESSIONS, RowDecoder, SessionProjection
+from compaction.sessions.polling import DEFAULT_POLL_INTERVAL
+from compaction.sessions.store import NotificationFeed, SessionStore, StoredNotification
+from projections.base import DEFAULT_MAX_CACHED_SESSIONS, SessionProjection
 from projections.ledger import LedgerProjection
-from projections.subscription import DEFAULT_POLL_INTERVAL, PollingSubscription, StoredRow
 from projections.surface_view import SurfaceProjection
 from projections.usage import UsageProjection
 from projections.views.base import ViewRecorder
@@ -103,10 +110,9 @@ class ProjectionRunner:
         except BaseException:
             self.database.close()
             raise
-        self.subscription = PollingSubscription(
-            store.recorder, gt=self.position, batch_size=batch_size, poll_interval=poll_interval
-        )
-        self.decoder = RowDecoder(store.mapper)
+        self.batch_size = batch_size
+        self.poll_interval = poll_interval
+        self._keys: dict[UUID, str] = {}
 
     def _build(self, name: str, meter: Meter | None, cache: int) -> SessionProjection[Any]:
         tables = PROJECTIONS[name].tables
@@ -128,8 +134,7 @@ class ProjectionRunner:
 
     def behind(self) -> int:
         """About how many notifications the slowest view has still to apply (ids can skip)."""
-        latest = self.store.recorder.max_notification_id() or 0
-        return max(0, latest - self.position)
+        return max(0, self.store.max_notification_id() - self.position)
 
     def reports(self) -> list[ProjectionReport]:
         return [ProjectionReport(p.name, p.applied, p.rows(), p.position) for p in self.projections]
@@ -156,50 +161,86 @@ class ProjectionRunner:
     ) -> list[ProjectionReport]:
         """Catch up, then follow new notifications until ``stop`` is set; the batch under way when
         it is set is finished and recorded first."""
-        while not stop.is_set():
-            if not self.step(on_batch):
-                self.subscription.reader.wait(self.subscription.poll_interval, stop)
+        self.catch_up(on_batch, stop)
+        if stop.is_set():
+            return self.reports()
+        feed = self.store.follow(self.position, poll_interval=self.poll_interval)
+        with feed, _stopped_by(stop, feed):
+            while self._commit(self._gather(feed), on_batch):
+                pass
         return self.reports()
 
     def step(self, on_batch: OnBatch | None = None) -> int:
         """Read, fold and commit one batch; return how many notifications it held (0: none left)."""
-        self.subscription.position = self.position
-        rows = self.subscription.next_batch()
-        if not rows:
+        with _fold_errors():
+            batch = self.store.notifications(self.position, self.batch_size)
+        return self._commit(batch, on_batch)
+
+    def _gather(self, feed: NotificationFeed) -> list[StoredNotification]:
+        """The next batch from ``feed``: waits for its first notification, then takes those
+        already stored (up to the batch size); empty once the feed is stopped."""
+        batch: list[StoredNotification] = []
+        top = 0
+        with _fold_errors():
+            for notification in feed:
+                if notification.notification_id <= self.position:
+                    continue  # the feed started before a view caught up
+                batch.append(notification)
+                if len(batch) >= self.batch_size:
+                    break
+                if notification.notification_id >= top:
+                    top = self.store.max_notification_id()
+                    if notification.notification_id >= top:
+                        break
+        return batch
+
+    def _commit(self, batch: list[StoredNotification], on_batch: OnBatch | None) -> int:
+        """Fold ``batch`` into every view behind it and commit each with its tracking record."""
+        if not batch:
             return 0
-        last = rows[-1][0]
+        last = batch[-1].notification_id
         active = [p for p in self.projections if p.position < last]
         try:
             for projection in active:
                 projection.check_position()
-            self._fold(rows, active)
+            self._fold(batch, active)
             tracking = Tracking(self.store.name, last)
             for projection in active:
-                projection.commit(tracking, sum(1 for r in rows if r[0] > projection.position))
+                applied = sum(1 for n in batch if n.notification_id > projection.position)
+                projection.commit(tracking, applied)
         except BaseException:
             for projection in active:
                 projection.discard()
             raise
         if on_batch is not None:
-            on_batch(len(rows))
-        return len(rows)
+            on_batch(len(batch))
+        return len(batch)
 
-    def _fold(self, rows: list[StoredRow], active: list[SessionProjection[Any]]) -> None:
-        """Decode each row once and fold it into every view that has not applied it yet
-        (one row at a time: a decoded event is garbage as soon as the views have it)."""
-        decode = self.decoder.decode
-        if all(p.position < rows[0][0] for p in active):
+    def _fold(
+        self, batch: list[StoredNotification], active: list[SessionProjection[Any]]
+    ) -> None:
+        """Fold each event into every view that has not applied it yet."""
+        keys = self._keys
+        first = batch[0].notification_id
+        if all(p.position < first for p in active):
             appliers = [p.apply for p in active]
-            for row in rows:
-                key, event = decode(row)
+            for n in batch:
+                key = keys.get(n.session_id) or self._key(n.session_id)
                 for apply in appliers:
-                    apply(row[0], key, event)
+                    apply(n.notification_id, key, n.event)
             return
-        for row in rows:  # a view is ahead of another: skip what it already has
-            key, event = decode(row)
+        for n in batch:  # a view is ahead of another: skip what it already has
+            key = keys.get(n.session_id) or self._key(n.session_id)
             for projection in active:
-                if row[0] > projection.position:
-                    projection.apply(row[0], key, event)
+                if n.notification_id > projection.position:
+                    projection.apply(n.notification_id, key, n.event)
+
+    def _key(self, session_id: UUID) -> str:
+        """The session's key in the views, the canonical text of its id (built once per id)."""
+        if len(self._keys) > _MAX_KEYS:
+            self._keys.clear()
+        key = self._keys[session_id] = str(session_id)
+        return key
 
     def wait(self, notification_id: int, timeout: float = 1.0) -> None:
         """Block until every selected view has recorded ``notification_id`` (eventsourcing's
@@ -216,7 +257,6 @@ class ProjectionRunner:
     # ------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
-        self.subscription.close()
         self.database.close()
 
     def __enter__(self) -> ProjectionRunner:
@@ -224,6 +264,46 @@ class ProjectionRunner:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_MAX_KEYS = 100_000
+
+
+@contextmanager
+def _fold_errors() -> Iterator[None]:
+    """A stored row that does not decode stops the batch as a fold error of the ``decode`` step."""
+    try:
+        yield
+    except UnreadableRowError as e:
+        raise ProjectionFoldError(
+            "decode", e.session_id, e.seq, e.notification_id,
+            f"the stored {e.event_type} row cannot be decoded: {e.reason}",
+        ) from e
+
+
+@contextmanager
+def _stopped_by(stop: threading.Event, feed: NotificationFeed) -> Iterator[None]:
+    """Stop ``feed`` as soon as ``stop`` is set (a blocked read then ends), from a watcher thread
+    that ends with the block."""
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            if stop.wait(_WATCH_INTERVAL):
+                feed.stop()
+                return
+
+    watcher = threading.Thread(target=watch, name="projection-runner-stop", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        feed.stop()
+        watcher.join()
+
+
+_WATCH_INTERVAL = 0.05
 
 
 def _check_positive(name: str, value: float) -> None:

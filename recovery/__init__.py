@@ -6,7 +6,8 @@ each start records (:func:`judge`), proves each one inert by folding the surface
 its events (:func:`prove_inert`), and, only when asked, closes stale inert ones with
 ``compact/end{error: "abandoned: ..."}`` plus the interrupted-turn closers of spec §d.16
 (:func:`settle`). :func:`recover` runs one pass; :class:`Recovery` also follows the store.
-:func:`surface_hash` is the stable fingerprint of a surface that export and copy reuse.
+:func:`surface_hash` (from :mod:`compaction.sessions.hashing`, re-exported here) is the stable
+fingerprint of a surface that export and copy reuse.
 See ``docs/recovery.md``.
 """
 

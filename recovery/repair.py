@@ -23,12 +23,14 @@ import socket
 from dataclasses import dataclass
 from typing import Literal
 
+from compaction.brackets import is_closed
 from compaction.errors import ConcurrencyError, RepairConflictError
 from compaction.events import CompactEnd
 from compaction.sessions.events import SessionEvent
+from compaction.sessions.interrupted import open_turn
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
-from recovery.closers import interrupted_turn_closers, open_turn_of
+from recovery.closers import interrupted_turn_closers
 from recovery.inertness import InertnessProof, prove_inert
 from recovery.liveness import Liveness
 from recovery.scan import Orphan
@@ -56,7 +58,7 @@ def settle(store: SessionStore, orphan: Orphan, liveness: Liveness, *, repair: b
     """Prove ``orphan`` inert and, if ``repair`` and it is stale, close it (see the module doc)."""
     for _ in range(ATTEMPTS):
         session = store.get(orphan.session_id)
-        if is_closed(session, orphan):
+        if is_closed(session, orphan.start):
             return Settlement("already-closed", None)
         proof = prove_inert(session, orphan.start)
         if not proof.inert:
@@ -94,19 +96,8 @@ def close_orphan(session: Session, orphan: Orphan, liveness: Liveness) -> list[S
     return appended
 
 
-def is_closed(session: Session, orphan: Orphan) -> bool:
-    """Whether a ``compact/end`` of the orphan's compaction follows its start in ``session``."""
-    last_end = session.last_of(CompactEnd.TYPE)
-    if last_end is None or last_end < orphan.start_seq:
-        return False
-    return any(
-        isinstance(e, CompactEnd) and e.compaction_id == orphan.compaction_id
-        for e in session.events(orphan.start_seq + 1)
-    )
-
-
 def _owns_open_turn(session: Session, orphan: Orphan, liveness: Liveness) -> bool:
     if orphan.start.turn is None or liveness.rule not in ("lease-expired", "owner-gone"):
         return False
-    opened = open_turn_of(session)
-    return opened is not None and opened[0] == orphan.start.turn
+    opened = open_turn(session)
+    return opened is not None and opened.turn == orphan.start.turn

@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from uuid import UUID
 
+from compaction.brackets import BracketFold
 from compaction.events import CompactEnd, CompactStart, Lease
 from compaction.sessions.events import SessionEvent, SessionResume
-from compaction.sessions.mapper import SessionMapper
 from compaction.sessions.store import SessionStore
 
 SCAN_TOPICS = (CompactStart.TYPE, CompactEnd.TYPE, SessionResume.TYPE)
@@ -67,24 +67,29 @@ class OrphanScanner:
         self.position = 0
         self.events_scanned = 0
         self.records_read = 0
-        self._open: dict[tuple[UUID, str], Orphan] = {}
+        self._brackets: dict[UUID, BracketFold] = {}  # open brackets only: closed ones are forgotten
         self._resumes: dict[UUID, int] = {}
 
     @property
     def orphans(self) -> list[Orphan]:
         """Open brackets, ordered by session and seq."""
-        return sorted(self._open.values(), key=lambda o: (str(o.session_id), o.start_seq))
+        found = [Orphan(sid, b.start) for sid, fold in self._brackets.items() for b in fold.open]
+        return sorted(found, key=lambda o: (str(o.session_id), o.start_seq))
 
     def last_resume(self, session_id: UUID) -> int | None:
         return self._resumes.get(session_id)
 
     def forget(self, orphan: Orphan) -> None:
         """Drop an orphan this process closed (its ``compact/end`` arrives with the next poll)."""
-        self._open.pop(orphan.key, None)
+        fold = self._brackets.get(orphan.session_id)
+        if fold is not None:
+            fold.forget(orphan.compaction_id)
+            if not fold.brackets:
+                del self._brackets[orphan.session_id]
 
     def poll(self) -> ScanPass:
         """Read every record stored since the last poll and fold it."""
-        top = self.store.recorder.max_notification_id() or 0
+        top = self.store.max_notification_id()
         covered = max(0, top - self.position)
         read = 0
         for session_id, event in self._records(self.position, top):
@@ -96,28 +101,21 @@ class OrphanScanner:
         return ScanPass(covered, read, self.position)
 
     def _records(self, after: int, stop: int) -> Iterator[tuple[UUID, SessionEvent]]:
-        recorder = self.store.recorder
-        mapper: SessionMapper = self.store.mapper  # type: ignore[assignment]
-        start = after + 1
-        while start <= stop:
-            batch = recorder.select_notifications(
-                start=start, limit=self.batch, stop=stop, topics=SCAN_TOPICS
-            )
+        while after < stop:
+            batch = self.store.notifications(after, self.batch, topics=SCAN_TOPICS, upto=stop)
             if not batch:
                 return
             for notification in batch:
-                yield _uuid(notification.originator_id), mapper.decode_event(notification)
-            start = batch[-1].id + 1
+                yield notification.session_id, notification.event
+            after = batch[-1].notification_id
 
     def _fold(self, session_id: UUID, event: SessionEvent) -> None:
-        if isinstance(event, CompactStart):
-            orphan = Orphan(session_id, event)
-            self._open[orphan.key] = orphan
-        elif isinstance(event, CompactEnd):
-            self._open.pop((session_id, event.compaction_id), None)
+        if isinstance(event, (CompactStart, CompactEnd)):
+            fold = self._brackets.setdefault(session_id, BracketFold())
+            bracket = fold.fold(event)
+            if bracket is not None and bracket.end is not None:
+                fold.forget(bracket.compaction_id)
+            if not fold.brackets:
+                del self._brackets[session_id]
         elif isinstance(event, SessionResume):
             self._resumes[session_id] = max(event.seq, self._resumes.get(session_id, -1))
-
-
-def _uuid(value: object) -> UUID:
-    return value if isinstance(value, UUID) else UUID(str(value))

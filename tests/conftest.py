@@ -1,4 +1,4 @@
-"""Shared fixtures: store URLs for every backend, real transcripts, PostgreSQL databases.
+"""Shared fixtures: store URLs (and open stores) for every backend, real transcripts, PostgreSQL databases.
 
 PostgreSQL tests run against the server on 127.0.0.1:5432 (override with ``COMPACTION_TEST_PG``,
 a URL without the database). Each test run creates its own databases and drops them. When the
@@ -11,8 +11,12 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from compaction.sessions.store import SessionStore
 
 ROOT = Path(__file__).resolve().parents[1]
 """The repository root."""
@@ -99,29 +103,29 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'sessions.db'}"
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgresql"])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """One URL per backend: the abstract suites run once per backend."""
+def _backend_url(request: pytest.FixtureRequest) -> str:
+    """The URL of the backend ``request.param`` names: the test's ``sqlite_url`` or ``pg_url``."""
     if request.param == "memory":
-        yield "memory://"
-    elif request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'sessions.db'}"
-    else:
-        url = create_pg_database()
-        try:
-            yield url
-        finally:
-            drop_pg_database(url)
+        return "memory://"
+    return str(request.getfixturevalue({"sqlite": "sqlite_url", "postgresql": "pg_url"}[request.param]))
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest) -> str:
+    """One URL per backend: the abstract suites run once per backend."""
+    return _backend_url(request)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def durable_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+def durable_store_url(request: pytest.FixtureRequest) -> str:
     """Backends that two processes can share."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'sessions.db'}"
-    else:
-        url = create_pg_database()
-        try:
-            yield url
-        finally:
-            drop_pg_database(url)
+    return _backend_url(request)
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[SessionStore]:
+    """An open store on each backend in turn (see ``store_url``)."""
+    from compaction.sessions.store import SessionStore
+
+    with SessionStore.open(store_url) as opened:
+        yield opened

@@ -3,22 +3,23 @@
 ``compaction.sessions`` -> the compaction core, summarizers, strategies, audit -> ``compaction.cli``
 -> ``projections`` -> ``recovery``. Nothing under ``compaction`` imports ``projections`` or
 ``recovery``: their commands reach the command line through entry points. ``compaction.errors`` is
-the leaf every layer may import (the whole error tree, one root). aiohttp is imported only by
-``compaction.summarizers``. A second test proves the bottom layer stands alone at run time: a fresh
-interpreter that imports only ``compaction.sessions`` reads a compacted log written by another process.
+the leaf every layer may import (the whole error tree, one root). aiohttp is imported only by the
+model transport, ``compaction.summarizers.aiohttp_transport``. Tests at run time: a fresh interpreter
+that imports only ``compaction.sessions`` reads a compacted log written by another process, and one
+that imports the audit's request reconstruction, the payload builders, the summarizer registry and
+the summarizer classes loads no aiohttp.
 """
 
 from __future__ import annotations
 
 import ast
 import json
-import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
+from tests.builders import run_python
 from tests.conftest import ROOT, TRANSCRIPTS
 
 PACKAGES = ("compaction", "projections", "recovery")
@@ -65,8 +66,8 @@ ALLOWED: dict[str, set[str]] = {
 PLUGIN_COMMANDS = {"projections.cli", "recovery.cli"}
 """Command modules found through the ``compaction.commands`` entry points: they build a
 ``compaction.cli.Command``, so they (and only they, outside ``compaction.cli``) import it."""
-ONLY_IN: dict[str, set[str]] = {"aiohttp": {"compaction.summarizers"}}
-"""Third-party packages that only some units may import."""
+ONLY_IN: dict[str, set[str]] = {"aiohttp": {"compaction.summarizers.aiohttp_transport"}}
+"""Third-party packages that only some units or modules may import."""
 
 
 def module_name(path: Path) -> str:
@@ -105,7 +106,7 @@ def violations(path: Path) -> list[str]:
     wrong: list[str] = []
     for line, imported in imports(path):
         top = imported.split(".")[0]
-        if top in ONLY_IN and unit not in ONLY_IN[top]:
+        if top in ONLY_IN and not {unit, module} & ONLY_IN[top]:
             wrong.append(f"line {line}: imports {imported} (only {sorted(ONLY_IN[top])} may)")
         if top not in PACKAGES:
             continue
@@ -198,29 +199,40 @@ with SessionStore.open(sys.argv[1]) as store:
 """
 
 
-def _python(code: str, *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        cwd=ROOT,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
 def test_a_process_that_imports_only_sessions_reads_a_compacted_log(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'sessions.db'}"
     transcript = TRANSCRIPTS / "swe-agent" / "pydicom__pydicom-1458.traj"
-    session_id, compacted = _python(WRITER, url, str(transcript)).split()
+    session_id, compacted = run_python(WRITER, url, str(transcript)).split()
     assert compacted == "True"
-    read = json.loads(_python(READER, url, session_id))
+    read = json.loads(run_python(READER, url, session_id))
     assert "compact/end" in read["types"]
     assert not [m for m in read["modules"] if m.startswith(("projections", "recovery", "aiohttp"))]
     assert "compaction.summarizers" not in read["modules"] and "compaction.cli" not in read["modules"]
     everything = json.loads(
-        _python("import compaction.cli.main, projections, recovery\n" + READER, url, session_id)
+        run_python("import compaction.cli.main, projections, recovery\n" + READER, url, session_id)
     )
     assert read["messages"] == everything["messages"]
+
+
+# ---------------------------------------------------------------- no HTTP client where none is needed
+
+NO_AIOHTTP = """
+import sys
+import compaction.audit.request, compaction.summarizers.payloads, compaction.summarizers.sse
+import compaction.summarizers.registry, compaction.summarizers.openai, compaction.summarizers.anthropic
+from compaction.summarizers.registry import SUMMARIZERS, SummarizerOptions
+from compaction.summarizers.transport import MockTransport
+SUMMARIZERS.open("openai", SummarizerOptions(model="m", transport=MockTransport.scripted()))
+print(sorted(m for m in sys.modules if m.startswith("aiohttp")))
+"""
+
+
+def test_rebuilding_requests_and_building_payloads_load_no_aiohttp() -> None:
+    """The audit rebuilds request bodies in a process without aiohttp; a summarizer loads it only
+    when it is built without a transport of its own."""
+    assert run_python(NO_AIOHTTP).strip() == "[]"
+    loaded = run_python(
+        "import sys\nfrom compaction.summarizers.openai import OpenAISummarizer\n"
+        "OpenAISummarizer('http://127.0.0.1:9', 'm')\nprint('aiohttp' in sys.modules)"
+    )
+    assert loaded.strip() == "True"

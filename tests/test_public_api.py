@@ -121,3 +121,25 @@ def test_every_error_is_under_the_one_root() -> None:
             value = getattr(module, name)
             if isinstance(value, type) and issubclass(value, Exception):
                 assert issubclass(value, root), f"{module.__name__}.{name} is outside the hierarchy"
+
+
+def test_every_public_error_class_is_defined_in_the_one_errors_module() -> None:
+    """The whole tree lives in compaction/errors.py; other modules import (and may re-export) it."""
+    import ast
+    import inspect
+    from pathlib import Path
+
+    from compaction import errors
+
+    root = Path(inspect.getfile(errors)).parents[1]
+    elsewhere = []
+    for package in ("compaction", "projections", "recovery"):
+        for path in (root / package).rglob("*.py"):
+            if path == Path(errors.__file__):
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                    bases = [ast.unparse(b) for b in node.bases]
+                    if any(b.endswith(("Error", "Exception")) for b in bases):
+                        elsewhere.append(f"{path.relative_to(root)}:{node.lineno} {node.name}")
+    assert not elsewhere, f"error classes outside compaction/errors.py: {elsewhere}"

@@ -6,8 +6,8 @@
     surface_diff                 what the model saw at two seqs, shadowed spans beside checkpoints
     render_html                  the self-contained HTML report
 
-``audit`` sits on top of ``sessions`` and ``compaction``; the command line (``compaction audit``,
-``compaction show --diff``) composes it. See docs/audit.md.
+``compaction.audit`` sits on top of ``compaction.sessions`` and the compaction core; the command line
+(``compaction audit``, ``compaction show --diff``) composes it. See docs/audit.md.
 """
 
 from compaction.audit.checks import (
@@ -29,13 +29,8 @@ from compaction.audit.report import (
     audit_session,
     load_log,
 )
-from compaction.audit.request import (
-    AuditError,
-    CompactionNotFoundError,
-    RebuiltRequest,
-    UnrebuildableError,
-    rebuild_request,
-)
+from compaction.audit.request import RebuiltRequest, rebuild_request
+from compaction.errors import AuditError, CompactionNotFoundError, UnrebuildableError
 
 __all__ = [
     "CHECK_NAMES",

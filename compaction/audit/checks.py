@@ -23,15 +23,17 @@ from functools import partial
 from typing import Any
 
 from compaction.audit.replay import Moment, Replay, replay
-from compaction.checkpoint import event_hash, frame
-from compaction.events import CompactEnd, CompactPrune, CompactStart, CompactSummary
+from compaction.brackets import COMMITTED, FAILED, ORPHANED, Bracket, find_brackets, member_of
+from compaction.checkpoint import frame
+from compaction.events import CompactPrune, CompactStart, CompactSummary
 from compaction.fidelity import section_bodies
 from compaction.identifiers import extract, retained
 from compaction.instruction import SECTIONS
 from compaction.meters import Meter, meter_named
 from compaction.sessions.blocks import Message, text_of
 from compaction.sessions.events import Replace, SessionEvent, ToolResult, UserMessage
-from compaction.sessions.session import project
+from compaction.sessions.hashing import event_hash
+from compaction.sessions.session import first_user_seq, project
 
 DEFAULT_MIN_RATIO = 0.9
 
@@ -69,26 +71,6 @@ class Check:
             "evidence": self.evidence,
             "applies": self.applies,
         }
-
-
-@dataclass
-class Bracket:
-    compaction_id: str
-    start: CompactStart
-    summary: CompactSummary | None = None
-    replacement: UserMessage | None = None
-    end: CompactEnd | None = None
-
-    @property
-    def outcome(self) -> str:
-        if self.end is None:
-            return "orphaned"
-        return "failed" if self.end.error else "committed"
-
-    @property
-    def imported(self) -> bool:
-        """Made by another harness and imported (its start carries the transcript origin)."""
-        return self.start.origin is not None
 
 
 @dataclass
@@ -147,33 +129,6 @@ class Policy:
     first_user_seq: int | None = None  # of the log under audit (found once)
 
 
-def find_brackets(events: Sequence[SessionEvent]) -> list[Bracket]:
-    brackets: dict[str, Bracket] = {}
-    for event in events:
-        if isinstance(event, CompactStart):
-            brackets[event.compaction_id] = Bracket(event.compaction_id, event)
-            continue
-        cid = _compaction_id(event)
-        bracket = brackets.get(cid) if cid else None
-        if bracket is None:
-            continue
-        if isinstance(event, CompactSummary):
-            bracket.summary = event
-        elif isinstance(event, UserMessage):
-            bracket.replacement = event
-        elif isinstance(event, CompactEnd):
-            bracket.end = event
-    return list(brackets.values())
-
-
-def _compaction_id(event: SessionEvent) -> str | None:
-    if isinstance(event, (CompactSummary, CompactEnd)):
-        return event.compaction_id
-    if isinstance(event, UserMessage) and isinstance(event.surface_op, Replace):
-        return event.message.source.compaction_id
-    return None
-
-
 def audit_events(
     events: Sequence[SessionEvent],
     *,
@@ -185,7 +140,7 @@ def audit_events(
     ``events[i]`` must be the event at seq ``i`` (see :func:`compaction.audit.report.load_log` for a tolerant
     loader that fills unreadable or missing rows with placeholders)."""
     folded = replay(events)
-    policy = Policy(min_ratio, keep_first_user, _first_user_seq(events))
+    policy = Policy(min_ratio, keep_first_user, first_user_seq(events))
     audits = [_audit_bracket(b, folded, policy) for b in find_brackets(events)]
     audits += [_audit_prune(e, folded) for e in events if isinstance(e, CompactPrune)]
     audits.sort(key=lambda a: a.start_seq)
@@ -208,7 +163,7 @@ def _check_members(events: Sequence[SessionEvent]) -> Check:
     """Every compact/summary, compact/end and checkpoint replacement belongs to a compact/start."""
     started = {e.compaction_id for e in events if isinstance(e, CompactStart)}
     strays = [
-        e.seq for e in events if (cid := _compaction_id(e)) is not None and cid not in started
+        e.seq for e in events if (cid := member_of(e)) is not None and cid not in started
     ]
     if strays:
         return Check(
@@ -257,7 +212,7 @@ def _audit_bracket(bracket: Bracket, folded: Replay, policy: Policy) -> Compacti
         summary_tokens=summary.summary_token_count if summary else None,
     )
     audit.checks.append(_guarded("bracket", lambda: _check_bracket(bracket)))
-    if bracket.outcome != "committed" or summary is None or bracket.replacement is None:
+    if bracket.outcome != COMMITTED or summary is None or bracket.replacement is None:
         audit.checks.append(_guarded("surface-untouched", lambda: _check_untouched(bracket, folded)))
         return audit
     committed = Committed(bracket, summary, bracket.replacement, folded, policy)
@@ -274,7 +229,7 @@ def _check_bracket(bracket: Bracket) -> Check:
             "a compaction still running; `compaction recover` closes stale ones)",
         )
     end = bracket.end.seq
-    if bracket.end.error:
+    if bracket.outcome == FAILED:
         if bracket.replacement is not None:
             return Check(
                 "bracket", False,
@@ -458,13 +413,6 @@ def _check_cuts(c: Committed) -> Check:
     )
 
 
-def _first_user_seq(events: Sequence[SessionEvent]) -> int | None:
-    for event in events:
-        if isinstance(event, UserMessage) and event.surface_op == "append":
-            return event.seq
-    return None
-
-
 def _policy(check: Check, scope: str | None) -> Check:
     """A policy check outside its scope passes, keeping what it measured as evidence."""
     if scope is None or check.passed:
@@ -567,7 +515,7 @@ def _audit_prune(record: CompactPrune, folded: Replay) -> CompactionAudit:
     nxt = _event(folded, record.seq + 1)
     audit = CompactionAudit(
         compaction_id=f"prune-{record.seq}",
-        outcome="committed",
+        outcome=COMMITTED,
         strategy="prune",
         start_seq=record.seq,
         provider=None,
@@ -577,7 +525,7 @@ def _audit_prune(record: CompactPrune, folded: Replay) -> CompactionAudit:
         shadowed_tokens=record.shadowed_token_count,
     )
     if not isinstance(nxt, ToolResult) or not isinstance(nxt.surface_op, Replace):
-        audit.outcome = "orphaned"
+        audit.outcome = ORPHANED
         audit.checks.append(
             Check(
                 "bracket", False,

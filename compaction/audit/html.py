@@ -21,7 +21,8 @@ from compaction.errors import EventRuleError
 from compaction.events import CompactSummary
 from compaction.meters import HeuristicMeter, Meter
 from compaction.sessions.blocks import text_of
-from compaction.sessions.events import RequestHeader, SessionEvent
+from compaction.sessions.events import SessionEvent
+from compaction.sessions.session import latest_header
 from compaction.sessions.surface import Surface
 
 WIDTH, HEIGHT = 960, 300
@@ -75,10 +76,8 @@ def surface_tokens(events: Sequence[SessionEvent], meter: Meter) -> list[int]:
 
 def window_of(events: Sequence[SessionEvent]) -> int | None:
     """The context window the latest request/header declares."""
-    for event in reversed(events):
-        if isinstance(event, RequestHeader) and event.context_window:
-            return event.context_window
-    return None
+    header = latest_header(events)
+    return header.context_window if header is not None else None
 
 
 def _sampled(points: Sequence[int], keep: Iterable[int]) -> list[int]:

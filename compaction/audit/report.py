@@ -27,8 +27,9 @@ from rich.table import Table
 from rich.text import Text
 
 from compaction.audit.checks import DEFAULT_MIN_RATIO, Check, CompactionAudit, audit_events
-from compaction.errors import EventCompactionError, SessionNotFoundError
+from compaction.errors import SessionNotFoundError
 from compaction.sessions.events import SessionEvent
+from compaction.sessions.mapper import UnreadableRow
 from compaction.sessions.store import SessionStore
 
 Document = dict[str, Any]
@@ -61,29 +62,18 @@ class StoredLog:
 
 
 def load_log(store: SessionStore, session_id: UUID) -> StoredLog:
-    """Every stored event of a session, without validation; unreadable rows become placeholders."""
-    try:
-        events = store.load_events(session_id)
-        problems: dict[int, str] = {}
-    except EventCompactionError:
-        events, problems = _decode_rows(store, session_id)
+    """Every stored event of a session, without validation; unreadable rows become placeholders
+    (the store reads row by row, so one bad row does not hide the others)."""
+    events: list[SessionEvent] = []
+    problems: dict[int, str] = {}
+    for row in store.read_rows(session_id):
+        if isinstance(row, UnreadableRow):
+            problems[row.seq] = f"the stored {row.type} row cannot be decoded: {row.reason}"
+        else:
+            events.append(row)
     if not events and not problems:
         raise SessionNotFoundError(session_id)
     return _fill_gaps(session_id, events, problems)
-
-
-def _decode_rows(store: SessionStore, session_id: UUID) -> tuple[list[SessionEvent], dict[int, str]]:
-    """Row by row, so one bad row does not hide the others."""
-    mapper: Any = store.mapper
-    events: list[SessionEvent] = []
-    problems: dict[int, str] = {}
-    for stored in store.recorder.select_events(session_id):
-        version = int(stored.originator_version)
-        try:
-            events.append(mapper.decode_row(session_id, version, stored.topic, stored.state))
-        except EventCompactionError as e:
-            problems[version] = f"the stored {stored.topic} row cannot be decoded: {e}"
-    return events, problems
 
 
 def _fill_gaps(session_id: UUID, events: list[SessionEvent], problems: dict[int, str]) -> StoredLog:

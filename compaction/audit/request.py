@@ -5,9 +5,11 @@ The log records the span (``compact/summary.shadowed_seqs``), the provider and m
 (:func:`compaction.transaction.build_request`: the latest ``request/header``'s system prompt and
 tools, the protected first user message, the shadowed messages, the one instruction). For an
 OpenAI-compatible or Anthropic provider the request body is rebuilt with the summarizer's own pure
-payload builder, so it is the body that was sent; for the offline summarizers (``template``,
-``checkpoint``) and for compactions imported from another harness it is the
-:class:`~compaction.summarizers.base.SummaryRequest` itself.
+payload builder (:mod:`compaction.summarizers.payloads`, chosen by the provider's request shape in
+:data:`compaction.summarizers.registry.SUMMARIZERS`), so it is the body that was sent; for the
+offline summarizers (``template``, the ``checkpoint`` strategy) and for compactions imported from
+another harness it is the :class:`~compaction.summarizers.base.SummaryRequest` itself. Nothing
+here loads an HTTP client.
 
 The model is ``compact/summary.request_model`` (the model the request named; ``model`` is the one
 that answered, which may carry a dated suffix). What the log cannot tell is listed in ``notes``: a
@@ -25,31 +27,25 @@ from uuid import UUID
 
 import msgspec
 
-from compaction.audit.checks import Bracket, find_brackets
+from compaction.brackets import Bracket, find_brackets
 from compaction.config import BasicConfig
-from compaction.errors import EventCompactionError, EventRuleError
+from compaction.errors import (
+    CompactionNotFoundError,
+    EventRuleError,
+    UnrebuildableError,
+)
 from compaction.events import CompactSummary
+from compaction.selection import leading_task_statement
 from compaction.sessions.events import SessionEvent
 from compaction.sessions.session import Session
-from compaction.summarizers.anthropic import build_anthropic_payload
 from compaction.summarizers.base import SummaryRequest
-from compaction.summarizers.openai import MaxTokensField, build_openai_payload
+from compaction.summarizers.payloads import MaxTokensField, build_payload
+from compaction.summarizers.registry import SUMMARIZERS, RequestShape
 from compaction.transaction import build_request
 
-OFFLINE_PROVIDERS = frozenset({"template", "checkpoint"})
-"""Summarizers that run in process: their request is the SummaryRequest itself."""
-
-
-class AuditError(EventCompactionError):
-    """The audit cannot do what was asked of it."""
-
-
-class CompactionNotFoundError(AuditError, LookupError):
-    """No compaction with that id (or id prefix) in the log."""
-
-
-class UnrebuildableError(AuditError):
-    """The log does not hold what the request would be rebuilt from."""
+STRATEGY_PROVIDERS = frozenset({"checkpoint"})
+"""Providers recorded by strategies rather than by a registered summarizer (the checkpoint
+strategy renders its scratchpad in process): their request is the SummaryRequest itself."""
 
 
 @dataclass(frozen=True)
@@ -160,12 +156,21 @@ def _payload(
             "the request this library sends for the same span"
         )
         return "summary-request", _builtins(request)
-    if provider in OFFLINE_PROVIDERS:
-        return "summary-request", _builtins(request)
-    if provider == "anthropic":
-        return "anthropic", build_anthropic_payload(request, model)
-    notes.append(f"provider {provider!r} is taken as OpenAI-compatible (chat completions)")
-    return "openai", build_openai_payload(request, model, max_tokens_field=field_name)
+    shape = request_shape(provider)
+    if shape == "summary-request":
+        return shape, _builtins(request)
+    if provider not in SUMMARIZERS:
+        notes.append(f"provider {provider!r} is taken as OpenAI-compatible (chat completions)")
+    return shape, build_payload(shape, request, model, max_tokens_field=field_name)
+
+
+def request_shape(provider: str) -> RequestShape:
+    """The shape of the request recorded under ``provider``: the registered summarizer's, the
+    SummaryRequest itself for a strategy, else (``provider=`` renamed an OpenAI-compatible
+    summarizer, e.g. ``vllm``) an OpenAI chat-completions body."""
+    if provider in STRATEGY_PROVIDERS:
+        return "summary-request"
+    return SUMMARIZERS.request_shape(provider) or "openai"
 
 
 def _builtins(request: SummaryRequest) -> dict[str, Any]:
@@ -177,16 +182,16 @@ def _notes(bracket: Bracket, session: Session, keep_first_user: bool) -> list[st
     assert bracket.summary is not None
     summary = bracket.summary
     notes: list[str] = []
-    first = session.first_user_seq
-    protected = first is not None and first not in summary.shadowed_seqs and first in session.surface
-    if keep_first_user and protected:
+    first = leading_task_statement(session, summary.shadowed_seqs) if keep_first_user else None
+    if first is not None:
         notes.append(f"the protected first user message (seq {first}, not shadowed) leads the messages")
     if summary.chunks > 1:
         notes.append(
             f"the span was summarized in {summary.chunks} chunks and merged: these messages were "
             "sent as several requests cut at tool-unit boundaries"
         )
-    if summary.request_model is None and summary.provider not in OFFLINE_PROVIDERS and not bracket.imported:
+    offline = request_shape(summary.provider) == "summary-request"
+    if summary.request_model is None and not offline and not bracket.imported:
         notes.append(
             f"the log records no requested model (written before request_model existed); "
             f"{summary.model!r}, the model that answered, is assumed"

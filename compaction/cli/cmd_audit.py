@@ -1,5 +1,5 @@
 """``compaction audit SESSION|--all [--html PATH] [--request ID]``: re-check every compaction from
-the stored log, tampered or not (see :mod:`audit` and docs/audit.md).
+the stored log, tampered or not (see :mod:`compaction.audit` and docs/audit.md).
 
 JSON: ``{sessions: [{session_id, events, passed, log_checks, compactions: [{compaction_id, outcome,
 ..., checks: [{name, passed, evidence, applies}]}]}], passed, totals}`` (plus ``html`` when a report
@@ -21,10 +21,10 @@ from rich.text import Text
 
 from compaction.audit.html import Limits, render_html
 from compaction.audit.report import SessionAudit, audit_session, document_of, load_log, render_document
-from compaction.audit.request import CompactionNotFoundError, RebuiltRequest, find_bracket, rebuild_request
+from compaction.audit.request import RebuiltRequest, find_bracket, rebuild_request
 from compaction.cli.command import Command, Context, Document
 from compaction.cli.output import positive_int
-from compaction.errors import UsageError
+from compaction.errors import CompactionNotFoundError, UsageError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from contextlib import AsyncExitStack
 from typing import Any
 
 from rich.console import Console
@@ -23,16 +22,13 @@ from compaction.cli.command import Command, Context, Document
 from compaction.cli.output import positive_int, table
 from compaction.config import BasicConfig
 from compaction.contract import CompactionResult
-from compaction.errors import CompactionConfigError
 from compaction.meters import HeuristicMeter, Meter, TiktokenMeter
 from compaction.sessions.session import Session
 from compaction.strategies.checkpoint import CheckpointCompactService
 from compaction.strategies.prune import PruneConfig, prune_session
-from compaction.summarizers.base import Summarizer
-from compaction.summarizers.template import TemplateSummarizer
+from compaction.summarizers.registry import SUMMARIZERS, SummarizerOptions
 
-SUMMARIZERS = ("template", "openai", "anthropic", "local")
-LOCAL_MAX_TOKENS = 512
+DEFAULT_MAX_TOKENS = 8192
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -45,14 +41,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--retain-tokens", type=int, metavar="N", help="tokens of recent history kept verbatim"
     )
-    parser.add_argument("--summarizer", choices=SUMMARIZERS, default="template")
+    parser.add_argument(
+        "--summarizer",
+        choices=SUMMARIZERS.names(),
+        default="template",
+        help="; ".join(f"{spec.name}: {spec.help}" for spec in SUMMARIZERS),
+    )
     parser.add_argument("--base-url", metavar="URL", help="provider base URL (openai, anthropic)")
     parser.add_argument("--model", metavar="M", help="summarization model name (or a GGUF path for local)")
     parser.add_argument(
         "--max-tokens",
         type=positive_int,
         metavar="N",
-        help=f"generation cap (default 8192; {LOCAL_MAX_TOKENS} with --summarizer local)",
+        help=f"generation cap (default {DEFAULT_MAX_TOKENS}; {_capped()})",
     )
     parser.add_argument(
         "--min-ratio",
@@ -109,8 +110,8 @@ async def _compact(
             session, store=store, next_instruction=args.instruction
         )
         return ([result] if result else []), []
-    async with AsyncExitStack() as stack:
-        summarizer = await _summarizer(args, stack)
+    options = SummarizerOptions(base_url=args.base_url, model=args.model)
+    async with SUMMARIZERS.open(args.summarizer, options) as summarizer:
         service = BasicCompactService(config, summarizer=summarizer, meter=meter)
         if args.manual:
             result = await service.compact_now(session, store=store)
@@ -121,7 +122,9 @@ async def _compact(
 def _config(args: argparse.Namespace) -> BasicConfig:
     values: dict[str, Any] = {
         "threshold_ratio": args.threshold,
-        "max_tokens": args.max_tokens or (LOCAL_MAX_TOKENS if args.summarizer == "local" else 8192),
+        "max_tokens": args.max_tokens
+        or SUMMARIZERS.get(args.summarizer).default_max_tokens
+        or DEFAULT_MAX_TOKENS,
         "min_identifier_ratio": args.min_ratio,
     }
     if args.window is not None:
@@ -131,44 +134,14 @@ def _config(args: argparse.Namespace) -> BasicConfig:
     return BasicConfig(**values)
 
 
-async def _summarizer(args: argparse.Namespace, stack: AsyncExitStack) -> Summarizer:
-    if args.summarizer == "template":
-        return TemplateSummarizer()
-    if args.summarizer == "local":
-        from compaction.summarizers.chunking import ChunkingSummarizer
-        from compaction.summarizers.local import LocalModelServer, checkpoint_grammar
-
-        # A grammar holds the small embedded model to the eight-section checkpoint structure, short
-        # enough (8 one-line bullets of <= 40 characters) that it always ends under the default cap.
-        server = await stack.enter_async_context(
-            LocalModelServer(
-                args.model,
-                context_tokens=4096,
-                grammar=checkpoint_grammar(bullets=1, bullet_chars=40),
-                sampling={"temp": 0.0, "seed": 7},
-                threads=1,
-            )
-        )
-        # The embedded model's window is small: summarize oversize spans in balanced chunks.
-        summarizer: Summarizer = ChunkingSummarizer(
-            server.summarizer(), server.context_tokens, HeuristicMeter().message
-        )
-    elif args.summarizer == "openai":
-        from compaction.summarizers.openai import OpenAISummarizer
-
-        summarizer = OpenAISummarizer(args.base_url, _model(args))
-    else:
-        from compaction.summarizers.anthropic import AnthropicSummarizer
-
-        summarizer = AnthropicSummarizer(args.base_url, _model(args))
-    stack.push_async_callback(summarizer.aclose)
-    return summarizer
-
-
-def _model(args: argparse.Namespace) -> str:
-    if not args.model:
-        raise CompactionConfigError(f"--summarizer {args.summarizer} needs --model NAME")
-    return str(args.model)
+def _capped() -> str:
+    """The summarizers with a cap of their own, for the help text."""
+    capped = [
+        f"{spec.default_max_tokens} with --summarizer {spec.name}"
+        for spec in SUMMARIZERS
+        if spec.default_max_tokens
+    ]
+    return "; ".join(capped) or "the same for every summarizer"
 
 
 def _result_json(result: CompactionResult) -> dict[str, Any]:

@@ -21,14 +21,14 @@ from rich.console import Console
 
 from compaction.audit.checks import audit_events
 from compaction.basic import BasicCompactService
-from compaction.cli.cmd_sessions import completed_compactions
+from compaction.brackets import committed_count
 from compaction.cli.command import Command, Context, Document
 from compaction.cli.demo import run_demo_session
 from compaction.cli.demo.phases import compare_strategies
 from compaction.cli.output import positive_int, table
 from compaction.config import BasicConfig
 from compaction.meters import HeuristicMeter, Meter
-from compaction.sessions.events import Replace, RequestHeader
+from compaction.sessions.events import Replace
 from compaction.sessions.loop import StepContext
 from compaction.sessions.render import pairing_problems
 from compaction.sessions.session import Session, project
@@ -61,11 +61,11 @@ class CompactionWatch:
     async def pre_step(self, context: StepContext) -> None:
         session = context.session
         before = self.meter.measure(session).total_tokens
-        done = completed_compactions(session)
+        done = committed_count(session)
         await self.service.pre_step(context)
         after = self.meter.measure(session).total_tokens
         self.max_request = max(self.max_request, after)
-        if completed_compactions(session) > done:
+        if committed_count(session) > done:
             entry = {
                 "turn": context.turn,
                 "step": context.step,
@@ -113,9 +113,7 @@ def _strategies(context: Context) -> list[dict[str, Any]]:
 
 def uncompacted_tokens(session: Session, meter: Meter) -> int:
     """What the request would weigh had nothing been compacted: header + every appended message."""
-    seq = session.last_of("request/header")
-    header = session.event(seq) if seq is not None else None
-    total = meter.header(header if isinstance(header, RequestHeader) else None)
+    total = meter.header(session.latest_header())
     for event in session.events():
         if event.SURFACE and not isinstance(event.surface_op, Replace) and project(event) is not None:
             total += meter.event(event)
@@ -151,7 +149,7 @@ def demo_document(
         "store": store,
         "events": len(session),
         "surface_nodes": len(session.nodes),
-        "compactions": completed_compactions(session),
+        "compactions": committed_count(session),
         "tokens_before": uncompacted_tokens(session, meter),
         "tokens_after": meter.measure(session).total_tokens,
         "max_request_tokens": watch.max_request,

@@ -22,7 +22,8 @@ from rich.text import Text
 
 from compaction.cli.command import Command, Context, Document
 from compaction.errors import ConfigurationError, UsageError
-from compaction.sessions.native import export_lines, export_session, surface_hash
+from compaction.sessions.hashing import surface_hash
+from compaction.sessions.native import export_lines, export_session
 from compaction.sessions.session import Session
 
 STDOUT = "-"

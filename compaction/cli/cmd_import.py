@@ -27,8 +27,9 @@ from compaction.cli.command import Command, Context, Document
 from compaction.cli.output import table
 from compaction.errors import StoreError, TranscriptError
 from compaction.sessions.events import ToolResult
+from compaction.sessions.hashing import surface_hash
 from compaction.sessions.importers import ImportedSession, import_path
-from compaction.sessions.native import import_session, is_native, surface_hash
+from compaction.sessions.native import import_session, is_native
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
 

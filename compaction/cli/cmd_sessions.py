@@ -11,9 +11,9 @@ import argparse
 
 from rich.console import Console
 
+from compaction.brackets import committed_count
 from compaction.cli.command import Command, Context, Document
 from compaction.cli.output import table
-from compaction.events import CompactEnd
 from compaction.meters import HeuristicMeter, Meter
 from compaction.sessions.session import Session
 
@@ -40,17 +40,8 @@ def session_row(session: Session, meter: Meter) -> Document:
         "events": len(session),
         "surface_nodes": len(session.nodes),
         "surface_tokens": meter.measure(session).surface_tokens,
-        "compactions": completed_compactions(session),
+        "compactions": committed_count(session),
     }
-
-
-def completed_compactions(session: Session) -> int:
-    """How many ``compact/end`` events carry no error (reads the log only when there are any)."""
-    if not session.type_counts.get(CompactEnd.TYPE):
-        return 0
-    return sum(
-        1 for event in session.events() if isinstance(event, CompactEnd) and event.error is None
-    )
 
 
 def render(document: Document, console: Console) -> None:

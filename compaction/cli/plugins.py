@@ -21,13 +21,12 @@ from importlib.metadata import EntryPoint, entry_points
 from rich.console import Console
 
 from compaction.cli.command import Command, Context, Document
-from compaction.errors import ConfigurationError
+from compaction.errors import PluginError
 
 GROUP = "compaction.commands"
 
 
-class PluginError(ConfigurationError):
-    """A command plugin could not be loaded; names the plugin, its target and the cause."""
+
 
 
 def plugin_commands(core: Iterable[str], found: Iterable[EntryPoint] | None = None) -> list[Command]:

@@ -14,14 +14,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from uuid import UUID
 
-from eventsourcing.persistence import IntegrityError
-
-from compaction.errors import StoreError
-from compaction.sessions.mapper import EventEnvelope, encode_event
-from compaction.sessions.native import surface_hash
+from compaction.errors import ConcurrencyError, StoreError
+from compaction.sessions.hashing import surface_hash
+from compaction.sessions.mapper import encode_event
 from compaction.sessions.partitioned import AnyStore, home_store
 from compaction.sessions.session import Session
-from compaction.sessions.store import SessionStore
 
 BATCH = 1000
 
@@ -79,7 +76,7 @@ def copy_session(
     # not make a faithful copy look unverified.
     expected = surface_hash(Session.replay(session_id, events))
     home = home_store(target, session_id)
-    present = _target_length(home, session_id)
+    present = home.stream_length(session_id)
     last_target = home.load_events(session_id, present - 1, present) if present else []
     if present > len(events) or (
         last_target and encode_event(last_target[0]) != encode_event(events[present - 1])
@@ -97,8 +94,8 @@ def copy_session(
     for lo in range(present, len(events), batch):
         chunk = events[lo : lo + batch]
         try:
-            home.events.put([EventEnvelope(session_id, e.seq, e) for e in chunk])
-        except IntegrityError as e:
+            home.append_events(session_id, chunk)
+        except ConcurrencyError as e:
             raise StoreError(
                 f"session {session_id}: the target gained events at seqs {lo}..{lo + len(chunk) - 1} "
                 "while copying (another writer?); run the copy again"
@@ -116,8 +113,3 @@ def copy_session(
         "" if verified else f"target has {len(copied_session)} events, surface hash {actual[:12]}"
     )
     return CopyReport(session_id, len(events), copied, expected, verified, status, detail)
-
-
-def _target_length(target: SessionStore, session_id: UUID) -> int:
-    last = target.recorder.select_events(session_id, desc=True, limit=1)
-    return last[0].originator_version + 1 if last else 0

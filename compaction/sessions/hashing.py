@@ -1,7 +1,8 @@
-"""The surface hash: one stable fingerprint of what the model sees, shared by the whole library.
+"""Content hashes, one home for the whole library: the surface hash and the event hash.
 
-The recipe is defined once, at the bottom layer, as :func:`compaction.sessions.native.surface_hash` (export
-and copy record it; recovery reports it; audit can compare it). It is the lowercase hex sha256 of::
+The surface hash is one stable fingerprint of what the model sees. The recipe is defined once, here, as
+:func:`surface_hash` (export and copy record it; recovery reports it; audit can compare it). It is the
+lowercase hex sha256 of::
 
     msgspec.json.encode(surface_seqs)              # e.g. b"[0,3,4,17]"
     msgspec.json.encode(message)                   # for each derived message, in surface order
@@ -16,6 +17,9 @@ stable across stores, processes and versions as long as the message Structs evol
 rules (new fields get defaults and are omitted when default). :func:`hash_surface` applies the same
 recipe to an explicit surface, such as the inertness proof's from-scratch folds; a test pins the two
 functions together. :data:`SURFACE_HASH_VERSION` names this recipe; a change must bump it.
+
+:func:`event_hash` is the sha256 of one event's stored encoding: ``compact/summary`` records it for
+every shadowed event, and the audit re-computes it to show the log was not changed since.
 """
 
 from __future__ import annotations
@@ -26,9 +30,11 @@ from collections.abc import Iterable, Sequence
 import msgspec
 
 from compaction.sessions.blocks import Message
-from compaction.sessions.native import surface_hash
+from compaction.sessions.events import SessionEvent
+from compaction.sessions.mapper import encode_event
+from compaction.sessions.session import Session
 
-__all__ = ["SURFACE_HASH_VERSION", "hash_surface", "surface_hash"]
+__all__ = ["SURFACE_HASH_VERSION", "event_hash", "hash_surface", "surface_hash"]
 
 SURFACE_HASH_VERSION = 1
 _ENCODER = msgspec.json.Encoder()
@@ -40,3 +46,13 @@ def hash_surface(seqs: Sequence[int], messages: Iterable[Message]) -> str:
     for message in messages:
         digest.update(_ENCODER.encode(message))
     return digest.hexdigest()
+
+
+def surface_hash(session: Session) -> str:
+    """The surface hash of ``session``: its surface seqs and the messages derived from them."""
+    return hash_surface(session.nodes, session.derive_messages())
+
+
+def event_hash(event: SessionEvent) -> str:
+    """sha256 of the event's stored encoding (what the store holds for that seq)."""
+    return hashlib.sha256(encode_event(event)).hexdigest()

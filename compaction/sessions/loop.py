@@ -22,12 +22,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 
-from compaction.errors import ConfigurationError, EventCompactionError
+from compaction.errors import AgentLoopError, ConfigurationError
 from compaction.sessions.blocks import (
     Message,
     Source,
@@ -48,13 +48,12 @@ from compaction.sessions.events import (
     ToolError,
     ToolResult,
     ToolSpec,
-    TurnEnd,
     TurnEndReason,
     TurnStart,
     Usage,
     UserMessage,
 )
-from compaction.sessions.interrupted import interrupted_result
+from compaction.sessions.interrupted import turn_closers
 
 if TYPE_CHECKING:
     from compaction.sessions.session import Session
@@ -63,10 +62,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("compaction.sessions.loop")
 
 MAX_STEPS_MESSAGE = "max steps reached"
-
-
-class AgentLoopError(EventCompactionError, RuntimeError):
-    """The loop was used wrongly (a turn already open) or the model answered in a bad shape."""
 
 
 # ---------------------------------------------------------------- the model and tool seams
@@ -129,9 +124,6 @@ class TurnOutcome(msgspec.Struct, frozen=True):
 class _TurnState:
     turn: int
     steps: int = 0
-    open_step: int | None = None
-    # tool-call blocks of the open step not answered yet: call id -> (tool name, tool/call seq)
-    pending: dict[str, tuple[str, int | None]] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- the loop
@@ -186,12 +178,7 @@ class AgentLoop:
     @property
     def header(self) -> RequestHeader | None:
         """The latest ``request/header`` of the session, or None."""
-        seq = self.session.last_of(RequestHeader.TYPE)
-        if seq is None:
-            return None
-        event = self.session.event(seq)
-        assert isinstance(event, RequestHeader)
-        return event
+        return self.session.latest_header()
 
     def request(self) -> ModelRequest:
         """The model request for the current surface and envelope."""
@@ -221,12 +208,12 @@ class AgentLoop:
         try:
             reason = await self._run_steps(state)
         except asyncio.CancelledError:
-            self._close_turn(state, TurnEndReason(kind="aborted", message="cancelled"))
+            self._close_turn(TurnEndReason(kind="aborted", message="cancelled"))
             raise
         except Exception as exc:
-            self._close_turn(state, _error_reason(exc))
+            self._close_turn(_error_reason(exc))
             raise
-        self._close_turn(state, reason)
+        self._close_turn(reason)
         return TurnOutcome(turn=turn, steps=state.steps, reason=reason)
 
     async def _run_steps(self, state: _TurnState) -> TurnEndReason:
@@ -250,7 +237,7 @@ class AgentLoop:
     async def _run_step(self, state: _TurnState, step: int) -> ModelResponse:
         turn = state.turn
         self._append(StepStart(turn=turn, step=step))
-        state.open_step, state.steps = step, step
+        state.steps = step
         response = await self._call_model(turn, step)
         message = self._assistant_message(response, step)
         chunk_seqs = tuple(
@@ -266,12 +253,9 @@ class AgentLoop:
                 source_event_seqs=chunk_seqs,
             )
         )
-        calls = tool_calls_of(message)
-        state.pending = {c.id: (c.name, None) for c in calls}
-        for call in calls:
+        for call in tool_calls_of(message):
             await self._dispatch(state, step, call)
         self._append(StepEnd(turn=turn, step=step))
-        state.open_step = None
         self._save()
         return response
 
@@ -330,7 +314,6 @@ class AgentLoop:
                 arguments=call.arguments,
             )
         )
-        state.pending[call.id] = (call.name, recorded.seq)
         output, error = await self._run_tool(call)
         self._append(
             ToolResult(
@@ -342,7 +325,6 @@ class AgentLoop:
                 source_event_seqs=(recorded.seq,),
             )
         )
-        del state.pending[call.id]
 
     async def _run_tool(self, call: ToolCallBlock) -> tuple[ToolOutput, ToolError | None]:
         tool = self.tools.get(call.name)
@@ -360,17 +342,10 @@ class AgentLoop:
 
     # ------------------------------------------------------------ closing
 
-    def _close_turn(self, state: _TurnState, reason: TurnEndReason) -> None:
-        if state.open_step is not None:
-            for call_id, (_, call_seq) in list(state.pending.items()):
-                closer = interrupted_result(
-                    state.turn, state.open_step, call_id, call_seq, self.session.next_seq
-                )
-                self._append(closer)
-                del state.pending[call_id]
-            self._append(StepEnd(turn=state.turn, step=state.open_step))
-            state.open_step = None
-        self._append(TurnEnd(turn=state.turn, reason=reason))
+    def _close_turn(self, reason: TurnEndReason) -> None:
+        """Answer the open step's pending calls, close the step if open, end the turn, save."""
+        for closer in turn_closers(self.session, reason):
+            self._append(closer)
         self._save()
 
     # ------------------------------------------------------------ helpers

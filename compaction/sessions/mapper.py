@@ -4,6 +4,10 @@ eventsourcing 9.5's default ``Mapper`` serialises ``vars()`` through its JSON tr
 handle msgspec Structs. This mapper stores ``topic`` = the event ``TYPE`` (a stable name, never a
 Python path) and ``state`` = the event encoded with ``msgspec.json``; decoding uses one cached typed
 decoder per type. An unknown type raises :class:`~compaction.errors.UnknownEventTypeError`.
+
+It is the one decoder of stored rows: the store reads every row through it, strictly
+(:meth:`SessionMapper.decode_row`) or tolerantly (:meth:`SessionMapper.read_row`, which turns a row
+that does not decode into an :class:`UnreadableRow`).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from uuid import UUID
 import msgspec
 from eventsourcing.persistence import Mapper, StoredEvent
 
-from compaction.errors import StoreError
+from compaction.errors import EventCompactionError, StoreError
 from compaction.sessions.events import SessionEvent, event_class
 from compaction.sessions.session import SessionSnapshot
 
@@ -29,6 +33,18 @@ class EventEnvelope(msgspec.Struct, frozen=True):
     originator_id: UUID
     originator_version: int
     event: SessionEvent
+
+
+class UnreadableRow(msgspec.Struct, frozen=True):
+    """A stored row that does not decode: its position (``seq``), its event type and why."""
+
+    seq: int
+    type: str
+    reason: str
+
+
+StoredRow = SessionEvent | UnreadableRow
+"""A stored row read tolerantly: its event, or what made it unreadable."""
 
 
 class SnapshotEnvelope(msgspec.Struct, frozen=True):
@@ -117,7 +133,20 @@ class SessionMapper(Mapper[UUID]):
         self, originator_id: object, version: int, topic: str, state: bytes
     ) -> SessionEvent:
         """Decode one stored row of stream ``originator_id`` at position ``version``."""
+        decoder = _TYPE_DECODERS.get(topic)
+        if decoder is not None and not (self.cipher or self.compressor):  # the hot path
+            try:
+                event: SessionEvent = decoder.decode(state)
+            except msgspec.DecodeError:
+                pass  # the slow path below says what is wrong, and where
+            else:
+                if event.seq == version:
+                    return event
+        return self._decode_row(originator_id, version, topic, state)
 
+    def _decode_row(
+        self, originator_id: object, version: int, topic: str, state: bytes
+    ) -> SessionEvent:
         def where() -> str:
             return f"session {originator_id} seq {version}"
 
@@ -130,6 +159,14 @@ class SessionMapper(Mapper[UUID]):
                 "match its position (tampered or corrupt row)"
             )
         return event
+
+    def read_row(self, originator_id: object, version: int, topic: str, state: bytes) -> StoredRow:
+        """:meth:`decode_row`, tolerant: a row that does not decode becomes an
+        :class:`UnreadableRow` naming its seq, type and the reason."""
+        try:
+            return self.decode_row(originator_id, version, topic, state)
+        except EventCompactionError as e:
+            return UnreadableRow(version, topic, str(e))
 
     def decode_snapshot(self, stored: StoredEvent) -> SessionSnapshot | None:
         """The snapshot, or None for a snapshot in an older layout (the caller replays instead)."""

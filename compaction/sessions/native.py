@@ -12,7 +12,6 @@ before decoding.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable, Iterable, Iterator
 from importlib.metadata import PackageNotFoundError, version
@@ -29,8 +28,9 @@ from compaction.errors import (
     UnknownEventTypeError,
 )
 from compaction.sessions.events import SessionEvent
+from compaction.sessions.hashing import surface_hash
 from compaction.sessions.mapper import decode_event
-from compaction.sessions.session import Session, project
+from compaction.sessions.session import Session
 
 FORMAT = "compaction-events"
 VERSION = 1
@@ -46,18 +46,6 @@ def library_version() -> str:
         return version("event-compaction")
     except PackageNotFoundError:  # running from a source tree
         return "0+unknown"
-
-
-def surface_hash(session: Session) -> str:
-    """sha256 over the surface seqs and the msgspec encoding of the derived messages."""
-    digest = hashlib.sha256()
-    digest.update(msgspec.json.encode(list(session.nodes)))
-    encoder = msgspec.json.Encoder()
-    for seq in session.nodes:
-        message = project(session.event(seq))
-        if message is not None:
-            digest.update(encoder.encode(message))
-    return digest.hexdigest()
 
 
 # ---------------------------------------------------------------- writing

@@ -34,6 +34,8 @@ from eventsourcing.postgres import PostgresApplicationRecorder
 
 from compaction.errors import ConfigurationError, StoreError
 from compaction.sessions.events import SessionEvent
+from compaction.sessions.mapper import StoredRow
+from compaction.sessions.polling import PollingRecorder
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore, StoreLocation, parse_store_url
 
@@ -99,12 +101,13 @@ def partition_of(session_id: UUID, partitions: int) -> int:
     return int.from_bytes(digest, "big") % partitions
 
 
-class UnannouncedPostgresRecorder(PostgresApplicationRecorder):
+class UnannouncedPostgresRecorder(PollingRecorder, PostgresApplicationRecorder):
     """Appends without ``NOTIFY``. PostgreSQL serialises the commits of every transaction that
     issued a NOTIFY, server-wide (a lock held from pre-commit until after the WAL flush), so a
-    NOTIFY per append would serialise the partitions' commits again. Readers poll instead (the
-    projection runners' subscription waits at most its poll interval); the table lock, and so
-    commit-ordered notification ids per partition, stays."""
+    NOTIFY per append would serialise the partitions' commits again. Readers poll instead (its
+    ``subscribe()`` is a :class:`~compaction.sessions.polling.PollingSubscription`, which waits at
+    most its poll interval); the table lock, and so commit-ordered notification ids per
+    partition, stays."""
 
     def _notify_channel(self, curs: Any) -> None:
         return None
@@ -185,6 +188,12 @@ class PartitionedSessionStore:
         self, session_id: UUID, lo: int = 0, hi: int | None = None
     ) -> list[SessionEvent]:
         return self.partition_for(session_id).load_events(session_id, lo, hi)
+
+    def read_rows(self, session_id: UUID, lo: int = 0, hi: int | None = None) -> list[StoredRow]:
+        return self.partition_for(session_id).read_rows(session_id, lo, hi)
+
+    def stream_length(self, session_id: UUID) -> int:
+        return self.partition_for(session_id).stream_length(session_id)
 
     def exists(self, session_id: UUID) -> bool:
         return self.partition_for(session_id).exists(session_id)

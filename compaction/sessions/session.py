@@ -16,7 +16,6 @@ from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import ClassVar
 from uuid import UUID, uuid4
 
 import msgspec
@@ -29,6 +28,7 @@ from compaction.sessions.events import (
     UNSET_TIME,
     AssistantMessage,
     Replace,
+    RequestHeader,
     SessionEvent,
     UserMessage,
     now_utc,
@@ -74,9 +74,11 @@ class SessionMark:
 
 
 class Session:
-    """One session's log and its folds. Not thread-safe: one writer per session object."""
+    """One session's log and its folds. Not thread-safe: one writer per session object.
 
-    validators: ClassVar[list[Validator]] = []
+    ``validators`` are this session's extra pre-commit rules (run after the surface and structure
+    rules, in order); they belong to the object, so one session's rules never leak into another's."""
+
     strict_structure: bool = True
 
     def __init__(
@@ -85,10 +87,12 @@ class Session:
         *,
         strict_structure: bool = True,
         clock: Callable[[], datetime] = now_utc,
+        validators: Iterable[Validator] = (),
     ) -> None:
         self.id: UUID = session_id or uuid4()
         self.strict_structure = strict_structure
         self.clock = clock
+        self.validators: tuple[Validator, ...] = tuple(validators)
         # Events with seq >= _base, in order. Below _base (a session restored from a snapshot) the
         # payloads are fetched on demand into _older, so restoring costs O(surface), not O(log).
         self._base = 0
@@ -154,6 +158,14 @@ class Session:
     def last_of(self, event_type: str) -> int | None:
         """Seq of the latest event of ``event_type``, or None."""
         return self.last_by_type.get(event_type)
+
+    def latest_header(self) -> RequestHeader | None:
+        """The latest ``request/header`` (the envelope of the next model call), or None."""
+        seq = self.last_of(RequestHeader.TYPE)
+        if seq is None:
+            return None
+        event = self.event(seq)
+        return event if isinstance(event, RequestHeader) else None
 
     @property
     def open_turn(self) -> int | None:
@@ -238,11 +250,7 @@ class Session:
         kind = event.TYPE
         self.last_by_type[kind] = event.seq
         self.type_counts[kind] = self.type_counts.get(kind, 0) + 1
-        if (
-            self.first_user_seq is None
-            and isinstance(event, UserMessage)
-            and event.surface_op == APPEND
-        ):
+        if self.first_user_seq is None and is_user_prompt(event):
             self.first_user_seq = event.seq
 
     # Public marks: the compaction transaction stages appends, saves them, and rolls back
@@ -262,12 +270,15 @@ class Session:
         self._rollback(mark)
 
     def adopt(self, other: Session) -> None:
-        """Become ``other`` (a fresher load of the same session), keeping this object's identity."""
+        """Become ``other`` (a fresher load of the same session), keeping this object's identity
+        and its validators."""
         if other.id != self.id:
             raise SessionStateError(f"cannot adopt session {other.id} into session {self.id}")
         epoch = max(self.epoch, other.epoch) + 1
+        validators = self.validators
         self.__dict__.update(other.__dict__)
         self.epoch = epoch
+        self.validators = validators
 
     def mark_saved(self) -> None:
         self.saved_length = len(self)
@@ -376,6 +387,25 @@ def unpack_ints(data: bytes, code: str) -> list[int]:
     if sys.byteorder != "little":
         unpacked.byteswap()
     return unpacked.tolist()
+
+
+def is_user_prompt(event: SessionEvent) -> bool:
+    """A user message appended to the surface. The first one in a log is the session's task
+    statement (``Session.first_user_seq``), which automatic compaction keeps by default."""
+    return isinstance(event, UserMessage) and event.surface_op == APPEND
+
+
+def first_user_seq(events: Iterable[SessionEvent]) -> int | None:
+    """:attr:`Session.first_user_seq` for a plain list of events (such as an audit's tolerant log)."""
+    return next((e.seq for e in events if is_user_prompt(e)), None)
+
+
+def latest_header(events: Sequence[SessionEvent]) -> RequestHeader | None:
+    """:meth:`Session.latest_header` for a plain list of events (such as an audit's tolerant log)."""
+    for event in reversed(events):
+        if isinstance(event, RequestHeader):
+            return event
+    return None
 
 
 def project(event: SessionEvent) -> Message | None:

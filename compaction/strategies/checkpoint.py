@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
+from compaction.brackets import committed_count
 from compaction.config import BasicConfig
 from compaction.contract import CompactionResult, CompactService, Trigger
 from compaction.errors import BusyError, CompactionError, SpanError
@@ -54,17 +55,6 @@ def read_scratchpad(session: Session) -> Scratchpad:
         elif isinstance(event, PhaseEnd):
             phases.append(event)
     return Scratchpad(values, phases)
-
-
-def compactions_count(session: Session) -> int:
-    """Committed compactions of this session (the seed's signal that a workflow should be split)."""
-    return session.type_counts.get("compact/end", 0) - _failed_ends(session)
-
-
-def _failed_ends(session: Session) -> int:
-    if not session.type_counts.get("compact/end"):
-        return 0
-    return sum(1 for e in session.events() if e.TYPE == "compact/end" and getattr(e, "error", None))
 
 
 def render_checkpoint(pad: Scratchpad, next_instruction: str, compactions: int) -> str:
@@ -152,7 +142,7 @@ class CheckpointCompactService(CompactService):
         if span is None:
             return None
         text = render_checkpoint(
-            pad, next_instruction or self.next_instruction, compactions_count(session)
+            pad, next_instruction or self.next_instruction, committed_count(session)
         )
         transaction = Transaction(
             session=session,

@@ -1,65 +1,37 @@
 """Anthropic messages (``/v1/messages``), streaming.
 
-The request carries the conversation's own ``system`` and ``tools``, the shadowed messages in the
-Anthropic shape (roles alternate; tool results lead the next user message), and the instruction
-merged into the final user turn. The stream is ``message_start`` (model, input usage),
-``content_block_start`` / ``content_block_delta`` / ``content_block_stop`` per block,
-``message_delta`` (stop reason, output usage) and ``message_stop``. Thinking blocks are dropped;
+The request body is :func:`~compaction.summarizers.payloads.build_anthropic_payload`: the
+conversation's own ``system`` and ``tools``, the shadowed messages in the Anthropic shape (roles
+alternate; tool results lead the next user message), and the instruction merged into the final
+user turn. The stream is ``message_start`` (model, input usage), ``content_block_start`` /
+``content_block_delta`` / ``content_block_stop`` per block, ``message_delta`` (stop reason, output
+usage) and ``message_stop``. Thinking blocks are dropped;
 tool use, images or any other block type in the output are refused.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
-
-import aiohttp
 
 from compaction.errors import CompactionConfigError, UnsupportedOutputError
 from compaction.sessions.events import Usage
-from compaction.sessions.render import to_anthropic
 from compaction.summarizers.base import SummaryRequest
-from compaction.summarizers.http import (
-    DEFAULT_TIMEOUTS,
-    JSON,
-    HttpSummarizer,
-    SSEEvent,
-    StreamResult,
-    Timeouts,
-    decode_event,
-    instruction_message,
-    stream_error,
-    tool_schema,
-)
+from compaction.summarizers.http import HttpSummarizer, StreamResult, stream_error
+from compaction.summarizers.payloads import JSON, build_anthropic_payload
+from compaction.summarizers.sse import SSEEvent, decode_event
+from compaction.summarizers.transport import DEFAULT_TIMEOUTS, Timeouts, Transport
+
+__all__ = [
+    "ANTHROPIC_URL",
+    "ANTHROPIC_VERSION",
+    "AnthropicStreamFold",
+    "AnthropicSummarizer",
+    "anthropic_usage",
+    "build_anthropic_payload",
+]
 
 ANTHROPIC_URL = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
-CONTINUATION = "[the conversation continues from an earlier point]"
-"""Leads the messages when the span starts with an assistant turn (some endpoints require a user
-message first)."""
-
-
-def build_anthropic_payload(request: SummaryRequest, model: str) -> JSON:
-    """The messages body for ``request`` (pure: the audit rebuilds requests with it)."""
-    messages = to_anthropic([*request.messages, instruction_message(request)])
-    if messages[0]["role"] != "user":
-        messages.insert(0, {"role": "user", "content": [{"type": "text", "text": CONTINUATION}]})
-    payload: JSON = {"model": model, "max_tokens": request.max_tokens}
-    if request.system:
-        payload["system"] = request.system
-    if request.tools:
-        payload["tools"] = [_tool(t.name, t.description, t.parameters) for t in request.tools]
-    payload["messages"] = messages
-    payload["stream"] = True
-    return payload
-
-
-def _tool(name: str, description: str, parameters: dict[str, Any]) -> JSON:
-    tool: JSON = {"name": name}
-    if description:
-        tool["description"] = description
-    tool["input_schema"] = tool_schema(parameters)
-    return tool
 
 
 def anthropic_usage(raw: JSON) -> Usage:
@@ -184,7 +156,7 @@ class AnthropicSummarizer(HttpSummarizer):
         max_retries: int = 3,
         backoff_base: float = 0.5,
         backoff_max: float = 30.0,
-        session: aiohttp.ClientSession | None = None,
+        transport: Transport | None = None,
         provider: str | None = None,
         anthropic_version: str = ANTHROPIC_VERSION,
     ) -> None:
@@ -196,7 +168,7 @@ class AnthropicSummarizer(HttpSummarizer):
             max_retries=max_retries,
             backoff_base=backoff_base,
             backoff_max=backoff_max,
-            session=session,
+            transport=transport,
             provider=provider,
         )
         self.anthropic_version = anthropic_version

@@ -22,7 +22,7 @@ from compaction.instruction import CLOSE_TAG, INSTRUCTION_PLUGIN, OPEN_TAG
 from compaction.sessions.blocks import Message, Source, TextBlock, ToolResultBlock, tool_calls_of
 from compaction.sessions.events import Usage
 from compaction.summarizers.base import Summarizer, SummaryOutput, SummaryRequest
-from compaction.summarizers.http import instruction_message
+from compaction.summarizers.payloads import instruction_message
 
 Estimate = Callable[[Message], int]
 Unit = tuple[Message, ...]

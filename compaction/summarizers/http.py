@@ -1,8 +1,13 @@
-"""The shared machinery of model-backed summarizers: one aiohttp client, SSE decoding, retries.
+"""The shared machinery of model-backed summarizers: retries, status handling, stream reading.
 
     HttpSummarizer (Summarizer)   POST one streaming request, fold its events, check the outcome
     ├── OpenAISummarizer           ``/v1/chat/completions`` (openai.py)
     └── AnthropicSummarizer        ``/v1/messages`` (anthropic.py)
+
+The bytes travel over a :class:`~compaction.summarizers.transport.Transport` (``transport=``; the
+default is :class:`~compaction.summarizers.aiohttp_transport.AiohttpTransport`), the request
+bodies come from :mod:`~compaction.summarizers.payloads` and the stream is decoded by
+:mod:`~compaction.summarizers.sse`; this module imports no HTTP client.
 
 Every failure is a :class:`~compaction.errors.SummarizerError` whose ``code`` says how it failed:
 
@@ -24,7 +29,6 @@ API keys are kept in :class:`ApiKey`, whose repr is ``***``; every message built
 from __future__ import annotations
 
 import asyncio
-import codecs
 import logging
 import os
 import random
@@ -38,7 +42,6 @@ from email.utils import parsedate_to_datetime
 from typing import Any, NamedTuple, Protocol, Self
 from urllib.parse import urlsplit
 
-import aiohttp
 import msgspec
 
 from compaction.errors import (
@@ -48,14 +51,47 @@ from compaction.errors import (
     SummarizerError,
     TruncatedError,
 )
-from compaction.instruction import INSTRUCTION_PLUGIN
-from compaction.sessions.blocks import Message, Source, TextBlock
 from compaction.sessions.events import Usage
 from compaction.summarizers.base import Summarizer, SummaryOutput, SummaryRequest
+from compaction.summarizers.payloads import JSON
+from compaction.summarizers.sse import SSEDecoder, SSEEvent
+from compaction.summarizers.transport import (
+    DEFAULT_TIMEOUTS,
+    Timeouts,
+    Transport,
+    TransportRequest,
+    TransportResponse,
+    default_transport,
+)
+
+__all__ = [
+    "DEFAULT_TIMEOUTS",
+    "JSON",
+    "RETRIED_CODES",
+    "ApiKey",
+    "HttpClient",
+    "HttpSummarizer",
+    "RetryPolicy",
+    "StreamFold",
+    "StreamResult",
+    "Timeouts",
+    "endpoint_url",
+    "error_details",
+    "finished_output",
+    "is_context_length",
+    "redact",
+    "redacted",
+    "resolve_key",
+    "retry_after",
+    "status_error",
+    "stream_error",
+    "strip_reasoning",
+]
 
 log = logging.getLogger("compaction.summarizers")
 
-JSON = dict[str, Any]
+MAX_ERROR_BODY = 65536
+"""Bytes of an error body read for its message."""
 
 # ---------------------------------------------------------------- configuration
 
@@ -82,30 +118,6 @@ def resolve_key(explicit: str | None, env_var: str) -> ApiKey | None:
     """The explicit key, else the environment variable, else None (servers that need none)."""
     value = explicit if explicit is not None else os.environ.get(env_var)
     return ApiKey(value) if value else None
-
-
-@dataclass(frozen=True)
-class Timeouts:
-    """``connect``: seconds to open the connection; ``read``: longest silence between two reads of
-    the stream (a slow model keeps streaming, a stuck one goes silent); ``total``: optional cap."""
-
-    connect: float = 10.0
-    read: float = 120.0
-    total: float | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("connect", "read", "total"):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise CompactionConfigError(f"Timeouts.{name} must be > 0 seconds, got {value!r}")
-
-    def client_timeout(self) -> aiohttp.ClientTimeout:
-        return aiohttp.ClientTimeout(
-            total=self.total, sock_connect=self.connect, sock_read=self.read
-        )
-
-
-DEFAULT_TIMEOUTS = Timeouts()
 
 
 @dataclass(frozen=True)
@@ -182,104 +194,6 @@ def endpoint_url(base_url: str, path: str) -> str:
         )
     base = base_url.rstrip("/")
     return f"{base}{path}" if base.endswith("/v1") else f"{base}/v1{path}"
-
-
-# ---------------------------------------------------------------- request pieces for both providers
-
-
-def instruction_message(request: SummaryRequest) -> Message:
-    """The single final user message carrying the instruction (spec §d.12)."""
-    return Message(
-        id=f"{request.compaction_id}/instruction",
-        role="user",
-        content=(TextBlock(request.instruction),),
-        source=Source(
-            kind="plugin", plugin=INSTRUCTION_PLUGIN, compaction_id=request.compaction_id
-        ),
-    )
-
-
-def tool_schema(parameters: Mapping[str, Any]) -> JSON:
-    return dict(parameters) if parameters else {"type": "object", "properties": {}}
-
-
-# ---------------------------------------------------------------- server-sent events
-
-
-class SSEEvent(NamedTuple):
-    event: str
-    data: str
-
-
-_EOL = re.compile(r"\r\n|\r|\n")
-
-
-class SSEDecoder:
-    """Incremental text/event-stream decoder (WHATWG rules: CRLF, CR or LF line ends, comment
-    lines, multi-line data)."""
-
-    def __init__(self) -> None:
-        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._buffer = ""
-        self._event = ""
-        self._data: list[str] = []
-
-    def feed(self, chunk: bytes) -> list[SSEEvent]:
-        self._buffer += self._utf8.decode(chunk)
-        events: list[SSEEvent] = []
-        start = 0
-        for match in _EOL.finditer(self._buffer):
-            if match.group() == "\r" and match.end() == len(self._buffer):
-                break  # maybe the first half of a CRLF split across chunks
-            self._line(self._buffer[start : match.start()], events)
-            start = match.end()
-        self._buffer = self._buffer[start:]
-        return events
-
-    def close(self) -> list[SSEEvent]:
-        """End of stream: a last line without its newline, and an event without its blank line,
-        still count."""
-        events = self.feed(b"")
-        self._buffer += self._utf8.decode(b"", final=True)
-        for line in _EOL.split(self._buffer):
-            if line:
-                self._line(line, events)
-        self._buffer = ""
-        self._line("", events)
-        return events
-
-    def _line(self, line: str, events: list[SSEEvent]) -> None:
-        if not line:
-            if self._data:
-                events.append(SSEEvent(self._event or "message", "\n".join(self._data)))
-            self._event, self._data = "", []
-            return
-        if line.startswith(":"):
-            return
-        name, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        if name == "data":
-            self._data.append(value)
-        elif name == "event":
-            self._event = value
-
-
-def decode_event(event: SSEEvent, provider: str) -> JSON:
-    try:
-        value = msgspec.json.decode(event.data)
-    except msgspec.DecodeError as e:
-        raise SummarizerError(
-            f"{provider} stream: expected a JSON object in a {event.event!r} event, got "
-            f"{event.data[:200]!r}",
-            code="protocol",
-        ) from e
-    if not isinstance(value, dict):
-        raise SummarizerError(
-            f"{provider} stream: expected a JSON object in a {event.event!r} event, got "
-            f"{type(value).__name__}",
-            code="protocol",
-        )
-    return value
 
 
 # ---------------------------------------------------------------- stream folds and their outcome
@@ -418,7 +332,8 @@ def stream_error(provider: str, error: Any) -> SummarizerError:
 
 
 class HttpClient:
-    """One aiohttp session (borrowed or owned), timeouts, and bounded retries before the stream."""
+    """Bounded retries before the stream, over one :class:`Transport`; the transport's failures
+    come out as SummarizerErrors naming the provider, with the key masked."""
 
     def __init__(
         self,
@@ -426,35 +341,27 @@ class HttpClient:
         provider: str,
         timeouts: Timeouts,
         retry: RetryPolicy,
-        session: aiohttp.ClientSession | None,
+        transport: Transport,
         key: ApiKey | None,
         key_hint: str,
     ) -> None:
         self.provider = provider
         self.timeouts = timeouts
         self.retry = retry
-        self._session = session
-        self._owns_session = session is None
+        self.transport = transport
         self._key = key
         self._key_hint = key_hint
 
     async def aclose(self) -> None:
-        if self._owns_session and self._session is not None:
-            await self._session.close()
-            self._session = None
-
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession()
-            self._owns_session = True
-        return self._session
+        await self.transport.aclose()
 
     @asynccontextmanager
     async def stream(
         self, url: str, payload: JSON, headers: Mapping[str, str]
-    ) -> AsyncIterator[aiohttp.ClientResponse]:
+    ) -> AsyncIterator[TransportResponse]:
         """The 200 response of a POST, after retries; closed (not pooled) if the reader fails."""
-        response = await self._post_with_retries(url, msgspec.json.encode(payload), headers)
+        request = TransportRequest(url, msgspec.json.encode(payload), dict(headers), self.timeouts)
+        response = await self._post_with_retries(request)
         try:
             yield response
         except BaseException:
@@ -463,17 +370,15 @@ class HttpClient:
         else:
             response.release()
 
-    async def _post_with_retries(
-        self, url: str, body: bytes, headers: Mapping[str, str]
-    ) -> aiohttp.ClientResponse:
+    async def _post_with_retries(self, request: TransportRequest) -> TransportResponse:
         retries = 0
         while True:
             wait: float | None = None
             try:
-                response = await self._post(url, body, headers)
+                response = await self._send(request)
                 if response.status == 200:
                     return response
-                error = await self._status_error(url, response)
+                error = await self._status_error(request.url, response)
                 wait = retry_after(response.headers)
             except SummarizerError as e:
                 error = e
@@ -491,43 +396,39 @@ class HttpClient:
             )
             await asyncio.sleep(delay)
 
-    async def _post(
-        self, url: str, body: bytes, headers: Mapping[str, str]
-    ) -> aiohttp.ClientResponse:
-        try:
-            return await self._client().post(
-                url, data=body, headers=dict(headers), timeout=self.timeouts.client_timeout()
-            )
-        except aiohttp.ConnectionTimeoutError as e:
-            raise SummarizerError(
-                f"{self.provider}: no connection to {url} within {self.timeouts.connect} s "
-                "(connect timeout)",
-                code="timeout",
-                retryable=True,
-            ) from e
-        except TimeoutError as e:
-            raise SummarizerError(
-                f"{self.provider}: no response from {url} within {self.timeouts.read} s "
-                "(read timeout)",
-                code="timeout",
-                retryable=True,
-            ) from e
-        except aiohttp.ClientConnectionError as e:
-            raise SummarizerError(
-                redact(f"{self.provider}: could not reach {url}: {e}", self._key),
-                code="connect",
-                retryable=True,
-            ) from None
-        except aiohttp.ClientError as e:
-            raise SummarizerError(
-                redact(f"{self.provider}: request to {url} failed: {e}", self._key),
-                code="connect",
-            ) from None
+    def _transport_error(self, error: SummarizerError) -> SummarizerError:
+        """The transport's failure, naming the provider and with the key masked."""
+        return SummarizerError(
+            redact(f"{self.provider}: {error}", self._key), code=error.code, retryable=error.retryable
+        )
 
-    async def _not_a_stream(self, url: str, response: aiohttp.ClientResponse) -> SummarizerError:
+    async def _send(self, request: TransportRequest) -> TransportResponse:
         try:
-            body = msgspec.json.decode(await response.content.read(65536))
-        except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError):
+            return await self.transport.send(request)
+        except SummarizerError as e:
+            raise self._transport_error(e) from e.__cause__
+
+    async def _receive(self, response: TransportResponse) -> bytes:
+        try:
+            return await response.receive()
+        except SummarizerError as e:
+            raise self._transport_error(e) from e.__cause__
+
+    @staticmethod
+    async def _body(response: TransportResponse) -> bytes:
+        """Up to :data:`MAX_ERROR_BODY` bytes of a (short, error) body; what arrived if it breaks."""
+        body = b""
+        try:
+            while len(body) < MAX_ERROR_BODY and (chunk := await response.receive()):
+                body += chunk
+        except SummarizerError:
+            pass
+        return body[:MAX_ERROR_BODY]
+
+    async def _not_a_stream(self, url: str, response: TransportResponse) -> SummarizerError:
+        try:
+            body = msgspec.json.decode(await self._body(response))
+        except msgspec.DecodeError:
             body = None
         if isinstance(body, dict) and body.get("error"):
             return stream_error(self.provider, body["error"])
@@ -537,41 +438,26 @@ class HttpClient:
             code="protocol",
         )
 
-    async def _status_error(self, url: str, response: aiohttp.ClientResponse) -> SummarizerError:
+    async def _status_error(self, url: str, response: TransportResponse) -> SummarizerError:
         try:
-            body = await response.content.read(65536)
-        except (aiohttp.ClientError, TimeoutError):
-            body = b""
+            body = await self._body(response)
         finally:
             response.close()
         error = status_error(self.provider, url, response.status, body, self._key_hint)
         return redacted(error, self._key)
 
-    async def read(self, url: str, response: aiohttp.ClientResponse, fold: StreamFold) -> None:
+    async def read(self, url: str, response: TransportResponse, fold: StreamFold) -> None:
         """Feed the response's events to ``fold`` until it is done or the stream ends."""
         if response.content_type == "application/json":
             raise await self._not_a_stream(url, response)
         decoder = SSEDecoder()
-        try:
-            async for chunk in response.content.iter_any():
-                for event in decoder.feed(chunk):
-                    fold.feed(event)
-                    if fold.done:
-                        return
-            for event in decoder.close():
+        while chunk := await self._receive(response):
+            for event in decoder.feed(chunk):
                 fold.feed(event)
-        except TimeoutError as e:
-            raise SummarizerError(
-                f"{self.provider}: no data from {url} for {self.timeouts.read} s (read timeout)",
-                code="timeout",
-                retryable=True,
-            ) from e
-        except aiohttp.ClientError as e:
-            raise SummarizerError(
-                redact(f"{self.provider}: the stream from {url} broke off: {e}", self._key),
-                code="disconnected",
-                retryable=True,
-            ) from None
+                if fold.done:
+                    return
+        for event in decoder.close():
+            fold.feed(event)
         if not fold.finished:
             raise SummarizerError(
                 f"{self.provider}: the stream from {url} ended before its finish marker "
@@ -585,7 +471,13 @@ class HttpClient:
 
 
 class HttpSummarizer(Summarizer):
-    """A summarizer speaking one provider protocol over :class:`HttpClient`."""
+    """A summarizer speaking one provider protocol over :class:`HttpClient`.
+
+    ``transport``: how the bytes travel (default: a new
+    :class:`~compaction.summarizers.aiohttp_transport.AiohttpTransport`, closed by ``aclose``;
+    pass ``AiohttpTransport(session)`` to share an aiohttp session, or a
+    :class:`~compaction.summarizers.transport.MockTransport` in tests).
+    """
 
     provider = "http"
     path = "/chat/completions"
@@ -601,7 +493,7 @@ class HttpSummarizer(Summarizer):
         max_retries: int = 3,
         backoff_base: float = 0.5,
         backoff_max: float = 30.0,
-        session: aiohttp.ClientSession | None = None,
+        transport: Transport | None = None,
         provider: str | None = None,
     ) -> None:
         if not model:
@@ -617,7 +509,7 @@ class HttpSummarizer(Summarizer):
             provider=self.provider,
             timeouts=timeouts,
             retry=RetryPolicy(max_retries, backoff_base, backoff_max),
-            session=session,
+            transport=transport if transport is not None else default_transport(),
             key=self._key,
             key_hint=self.key_env,
         )
@@ -634,6 +526,10 @@ class HttpSummarizer(Summarizer):
     @property
     def retry(self) -> RetryPolicy:
         return self._client.retry
+
+    @property
+    def transport(self) -> Transport:
+        return self._client.transport
 
     @abstractmethod
     def payload(self, request: SummaryRequest) -> JSON:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Self
 from urllib.parse import urlsplit
 
-from compaction.errors import CompactionConfigError, SummarizerError
+from compaction.errors import CompactionConfigError, LocalServerError
 from compaction.instruction import SECTIONS
 from compaction.summarizers.openai import OpenAISummarizer
 
@@ -39,10 +39,7 @@ INSTALL_HINT = (
 )
 
 
-class LocalServerError(SummarizerError):
-    """The local model server failed to start (code ``local_server``)."""
 
-    code = "local_server"
 
 
 def default_model_path() -> Path:
@@ -87,6 +84,29 @@ def _xllamacpp() -> Any:
     except ImportError as e:
         raise CompactionConfigError(f"local model server needs xllamacpp: {INSTALL_HINT}") from e
     return xllamacpp
+
+
+_RUNNING: list[LocalModelServer] = []
+_RUNNING_LOCK = threading.Lock()
+
+
+def _claim(server: LocalModelServer) -> None:
+    """Refuse a second server in this process: llama.cpp's server keeps process-wide state, and
+    stopping one of two servers can block forever in xllamacpp's destructor (seen in the test suite
+    when a test started its own server beside a shared one). Reuse the running one, or stop it first."""
+    with _RUNNING_LOCK:
+        if _RUNNING and _RUNNING[0] is not server:
+            raise LocalServerError(
+                f"a local model server is already running in this process ({_RUNNING[0]!r}); "
+                "llama.cpp runs one server per process: stop it (or reuse it) before starting another"
+            )
+        _RUNNING[:] = [server]
+
+
+def _release(server: LocalModelServer) -> None:
+    with _RUNNING_LOCK:
+        if _RUNNING and _RUNNING[0] is server:
+            _RUNNING.clear()
 
 
 class LocalModelServer:
@@ -158,10 +178,17 @@ class LocalModelServer:
         return OpenAISummarizer(self.base_url, self.alias, **options)
 
     def start(self) -> Self:
+        """Start the server, or do nothing if it runs. One server per process (see :func:`_claim`)."""
         with self._lock:
             if self._server is None:
-                self._server = self._launch()
-                self._address = self._listening_address(self._server)
+                _claim(self)
+                try:
+                    self._server = self._launch()
+                    self._address = self._listening_address(self._server)
+                except BaseException:
+                    self._server = self._address = None
+                    _release(self)
+                    raise
         return self
 
     def stop(self) -> None:
@@ -169,6 +196,7 @@ class LocalModelServer:
         with self._lock:
             server, self._server, self._address = self._server, None, None
             del server  # the last reference: xllamacpp stops the server when it is collected
+            _release(self)
 
     def _params(self) -> Any:
         model_path = self.model_path or default_model_path()

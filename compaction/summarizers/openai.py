@@ -1,70 +1,32 @@
 """OpenAI-compatible chat completions (``/v1/chat/completions``): OpenAI, vLLM, llama.cpp, Ollama.
 
-The request is the conversation's own system prompt and tools, the shadowed messages in the chat
-shape (assistant ``tool_calls`` followed by their ``role: tool`` results), then the instruction as
-the final user message; streamed with ``stream_options.include_usage`` so usage arrives in a last
-chunk whose ``choices`` is empty. Reasoning (``reasoning_content`` / ``reasoning`` deltas, or an
-inline ``<think>`` block) is dropped; tool calls, images or audio in the output are refused.
+The request body is :func:`~compaction.summarizers.payloads.build_openai_payload`: the
+conversation's own system prompt and tools, the shadowed messages in the chat shape, then the
+instruction as the final user message; streamed with ``stream_options.include_usage`` so usage
+arrives in a last chunk whose ``choices`` is empty. Reasoning (``reasoning_content`` /
+``reasoning`` deltas, or an inline ``<think>`` block) is dropped; tool calls, images or audio in
+the output are refused.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
-
-import aiohttp
+from typing import Any
 
 from compaction.errors import UnsupportedOutputError
 from compaction.sessions.events import Usage
-from compaction.sessions.render import to_openai
 from compaction.summarizers.base import SummaryRequest
-from compaction.summarizers.http import (
-    DEFAULT_TIMEOUTS,
-    JSON,
-    HttpSummarizer,
-    SSEEvent,
-    StreamResult,
-    Timeouts,
-    decode_event,
-    instruction_message,
-    stream_error,
-    tool_schema,
-)
+from compaction.summarizers.http import HttpSummarizer, StreamResult, stream_error
+from compaction.summarizers.payloads import JSON, MaxTokensField, build_openai_payload
+from compaction.summarizers.sse import SSEEvent, decode_event
+from compaction.summarizers.transport import DEFAULT_TIMEOUTS, Timeouts, Transport
 
-MaxTokensField = Literal["max_tokens", "max_completion_tokens"]
-
-
-def build_openai_payload(
-    request: SummaryRequest, model: str, *, max_tokens_field: MaxTokensField = "max_tokens"
-) -> JSON:
-    """The chat-completions body for ``request`` (pure: the audit rebuilds requests with it)."""
-    messages = to_openai([*request.messages, instruction_message(request)], request.system)
-    payload: JSON = {
-        "model": model,
-        "messages": [m for m in messages if not _empty_assistant(m)],
-    }
-    if request.tools:
-        payload["tools"] = [_tool(t.name, t.description, t.parameters) for t in request.tools]
-    payload[max_tokens_field] = request.max_tokens
-    payload["stream"] = True
-    payload["stream_options"] = {"include_usage": True}
-    return payload
-
-
-def _empty_assistant(message: JSON) -> bool:
-    """A reasoning-only assistant turn renders to no content and no calls; providers reject it."""
-    return (
-        message["role"] == "assistant"
-        and message.get("content") is None
-        and not message.get("tool_calls")
-    )
-
-
-def _tool(name: str, description: str, parameters: dict[str, Any]) -> JSON:
-    function: JSON = {"name": name}
-    if description:
-        function["description"] = description
-    function["parameters"] = tool_schema(parameters)
-    return {"type": "function", "function": function}
+__all__ = [
+    "MaxTokensField",
+    "OpenAIStreamFold",
+    "OpenAISummarizer",
+    "build_openai_payload",
+    "openai_usage",
+]
 
 
 def openai_usage(raw: JSON) -> Usage:
@@ -183,7 +145,7 @@ class OpenAISummarizer(HttpSummarizer):
         max_retries: int = 3,
         backoff_base: float = 0.5,
         backoff_max: float = 30.0,
-        session: aiohttp.ClientSession | None = None,
+        transport: Transport | None = None,
         provider: str | None = None,
         max_tokens_field: MaxTokensField = "max_tokens",
     ) -> None:
@@ -195,7 +157,7 @@ class OpenAISummarizer(HttpSummarizer):
             max_retries=max_retries,
             backoff_base=backoff_base,
             backoff_max=backoff_max,
-            session=session,
+            transport=transport,
             provider=provider,
         )
         self.max_tokens_field: MaxTokensField = max_tokens_field

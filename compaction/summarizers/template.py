@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
+from compaction.checkpoint import framed_summary
 from compaction.errors import EmptySummaryError
 from compaction.fidelity import section_bodies
 from compaction.identifiers import Identifiers, extract
-from compaction.instruction import CLOSE_TAG, OPEN_TAG, SECTIONS
-from compaction.sessions.blocks import Message, TextBlock, ToolCallBlock, ToolResultBlock, text_of
+from compaction.instruction import SECTIONS
+from compaction.sessions.blocks import Message, ToolCallBlock, ToolResultBlock, text_of
 from compaction.summarizers.base import Summarizer, SummaryOutput, SummaryRequest
 
 REQUEST_CHARS = 600
@@ -43,7 +44,7 @@ class TemplateSummarizer(Summarizer):
 def render_summary(messages: Iterable[Message]) -> str:
     messages = list(messages)
     prior = _prior_sections(messages)
-    fresh = [m for m in messages if not _is_checkpoint(m)]
+    fresh = [m for m in messages if framed_summary(m) is None]
     found = extract(fresh)
     prior_tools = _tool_counts(prior.pop("Key Technical Concepts", []))
     sections = {
@@ -69,19 +70,12 @@ def render_summary(messages: Iterable[Message]) -> str:
 # ---------------------------------------------------------------- prior checkpoints
 
 
-def _is_checkpoint(message: Message) -> bool:
-    return message.role == "user" and any(
-        isinstance(b, TextBlock) and OPEN_TAG in b.text for b in message.content
-    )
-
-
 def _prior_sections(messages: list[Message]) -> dict[str, list[str]]:
     merged: dict[str, list[str]] = {}
     for message in messages:
-        if not _is_checkpoint(message):
+        body = framed_summary(message)
+        if body is None:
             continue
-        text = text_of(message.content)
-        body = text.split(OPEN_TAG, 1)[-1].split(CLOSE_TAG, 1)[0]
         for name, section in section_bodies(body).items():
             bullets = [
                 ln for ln in section.splitlines() if ln.startswith("- ") and ln != "- (none)"

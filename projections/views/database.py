@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from eventsourcing.persistence import InfrastructureFactory, PersistenceError
-from eventsourcing.popo import POPOApplicationRecorder
-from eventsourcing.postgres import PostgresApplicationRecorder, PostgresFactory
-from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteFactory
+from eventsourcing.postgres import PostgresFactory
+from eventsourcing.sqlite import SQLiteFactory
 from eventsourcing.utils import Environment
 
 from compaction.errors import ProjectionConfigError, ViewStoreError
@@ -51,35 +50,35 @@ class ViewDatabase:
     def __init__(self, store: SessionStore, views_path: str | None = None) -> None:
         self.store = store
         self._factory: SQLiteFactory | PostgresFactory | None = None
-        recorder = store.recorder
-        if isinstance(recorder, SQLiteApplicationRecorder):
+        backend, settings = store.backend, store.settings
+        if backend == "sqlite":
             self.kind = "sqlite"
-            store_path = str(recorder.datastore.pool.db_name)
+            store_path = settings["SQLITE_DBNAME"]
             self.location = views_path or default_views_path(store_path, id(store))
             env = {
                 "PERSISTENCE_MODULE": "eventsourcing.sqlite",
                 "SQLITE_DBNAME": self.location,
-                "SQLITE_LOCK_TIMEOUT": store.env.get("SQLITE_LOCK_TIMEOUT") or "10",
+                "SQLITE_LOCK_TIMEOUT": settings.get("SQLITE_LOCK_TIMEOUT") or "10",
             }
             if "mode=memory" not in self.location:
                 Path(self.location).parent.mkdir(parents=True, exist_ok=True)
             self._factory = self._open_factory(env, SQLiteFactory)
-        elif isinstance(recorder, PostgresApplicationRecorder):
+        elif backend == "postgresql":
             self._reject_views_path(views_path, "PostgreSQL")
             self.kind = "postgresql"
-            env = {k: v for k in _PG_KEYS if (v := store.env.get(k)) is not None}
+            env = {k: v for k in _PG_KEYS if (v := settings.get(k)) is not None}
             env |= {"PERSISTENCE_MODULE": "eventsourcing.postgres", "POSTGRES_POOL_SIZE": "1",
                     "POSTGRES_MAX_OVERFLOW": "2"}
             self._factory = self._open_factory(env, PostgresFactory)
-            self.location = f"{store.env.get('POSTGRES_HOST')}/{store.env.get('POSTGRES_DBNAME')}"
-        elif isinstance(recorder, POPOApplicationRecorder):
+            self.location = f"{settings.get('POSTGRES_HOST')}/{settings.get('POSTGRES_DBNAME')}"
+        elif backend == "memory":
             self._reject_views_path(views_path, "memory://")
             self.kind = "memory"
             self.location = "memory"
         else:
             raise ProjectionConfigError(
-                f"projections: the store's recorder {type(recorder).__qualname__} is not one of "
-                "the supported backends (SQLite, PostgreSQL, in-memory)"
+                f"projections: the store's recorder {backend} is not one of the supported "
+                "backends (SQLite, PostgreSQL, in-memory)"
             )
 
     @staticmethod

@@ -1,6 +1,6 @@
-"""One worker of the cross-process compaction race (driven by tests/test_compaction_race.py).
+"""One worker of the cross-process compaction race (driven by tests/compaction/test_race.py).
 
-    python tests/race_child.py STORE_URL SESSION_ID WORKDIR NAME OTHER MODE
+    python tests/compaction/race_child.py STORE_URL SESSION_ID WORKDIR NAME OTHER MODE
 
 Barrier files in WORKDIR coordinate the two workers: ``NAME.loaded`` once the session is loaded,
 ``NAME.started`` once its ``compact/start`` is stored, ``NAME.done`` when its attempt is over. The
@@ -43,6 +43,7 @@ def touch(workdir: Path, name: str) -> None:
 
 
 async def wait_for(path: Path) -> None:
+    """Until the other worker's barrier file exists: polled, as nothing else crosses processes."""
     deadline = time.monotonic() + TIMEOUT
     while not path.exists():
         if time.monotonic() > deadline:

@@ -44,35 +44,20 @@ from compaction.sessions.events import (
     TurnEnd,
     TurnEndReason,
     TurnStart,
-    UserMessage,
 )
 from compaction.sessions.session import Session
-from tests.builders import MODEL, answer_step, end_turn, start_turn, tool_step, user
+from tests.builders import (
+    MODEL,
+    answer_step,
+    end_turn,
+    start_turn,
+    state_of,
+    tool_step,
+    user,
+    user_event,
+)
 
 # ---------------------------------------------------------------- helpers
-
-
-def user_event(
-    text: str = "hello", *, op: Any = APPEND, sources: Any = None, seq: int | None = None
-) -> UserMessage:
-    message = Message(id=f"m-{text}", role="user", content=(TextBlock(text),))
-    extra: dict[str, Any] = {} if seq is None else {"seq": seq}
-    return UserMessage(message=message, surface_op=op, source_event_seqs=sources, **extra)
-
-
-def state_of(session: Session) -> tuple[object, ...]:
-    """Everything a rejected append must leave untouched."""
-    return (
-        len(session),
-        list(session.nodes),
-        list(session.surface.deltas),
-        session.surface.generation,
-        session.derive_messages(),
-        session.structure.state(),
-        dict(session.last_by_type),
-        dict(session.type_counts),
-        session.first_user_seq,
-    )
 
 
 def reject(

@@ -20,6 +20,7 @@ from compaction.sessions.render import pairing_problems
 from compaction.sessions.store import SessionStore
 from compaction.summarizers.chunking import ChunkingSummarizer
 from compaction.summarizers.local import LocalModelServer, checkpoint_grammar
+from tests.builders import run_json
 from tests.compaction.summarizers.test_local_model import GREEDY, require_local_model
 from tests.conftest import TRANSCRIPTS
 
@@ -28,8 +29,9 @@ pytestmark = pytest.mark.llm
 SHORT_SESSION = TRANSCRIPTS / "swe-agent" / "6e44b9__sweagenttestrepo-1c2844.traj"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def server() -> Iterator[LocalModelServer]:
+    """Per test: llama.cpp runs one server per process, and the CLI test starts its own."""
     require_local_model()
     grammar = checkpoint_grammar(bullets=1, bullet_chars=32)
     with LocalModelServer(threads=1, context_tokens=4096, sampling=GREEDY, grammar=grammar) as running:
@@ -72,14 +74,9 @@ async def test_real_model_compacts_a_real_session(server: LocalModelServer, tmp_
     assert len(audits) == 1 and audits[0].passed, [c for c in audits[0].checks if not c.passed]
 
 
-def test_cli_compacts_with_the_local_model_and_stops_the_server(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_cli_compacts_with_the_local_model_and_stops_the_server(tmp_path: Path) -> None:
     """`compaction compact SESSION --summarizer local`: starts the embedded server, compacts, stops it."""
-    import json
     import threading
-
-    from compaction.cli.main import main
 
     require_local_model()
     url = f"sqlite:///{tmp_path / 'sessions.db'}"
@@ -87,23 +84,10 @@ def test_cli_compacts_with_the_local_model_and_stops_the_server(
     with SessionStore.open(url) as store:
         store.save(session)
     before = threading.active_count()
-    code = main(
-        [
-            "--store",
-            url,
-            "compact",
-            str(session.id),
-            "--summarizer",
-            "local",
-            "--manual",
-            "--min-ratio",
-            "0",
-            "--max-tokens",
-            "320",
-            "--json",
-        ]
-    )
-    document = json.loads(capsys.readouterr().out)
+    code, document = run_json(
+        "--store", url, "compact", str(session.id),
+        "--summarizer", "local", "--manual", "--min-ratio", "0", "--max-tokens", "320",
+    )  # fmt: skip
     assert code == 0, document
     (compaction,) = document["compactions"]
     assert document["tokens_after"] < document["tokens_before"]

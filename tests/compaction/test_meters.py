@@ -30,7 +30,7 @@ from compaction.sessions.events import (
 )
 from compaction.sessions.session import Session
 from tests.builders import MODEL, start_turn, tool_step, user
-from tests.compaction.test_support import say, text_of_price
+from tests.compaction.test_support import text_of_price
 
 
 def framed(text: str, meter: Meter | None = None) -> int:
@@ -174,7 +174,7 @@ def test_a_replacement_resums_cached_prices_and_prices_only_the_checkpoint() -> 
 
     session = Session()
     user(session, "task")
-    shadowed = [say(session, text_of_price(20)) for _ in range(4)]
+    shadowed = [user(session, text_of_price(20)) for _ in range(4)]
     meter = CountingMeter()
     meter.measure(session)
     before = meter.priced
@@ -228,7 +228,7 @@ def test_provider_usage_anchors_the_total() -> None:
     reading = meter.measure(session)
     assert reading.from_usage
     assert reading.total_tokens == 5400  # input + cache read + output; reasoning not added again
-    later = say(session, text_of_price(30))  # the surface grows after the anchor
+    later = user(session, text_of_price(30))  # the surface grows after the anchor
     grown = meter.measure(session)
     assert grown.total_tokens == 5400 + 30 == 5400 + meter.node_price(session, later)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 import pytest
 
@@ -19,19 +20,17 @@ from compaction.sessions.blocks import TextBlock
 from compaction.sessions.events import StepEnd, StepStart
 from compaction.sessions.loop import AgentLoop, ToolOutput
 from compaction.sessions.session import Session
-from compaction.summarizers.base import SummaryOutput, SummaryRequest
 from compaction.summarizers.template import TemplateSummarizer
 from compaction.testing import ScriptedModel, reply, tool_call
-from tests.builders import end_turn, start_turn, tool_step, user
+from tests.builders import end_turn, log_types, start_turn, tool_step, user
 from tests.compaction.test_support import (
     FailingSummarizer,
+    RecordingTemplateSummarizer,
     ScriptedSummarizer,
     assert_committed,
     bracket,
     checkpoints_on_surface,
     committed_brackets,
-    log_types,
-    say,
     text_of_price,
 )
 
@@ -120,9 +119,9 @@ async def test_convergence_failure_names_the_attempts_and_the_threshold() -> Non
     """A huge retained unit cannot be compacted: two attempts commit (the second re-summarizes the
     first checkpoint) and the service reports that it is still above the threshold."""
     session = task_session(window=1000)  # threshold 800, retain 160
-    say(session, text_of_price(100))
-    say(session, text_of_price(100))
-    huge = say(session, text_of_price(900))
+    user(session, text_of_price(100))
+    user(session, text_of_price(100))
+    huge = user(session, text_of_price(900))
     meter = HeuristicMeter()
     header_and_task = meter.header_tokens(session) + meter.node_price(session, session.nodes[0])
     summarizer = ScriptedSummarizer("checkpoint", "stub")
@@ -144,9 +143,9 @@ async def test_convergence_failure_names_the_attempts_and_the_threshold() -> Non
 
 async def test_retries_are_configurable() -> None:
     session = task_session(window=1000)
-    say(session, text_of_price(100))
-    say(session, text_of_price(100))
-    say(session, text_of_price(900))
+    user(session, text_of_price(100))
+    user(session, text_of_price(100))
+    user(session, text_of_price(900))
     config = BasicConfig(compaction_retries=0, **RELAXED)  # type: ignore[arg-type]
     service = BasicCompactService(config, summarizer=ScriptedSummarizer("checkpoint"))
     with pytest.raises(ConvergenceError, match=r"after 1 compaction attempts"):
@@ -157,20 +156,11 @@ async def test_retries_are_configurable() -> None:
 # ---------------------------------------------------------------- the task statement
 
 
-class RecordingTemplate(TemplateSummarizer):
-    def __init__(self) -> None:
-        self.requests: list[SummaryRequest] = []
-
-    async def summarize(self, request: SummaryRequest) -> SummaryOutput:
-        self.requests.append(request)
-        return await super().summarize(request)
-
-
 async def test_the_task_statement_is_never_shadowed_and_stays_first() -> None:
     session = task_session(window=1500)
     task_seq = session.first_user_seq
     task = session.derive_messages()[0]
-    recording = RecordingTemplate()
+    recording = RecordingTemplateSummarizer()
     results = await pressure_steps(session, BasicCompactService(summarizer=recording), 40)
     assert len(results) >= 2
     for result in results:
@@ -210,20 +200,29 @@ def runaway_script(steps: int) -> list[object]:
     return script
 
 
-async def test_a_runaway_turn_compacts_its_own_early_closed_steps() -> None:
-    session = Session()
-    model = ScriptedModel(runaway_script(20))  # type: ignore[arg-type]
-    service = BasicCompactService(summarizer=TemplateSummarizer())
+def runaway_loop(
+    session: Session, steps: int, service: BasicCompactService, *, window: int = 1200, **options: Any
+) -> tuple[AgentLoop, ScriptedModel]:
+    """The scripted agent reading ``steps`` noisy modules in one turn, ``service`` before each step."""
+    model = ScriptedModel(runaway_script(steps))  # type: ignore[arg-type]
     loop = AgentLoop(
         session,
         model,
         {"read_file": noisy},
         provider="scripted",
         model_name="scripted-1",
-        system="You are a careful agent.",
-        context_window=2500,
+        context_window=window,
         pre_step=[service.pre_step],
-        max_steps=30,
+        **options,
+    )
+    return loop, model
+
+
+async def test_a_runaway_turn_compacts_its_own_early_closed_steps() -> None:
+    session = Session()
+    service = BasicCompactService(summarizer=TemplateSummarizer())
+    loop, model = runaway_loop(
+        session, 20, service, window=2500, system="You are a careful agent.", max_steps=30
     )
     outcome = await loop.run_turn("Read every module under src/app/ and find the bug.")
     assert outcome.reason.kind == "completed" and outcome.steps == 21
@@ -252,17 +251,8 @@ async def test_the_pre_step_hook_contains_failures_and_the_turn_continues(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     session = Session()
-    model = ScriptedModel(runaway_script(6))  # type: ignore[arg-type]
     failing = BasicCompactService(summarizer=FailingSummarizer(SummarizerError("model is down")))
-    loop = AgentLoop(
-        session,
-        model,
-        {"read_file": noisy},
-        provider="scripted",
-        model_name="scripted-1",
-        context_window=1200,
-        pre_step=[failing.pre_step],
-    )
+    loop, _ = runaway_loop(session, 6, failing)
     with caplog.at_level(logging.WARNING, logger="compaction"):
         outcome = await loop.run_turn("Read the modules.")
     assert outcome.reason.kind == "completed"
@@ -274,17 +264,7 @@ async def test_the_pre_step_hook_contains_failures_and_the_turn_continues(
 
 async def test_auto_false_registers_no_automatic_compaction() -> None:
     session = Session()
-    model = ScriptedModel(runaway_script(6))  # type: ignore[arg-type]
-    service = BasicCompactService(BasicConfig(auto=False))
-    loop = AgentLoop(
-        session,
-        model,
-        {"read_file": noisy},
-        provider="scripted",
-        model_name="scripted-1",
-        context_window=1200,
-        pre_step=[service.pre_step],
-    )
+    loop, _ = runaway_loop(session, 6, BasicCompactService(BasicConfig(auto=False)))
     await loop.run_turn("Read the modules.")
     assert session.last_of("compact/start") is None
 
@@ -296,7 +276,7 @@ async def test_compaction_to_the_threshold_stops_at_a_lone_checkpoint() -> None:
     session = task_session(window=1000)
     for _ in range(4):
         tool_step(session, n_calls=1, output=OUTPUT)
-    say(session, text_of_price(900))
+    user(session, text_of_price(900))
     end_turn(session)
     service = BasicCompactService(BasicConfig(context_window=1000))
     results = await service.compact_to_threshold(session)

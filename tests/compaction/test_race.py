@@ -1,4 +1,4 @@
-"""Two real processes compact one session on SQLite and on PostgreSQL (tests/race_child.py).
+"""Two real processes compact one session on SQLite and on PostgreSQL (tests/compaction/race_child.py).
 
 Exactly one wins (a complete bracket); the other reports BusyError; nothing is lost: every event
 of the original log is still there byte for byte, the surface is valid, and exactly one compaction

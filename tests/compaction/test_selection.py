@@ -12,7 +12,7 @@ from compaction.sessions.blocks import Message, TextBlock
 from compaction.sessions.events import ContextMessage
 from compaction.sessions.session import Session
 from tests.builders import start_turn, tool_step, user
-from tests.compaction.test_support import say, text_of_price
+from tests.compaction.test_support import text_of_price
 
 
 @pytest.fixture
@@ -23,7 +23,7 @@ def meter() -> HeuristicMeter:
 def five_messages(session: Session) -> list[int]:
     """The task, then five standalone messages of 20 tokens each."""
     user(session, "fix the failing build")
-    return [say(session, text_of_price(20)) for _ in range(5)]
+    return [user(session, text_of_price(20)) for _ in range(5)]
 
 
 def test_prices_of_the_fixture_are_exact(meter: HeuristicMeter) -> None:
@@ -73,10 +73,10 @@ def test_nothing_old_enough_gives_none(meter: HeuristicMeter) -> None:
 def test_the_cut_snaps_toward_the_head_to_a_balanced_boundary(meter: HeuristicMeter) -> None:
     session = Session()
     user(session, "task")
-    standalone = say(session, text_of_price(20))
+    standalone = user(session, text_of_price(20))
     start_turn(session)
     assistant, results = tool_step(session, n_calls=2, output="o" * 40)
-    last = say(session, text_of_price(20))
+    last = user(session, text_of_price(20))
     # The walk stops on the second tool result: the cut before it splits the step (balance 1),
     # so does the cut before the first result (balance 2); the cut before the assistant holds.
     budget = meter.node_price(session, last) + meter.node_price(session, results[1])
@@ -153,7 +153,7 @@ def test_context_before_the_task_does_not_starve_selection(meter: HeuristicMeter
         )
     ).seq
     task = user(session, "the real task")
-    seqs = [say(session, text_of_price(20)) for _ in range(4)]
+    seqs = [user(session, text_of_price(20)) for _ in range(4)]
     span = select_span(session, meter, 0)
     assert span is not None
     assert span.seqs == tuple(seqs[:3])
@@ -187,7 +187,7 @@ def test_explicit_span_validation_names_the_rule(meter: HeuristicMeter) -> None:
     user(session, "task")
     start_turn(session)
     assistant, results = tool_step(session, n_calls=2)
-    tail = say(session, "tail")
+    tail = user(session, "tail")
     with pytest.raises(SpanError, match=r"^compactRegion: start seq 999 not found in surface"):
         span_for(session, 999, tail)
     with pytest.raises(SpanError, match=r"^compactRegion: end seq 999 not found in surface"):

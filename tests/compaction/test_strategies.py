@@ -9,6 +9,7 @@ import pytest
 
 from compaction.audit.checks import audit_events
 from compaction.basic import BasicCompactService
+from compaction.brackets import committed_count
 from compaction.config import BasicConfig
 from compaction.errors import BusyError, CompactionError, ContextLengthError
 from compaction.events import CompactEnd, CompactPrune, CompactStart
@@ -24,7 +25,6 @@ from compaction.strategies.checkpoint import (
     CheckpointCompactService,
     PhaseEnd,
     ScratchpadSet,
-    compactions_count,
 )
 from compaction.strategies.overflow import OverflowRecovery
 from compaction.strategies.prune import MARKER, PruneConfig, prune_session
@@ -326,7 +326,7 @@ def test_phase_workflow_rebuilds_the_context_at_each_boundary() -> None:
     flagged = [line for line in rebuilt.splitlines() if "goodwill_cents" in line]
     assert flagged and "UNVERIFIED" in flagged[0]
     assert all("UNVERIFIED" not in line for line in rebuilt.splitlines() if "credit_cents" in line)
-    assert compactions_count(session) == 2
+    assert committed_count(session) == 2
     audits, log_checks = audit_events(list(store.get(session.id).events()))
     assert all(c.passed for c in log_checks)
     assert [a.strategy for a in audits] == ["checkpoint", "checkpoint"]

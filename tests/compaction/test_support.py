@@ -1,7 +1,8 @@
 """Shared helpers of the compaction tests (this module holds no tests).
 
-Scripted summarizers (fixed texts, a recorded request, an awaited gate), an eight-section summary
-builder, sessions of known prices, and the invariant checks every committed compaction must pass.
+Scripted summarizers (fixed texts, the template recording its requests, an awaited gate), an
+eight-section summary builder, sessions of known prices, and the invariant checks every committed
+compaction must pass.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from compaction.events import CompactEnd, CompactStart, CompactSummary
 from compaction.instruction import SECTIONS
 from compaction.meters import HeuristicMeter, Meter
 from compaction.sessions import render
-from compaction.sessions.blocks import Message, TextBlock
+from compaction.sessions.blocks import Message
 from compaction.sessions.events import UserMessage
 from compaction.sessions.session import Session, project
 from compaction.summarizers.base import Summarizer, SummaryOutput, SummaryRequest
+from compaction.summarizers.template import TemplateSummarizer
 
 OnSummarize = Callable[[SummaryRequest], Awaitable[None] | None]
 
@@ -57,6 +59,17 @@ class ScriptedSummarizer(Summarizer):
         )
 
 
+class RecordingTemplateSummarizer(TemplateSummarizer):
+    """The template summarizer, keeping every request it received."""
+
+    def __init__(self) -> None:
+        self.requests: list[SummaryRequest] = []
+
+    async def summarize(self, request: SummaryRequest) -> SummaryOutput:
+        self.requests.append(request)
+        return await super().summarize(request)
+
+
 class FailingSummarizer(Summarizer):
     def __init__(self, error: Exception) -> None:
         self.error = error
@@ -87,17 +100,6 @@ def text_of_price(tokens: int, fill: str = "x") -> str:
     (ceil(len/4) + 4 block + 4 role)."""
     assert tokens > 8, "a one-block message costs at least 9"
     return fill * ((tokens - 8) * 4)
-
-
-def say(session: Session, text: str, msg_id: str | None = None) -> int:
-    """Append a user/message (between turns or inside one) and return its seq."""
-    event = session.append(
-        UserMessage(
-            message=Message(id=msg_id or f"m{len(session)}", role="user", content=(TextBlock(text),)),
-            surface_op="append",
-        )
-    )
-    return event.seq
 
 
 # ---------------------------------------------------------------- what every compaction keeps
@@ -144,10 +146,6 @@ def assert_committed(session: Session, result: CompactionResult, first_user: Mes
     if first_user is not None:
         assert session.first_user_seq in session.nodes
         assert first_user in session.derive_messages(), "the task statement is kept verbatim"
-
-
-def log_types(session: Session, start: int = 0) -> list[str]:
-    return [event.TYPE for event in session.events(start)]
 
 
 def committed_brackets(session: Session) -> int:

@@ -43,7 +43,7 @@ from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
 from compaction.summarizers.base import Summarizer
 from compaction.summarizers.template import TemplateSummarizer
-from tests.builders import end_turn, start_turn, tool_step, user
+from tests.builders import end_turn, log_types, start_turn, tool_step, user
 from tests.compaction.test_support import (
     FailingSummarizer,
     GatedSummarizer,
@@ -51,9 +51,7 @@ from tests.compaction.test_support import (
     assert_committed,
     bracket,
     checkpoints_on_surface,
-    log_types,
     prices,
-    say,
     sectioned,
     surface_snapshot,
     text_of_price,
@@ -171,8 +169,8 @@ async def test_an_empty_summary_is_a_recorded_failure() -> None:
 async def test_a_summary_not_smaller_than_its_span_is_rejected() -> None:
     session = Session()
     user(session, TASK)
-    small = say(session, text_of_price(18))
-    say(session, "the newest message")
+    small = user(session, text_of_price(18))
+    user(session, "the newest message")
     before = surface_snapshot(session)
     with pytest.raises(
         ShrinkError,
@@ -300,7 +298,7 @@ async def test_selected_span_stability_keeps_an_append_outside_the_span_after_th
     session = working_session(close_turn=True)
     appended: list[int] = []
     summarizer = ScriptedSummarizer(
-        sectioned(), on_summarize=lambda _: appended.append(say(session, "one more thing"))
+        sectioned(), on_summarize=lambda _: appended.append(user(session, "one more thing"))
     )
     newest = session.nodes[-2:]  # the newest unit: the last step's call and result
     result = await service(summarizer, **RELAXED).compact_now(session)

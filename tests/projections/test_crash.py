@@ -13,14 +13,14 @@ import random
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from compaction.sessions.store import SessionStore
 from projections import ALL, PROJECTIONS, ProjectionRunner, ViewDatabase, ViewRecorder
+from tests.builders import wait_until
 from tests.projections.test_projections import Writer, check_against_aggregate, dump
 
 CLI = [sys.executable, "-m", "compaction.cli.main"]
@@ -44,14 +44,6 @@ def probe(store: SessionStore) -> Iterator[dict[str, ViewRecorder]]:
 
 def positions(store: SessionStore, views: dict[str, ViewRecorder]) -> dict[str, int]:
     return {name: view.max_tracking_id(store.name) or 0 for name, view in views.items()}
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.01)
 
 
 def grow(store: SessionStore, seed: int, sessions: int, operations: int) -> None:
@@ -88,7 +80,7 @@ def test_a_runner_killed_mid_rebuild_resumes_to_a_clean_rebuild(
     store: SessionStore, durable_store_url: str, probe: dict[str, ViewRecorder]
 ) -> None:
     grow(store, seed=21, sessions=4, operations=360)
-    latest = store.recorder.max_notification_id()
+    latest = store.max_notification_id()
     assert latest is not None and latest > 2000
     child = run_cli(durable_store_url, "rebuild", "--batch-size", "20")
     try:
@@ -118,7 +110,7 @@ def test_follow_applies_new_events_stops_on_signals_and_resumes(
 ) -> None:
     grow(store, seed=31, sessions=2, operations=8)
     writer = Writer(store, random.Random(32))
-    first = store.recorder.max_notification_id() or 0
+    first = store.max_notification_id()
 
     follower = run_cli(durable_store_url, "rebuild", "--follow", "--poll", "0.05")
     try:
@@ -126,7 +118,7 @@ def test_follow_applies_new_events_stops_on_signals_and_resumes(
         session = writer.new_session()
         for _ in range(4):
             writer.step(session)
-        second = store.recorder.max_notification_id() or 0
+        second = store.max_notification_id()
         assert second > first
         wait_until(lambda: set(positions(store, probe).values()) == {second}, 30, "new events")
         check_against_aggregate(store, probe)
@@ -144,7 +136,7 @@ def test_follow_applies_new_events_stops_on_signals_and_resumes(
     try:
         for _ in range(3):
             writer.step(session)
-        third = store.recorder.max_notification_id() or 0
+        third = store.max_notification_id()
         wait_until(lambda: set(positions(store, probe).values()) == {third}, 60, "the restart")
         restarted.send_signal(signal.SIGINT)
         resumed = finish(restarted)

@@ -8,7 +8,6 @@ scratch, and both equal what the aggregate folds live.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -18,7 +17,6 @@ from eventsourcing.persistence import StoredEvent
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compaction.cli.main import main
 from compaction.events import (
     COMPACT_PLUGIN,
     CompactEnd,
@@ -36,7 +34,6 @@ from compaction.sessions.store import SessionStore
 from compaction.strategies.prune import PruneConfig, prune_session
 from projections import (
     ALL,
-    PollingSubscription,
     ProjectionConfigError,
     ProjectionFoldError,
     ProjectionRunner,
@@ -50,16 +47,10 @@ from projections import (
     usage_of,
 )
 from projections.views.base import ViewRecorder
-from tests.builders import answer_step, end_turn, start_turn, tool_step, user
+from tests.builders import answer_step, end_turn, run_human, run_json, start_turn, tool_step, turn, user
 
 LEASE = Lease(host="test", pid=1, expires_at=datetime(2030, 1, 1, tzinfo=UTC))
 PRUNE = PruneConfig(threshold_chars=300, head_chars=100, tail_chars=50)
-
-
-@pytest.fixture
-def store(store_url: str) -> Iterator[SessionStore]:
-    with SessionStore.open(store_url) as opened:
-        yield opened
 
 
 # ---------------------------------------------------------------- random sessions
@@ -262,7 +253,7 @@ def test_incremental_equals_rebuilt_equals_aggregate(store: SessionStore, seed: 
     with ProjectionRunner(store, batch_size=rng.choice([3, 1000])) as rebuilt:
         reports = rebuilt.rebuild()
         assert dump(rebuilt.views) == incremental
-        latest = store.recorder.max_notification_id()
+        latest = store.max_notification_id()
         assert all(r.events == latest and r.position == latest for r in reports)
 
 
@@ -276,7 +267,7 @@ def test_resume_applies_only_new_notifications(store: SessionStore) -> None:
         writer.step(session)
     with ProjectionRunner(store) as runner:
         first = runner.catch_up()
-    latest = store.recorder.max_notification_id()
+    latest = store.max_notification_id()
     assert [r.events for r in first] == [latest] * len(ALL)
     with ProjectionRunner(store) as again:
         assert [r.events for r in again.catch_up()] == [0] * len(ALL)
@@ -323,7 +314,7 @@ def test_rebuild_of_one_view_leaves_the_others(store: SessionStore) -> None:
         runner.catch_up()
         ledger_rows = dump({"ledger": runner.views["ledger"]})
     with ProjectionRunner(store, ["surface"]) as surface_only:
-        assert surface_only.rebuild()[0].events == store.recorder.max_notification_id()
+        assert surface_only.rebuild()[0].events == store.max_notification_id()
     with ProjectionRunner(store) as runner:
         assert [r.events for r in runner.catch_up()] == [0, 0, 0]
         assert dump({"ledger": runner.views["ledger"]}) == ledger_rows
@@ -380,7 +371,7 @@ def test_surfaces_lists_every_session(store: SessionStore) -> None:
 def test_wait_blocks_until_the_view_has_the_notification(store: SessionStore) -> None:
     writer = Writer(store, random.Random(4))
     writer.new_session()
-    latest = store.recorder.max_notification_id()
+    latest = store.max_notification_id()
     assert latest is not None
     with ProjectionRunner(store, ["surface"]) as runner:
         with pytest.raises(ProjectionTimeoutError, match=f"notification {latest}"):
@@ -389,19 +380,19 @@ def test_wait_blocks_until_the_view_has_the_notification(store: SessionStore) ->
         runner.wait(latest, timeout=0.05)
 
 
-def test_polling_subscription_iterates_notifications_after_a_position(store: SessionStore) -> None:
+def test_the_store_follows_notifications_after_a_position(store: SessionStore) -> None:
     writer = Writer(store, random.Random(6))
     session = writer.new_session()
     writer._turn(session)
     store.save(session)
-    with PollingSubscription(store.recorder, gt=1, batch_size=2) as subscription:
-        seen = [next(subscription) for _ in range(len(session) - 1)]
-        subscription.stop()
+    with store.follow(1) as feed:
+        seen = [next(feed) for _ in range(len(session) - 1)]
+        feed.stop()
         with pytest.raises(StopIteration):
-            next(subscription)
-    assert [n.originator_version for n in seen] == list(range(1, len(session)))
-    assert {n.originator_id for n in seen} == {session.id}
-    assert [n.id for n in seen] == sorted(n.id for n in seen)
+            next(feed)
+    assert [n.event for n in seen] == store.load_events(session.id, 1)
+    assert {n.session_id for n in seen} == {session.id}
+    assert [n.notification_id for n in seen] == sorted(n.notification_id for n in seen)
 
 
 # ---------------------------------------------------------------- errors
@@ -410,7 +401,7 @@ def test_polling_subscription_iterates_notifications_after_a_position(store: Ses
 def test_a_stored_event_of_unknown_type_stops_the_batch(store: SessionStore) -> None:
     writer = Writer(store, random.Random(8))
     session = writer.new_session()
-    store.recorder.insert_events([StoredEvent(session.id, 1, "martian/event", b'{"seq": 1}')])
+    store.application.recorder.insert_events([StoredEvent(session.id, 1, "martian/event", b'{"seq": 1}')])
     with ProjectionRunner(store, ["surface"]) as runner:
         with pytest.raises(ProjectionFoldError, match=f"session {session.id} seq 1") as raised:
             runner.catch_up()
@@ -423,7 +414,7 @@ def test_a_stored_event_that_breaks_a_surface_rule_names_it(store: SessionStore)
     writer = Writer(store, random.Random(9))
     session = writer.new_session()
     bad = b'{"seq":1,"time":"2026-01-01T00:00:00Z","message":{"id":"x","role":"user","content":[]}}'
-    store.recorder.insert_events([StoredEvent(session.id, 1, "user/message", bad)])
+    store.application.recorder.insert_events([StoredEvent(session.id, 1, "user/message", bad)])
     with (
         ProjectionRunner(store, ["surface", "usage"]) as runner,
         pytest.raises(ProjectionFoldError, match=r"seq 1 .*requires a surfaceOp"),
@@ -474,60 +465,41 @@ def test_sqlite_views_live_next_to_the_store(sqlite_url: str, tmp_path: Any) -> 
 # ---------------------------------------------------------------- the command line
 
 
-def test_cli_rebuild_json(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_rebuild_json(sqlite_url: str) -> None:
     with SessionStore.open(sqlite_url) as store:
         writer = Writer(store, random.Random(12))
         session = writer.new_session()
         for _ in range(5):
             writer.step(session)
-        latest = store.recorder.max_notification_id()
-    assert main(["--store", sqlite_url, "rebuild", "--json"]) == 0
-    document = _json(capsys.readouterr().out)
+        latest = store.max_notification_id()
+    code, document = run_json("--store", sqlite_url, "rebuild")
+    assert code == 0
     assert document["mode"] == "rebuild"
     assert [p["name"] for p in document["projections"]] == list(ALL)
     assert all(p["events"] == latest == p["position"] for p in document["projections"])
     with SessionStore.open(sqlite_url) as store, ProjectionRunner(store) as runner:
         rows = {name: view.rows() for name, view in runner.views.items()}
     assert {p["name"]: p["rows"] for p in document["projections"]} == rows
-    assert main(["--store", sqlite_url, "rebuild", "--projection", "ledger", "--resume", "--json"]) == 0
-    resumed = _json(capsys.readouterr().out)
+    code, resumed = run_json("--store", sqlite_url, "rebuild", "--projection", "ledger", "--resume")
+    assert code == 0
     assert resumed["mode"] == "resume"
     assert resumed["projections"] == [
         {"name": "ledger", "events": 0, "rows": rows["ledger"], "position": latest}
     ]
 
 
-def test_cli_rebuild_for_people_and_errors(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_rebuild_for_people_and_errors(sqlite_url: str) -> None:
     with SessionStore.open(sqlite_url) as store:
         Writer(store, random.Random(13)).new_session()
-    assert main(["--store", sqlite_url, "rebuild", "--projection", "surface"]) == 0
-    out = capsys.readouterr().out
+    code, out, _ = run_human("--store", sqlite_url, "rebuild", "--projection", "surface")
+    assert code == 0
     assert "surface" in out and "rebuilt 1 view(s): 1 notifications applied" in out
-    assert main(["--store", sqlite_url, "rebuild", "--meter", "abacus", "--json"]) == 1
-    error = _json(capsys.readouterr().out)["error"]
+    code, document = run_json("--store", sqlite_url, "rebuild", "--meter", "abacus")
+    assert code == 1
+    error = document["error"]
     assert error["type"] == "CompactionConfigError" and "unknown meter 'abacus'" in error["message"]
-    assert main(["--store", "memory://", "rebuild", "--views", "x.db", "--json"]) == 1
-    assert _json(capsys.readouterr().out)["error"]["type"] == "ProjectionConfigError"
-
-
-def _json(text: str) -> dict[str, Any]:
-    import json
-
-    lines = [line for line in text.splitlines() if line.strip()]
-    assert len(lines) == 1, text
-    document: dict[str, Any] = json.loads(lines[0])
-    return document
-
-
-# ---------------------------------------------------------------- the documentation's example
-
-
-def test_the_python_example_in_the_docs_runs() -> None:
-    from pathlib import Path
-
-    text = (Path(__file__).resolve().parents[2] / "docs" / "projections.md").read_text()
-    block = text.split("```python\n", 1)[1].split("```", 1)[0]
-    exec(compile(block, "docs/projections.md", "exec"), {})
+    code, document = run_json("--store", "memory://", "rebuild", "--views", "x.db")
+    assert code == 1 and document["error"]["type"] == "ProjectionConfigError"
 
 
 def test_public_surface_is_pinned() -> None:
@@ -535,7 +507,7 @@ def test_public_surface_is_pinned() -> None:
 
     assert sorted(projections.__all__) == sorted(
         [
-            "ALL", "PROJECTIONS", "LedgerProjection", "PollingSubscription",
+            "ALL", "PROJECTIONS", "LedgerProjection",
             "ProjectionConfigError", "ProjectionError", "ProjectionFoldError", "ProjectionReport",
             "ProjectionRunner", "ProjectionTimeoutError", "SurfaceProjection", "SurfaceRecord",
             "TrackingConflictError", "UsageProjection", "ViewDatabase", "ViewRecorder",
@@ -550,6 +522,7 @@ def test_public_surface_is_pinned() -> None:
 def test_one_event_at_a_time_through_eventsourcings_projection_api(store: SessionStore) -> None:
     from eventsourcing.persistence import Tracking
 
+    from compaction.sessions.mapper import EventEnvelope
     from projections import SurfaceProjection, ViewDatabase
 
     writer = Writer(store, random.Random(14))
@@ -560,26 +533,56 @@ def test_one_event_at_a_time_through_eventsourcings_projection_api(store: Sessio
         view = database.recorder("surface", SurfaceProjection.tables)
         view.drop(store.name)
         projection = SurfaceProjection(view, store)
-        notifications = store.recorder.select_notifications(start=1, limit=10_000)
-        for notification in notifications:
-            envelope = store.mapper.to_domain_event(notification)
-            projection.process_event(envelope, Tracking(store.name, notification.id))
+        notifications = store.notifications(0, 10_000)
+        for n in notifications:
+            envelope = EventEnvelope(n.session_id, n.event.seq, n.event)
+            projection.process_event(envelope, Tracking(store.name, n.notification_id))
         record = surface_of(view, session.id)
         assert record is not None and record.nodes == tuple(store.get(session.id).nodes)
         last = notifications[-1]
         with pytest.raises(TrackingConflictError):
             projection.process_event(
-                store.mapper.to_domain_event(last), Tracking(store.name, last.id)
+                EventEnvelope(last.session_id, last.event.seq, last.event),
+                Tracking(store.name, last.notification_id),
             )
-        assert view.max_tracking_id(store.name) == last.id
+        assert view.max_tracking_id(store.name) == last.notification_id
 
 
-def test_a_follower_wakes_on_appends_and_stops_when_asked(store: SessionStore) -> None:
+def test_a_follower_wakes_on_appends_and_stops_when_asked(
+    store: SessionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """PostgreSQL LISTENs and the in-memory store notifies: both wake long before a 30 s poll;
     SQLite has nothing to listen to, so it polls (here every 50 ms)."""
     import threading
     import time
 
+    waiting = threading.Event()
+    follow = store.follow
+
+    class WatchedFeed:
+        """The follower's feed, telling the test when the follower blocks for the next notification."""
+
+        def __init__(self, feed: Any) -> None:
+            self.feed = feed
+
+        def __iter__(self) -> WatchedFeed:
+            return self
+
+        def __next__(self) -> Any:
+            waiting.set()
+            return next(self.feed)
+
+        def __enter__(self) -> WatchedFeed:
+            self.feed.__enter__()
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.feed.__exit__(*exc)
+
+        def stop(self) -> None:
+            self.feed.stop()
+
+    monkeypatch.setattr(store, "follow", lambda *args, **kwargs: WatchedFeed(follow(*args, **kwargs)))
     writer = Writer(store, random.Random(15))
     session = writer.new_session()
     poll = 0.05 if store.location.kind == "sqlite" else 30.0
@@ -589,9 +592,10 @@ def test_a_follower_wakes_on_appends_and_stops_when_asked(store: SessionStore) -
         follower.start()
         try:
             runner.wait(1, timeout=5)
-            time.sleep(0.2)  # the follower is waiting now
+            # Caught up and blocked on its feed: the append below must wake it (not the 30 s poll).
+            assert waiting.wait(timeout=5), "the follower never asked its feed for a notification"
             writer.step(session)
-            latest = store.recorder.max_notification_id()
+            latest = store.max_notification_id()
             assert latest is not None
             started = time.monotonic()
             runner.wait(latest, timeout=5)
@@ -619,11 +623,7 @@ def test_rebuilding_one_partitions_shared_views_leaves_no_partition_silently_beh
         chosen = [next(i for i in ids if partition_of(i, 2) == p) for p in (0, 1)]
         for session_id in chosen:
             session = Session(session_id)
-            user(session, "task")
-            start_turn(session)
-            tool_step(session, n_calls=1)
-            answer_step(session)
-            end_turn(session)
+            turn(session)
             store.save(session)
         expected = {i: tuple(store.get(i).nodes) for i in chosen}
         stale = ProjectionRunner(store.parts[1], ["surface"])

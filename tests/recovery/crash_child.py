@@ -17,7 +17,7 @@ import argparse
 import asyncio
 import json
 import os
-import time
+import threading
 from pathlib import Path
 from uuid import UUID
 
@@ -52,7 +52,7 @@ class HoldingSummarizer(TemplateSummarizer):
         go = self.go
         if go is None:
             await asyncio.Event().wait()  # forever: the parent kills us here
-        while go is not None and not go.exists():
+        while go is not None and not go.exists():  # the parent's file: polled across processes
             await asyncio.sleep(0.02)
         return await super().summarize(request)
 
@@ -72,8 +72,7 @@ def main() -> None:
     def on_progress(stage: str) -> None:
         if stage == args.stage:
             write_marker(args.marker, stage)
-            while True:  # hang here until SIGKILL
-                time.sleep(60)
+            threading.Event().wait()  # forever: the parent SIGKILLs us here
 
     holding = args.stage == "during-summary" or args.go is not None
     summarizer = HoldingSummarizer(args.marker, args.go) if holding else TemplateSummarizer()

@@ -11,10 +11,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import timedelta
 from pathlib import Path
 from uuid import UUID
 
@@ -24,10 +23,10 @@ from compaction.basic import BasicCompactService
 from compaction.config import BasicConfig
 from compaction.events import CompactEnd, CompactStart, CompactSummary
 from compaction.lock import inspect_lock
-from compaction.sessions.events import SessionEvent, SessionResume, TurnEnd, UserMessage, now_utc
+from compaction.sessions.events import SessionEvent, SessionResume, TurnEnd, UserMessage
 from compaction.sessions.store import SessionStore
 from recovery import RecoveryConfig, RecoveryReport, recover, surface_hash
-from tests.builders import end_turn, start_turn, tool_step, user
+from tests.builders import end_turn, start_turn, tool_step, user, wait_until
 
 CHILD = Path(__file__).with_name("crash_child.py")
 WINDOW = 3000
@@ -45,16 +44,14 @@ class Child:
         return self.stderr.read_text() if self.stderr.exists() else ""
 
     def wait_for_marker(self) -> None:
-        deadline = time.monotonic() + MARKER_TIMEOUT
-        while not self.marker.exists():
-            if self.process.poll() is not None:
-                pytest.fail(
-                    f"child exited ({self.process.returncode}) before the marker:\n{self.errors()}"
-                )
-            if time.monotonic() > deadline:
-                self.kill()
-                pytest.fail(f"no marker {self.marker.name} after {MARKER_TIMEOUT}s")
-            time.sleep(0.01)
+        """Until the child writes its marker; fail if it exits first (the fixture kills it)."""
+        wait_until(
+            lambda: self.marker.exists() or self.process.poll() is not None,
+            MARKER_TIMEOUT,
+            f"the child's marker {self.marker.name}",
+        )
+        if not self.marker.exists():
+            pytest.fail(f"child exited ({self.process.returncode}) before the marker:\n{self.errors()}")
 
     def kill(self) -> None:
         """SIGKILL, then reap (an unreaped child is a zombie and still answers kill(pid, 0))."""
@@ -79,7 +76,6 @@ def spawn(
     stage: str,
     tmp: Path,
     *,
-    lease: float = 600.0,
     go: Path | None = None,
 ) -> Child:
     marker, outcome = tmp / f"marker-{stage}", tmp / f"outcome-{stage}.json"
@@ -96,8 +92,6 @@ def spawn(
         str(marker),
         "--window",
         str(WINDOW),
-        "--lease",
-        str(lease),
         "--outcome",
         str(outcome),
     ]
@@ -244,18 +238,17 @@ def test_expired_lease_of_a_killed_worker_is_stale_without_pid_checks(
 ) -> None:
     with SessionStore.open(durable_store_url) as store:
         session_id = seed_session(store)
-        child = spawn(
-            children, durable_store_url, session_id, "during-summary", tmp_path, lease=1.0
-        )
+        child = spawn(children, durable_store_url, session_id, "during-summary", tmp_path)
         child.wait_for_marker()
         child.kill()
         (start,) = starts(events_of(store, session_id))
-        no_pids = repair_config(check_pids=False)
-        if now_utc() < start.lease.expires_at:
-            early = recover(store, no_pids)
-            assert [(o.stale, o.rule, o.action) for o in early.orphans] == [(False, "live", "none")]
-        _sleep_until(start.lease.expires_at)
-        repaired = recover(store, no_pids)
+        # Recovery reads the time from its clock: a second before the lease expires, then after.
+        expires = start.lease.expires_at
+        before = repair_config(check_pids=False, clock=lambda: expires - timedelta(seconds=1))
+        early = recover(store, before)
+        assert [(o.stale, o.rule, o.action) for o in early.orphans] == [(False, "live", "none")]
+        after = repair_config(check_pids=False, clock=lambda: expires + timedelta(seconds=1))
+        repaired = recover(store, after)
         assert [(o.stale, o.rule, o.inert) for o in repaired.orphans] == [
             (True, "lease-expired", True)
         ]
@@ -297,12 +290,12 @@ def test_expired_lease_then_late_commit_fails_cleanly(
         session_id = seed_session(store)
         before_hash = surface_hash(store.get(session_id))
         go = tmp_path / "go"
-        child = spawn(children, durable_store_url, session_id, "none", tmp_path, lease=1.0, go=go)
+        child = spawn(children, durable_store_url, session_id, "none", tmp_path, go=go)
         child.wait_for_marker()  # the child is summarizing, and alive
         (start,) = starts(events_of(store, session_id))
-        _sleep_until(start.lease.expires_at)
+        expired = start.lease.expires_at + timedelta(seconds=1)  # recovery's clock, not a sleep
 
-        repaired = recover(store, repair_config())
+        repaired = recover(store, repair_config(clock=lambda: expired))
         (orphan,) = repaired.orphans
         assert (orphan.rule, orphan.inert, orphan.action) == ("lease-expired", True, "repaired")
 
@@ -322,12 +315,6 @@ def test_expired_lease_then_late_commit_fails_cleanly(
         assert not [e for e in events if start.seq in (e.source_event_seqs or ())]
         assert surface_hash(store.get(session_id)) == before_hash
         assert recover(store, repair_config()).orphans == ()
-
-
-def _sleep_until(moment: datetime) -> None:
-    left = (moment - now_utc()).total_seconds()
-    if left > 0:
-        time.sleep(left + 0.05)
 
 
 def test_child_pid_is_reaped_before_recovery(tmp_path: Path, children: list[Child]) -> None:

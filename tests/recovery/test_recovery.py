@@ -7,7 +7,6 @@ import asyncio
 import hashlib
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from compaction.config import BasicConfig
 from compaction.errors import ConfigurationError
 from compaction.events import CompactEnd, CompactStart, CompactSummary, Lease, ShadowedRange
 from compaction.lock import inspect_lock
+from compaction.sessions import hashing
 from compaction.sessions.blocks import Message, TextBlock, ToolCallBlock
 from compaction.sessions.events import (
     AssistantMessage,
@@ -41,7 +41,6 @@ from compaction.sessions.events import (
     now_utc,
 )
 from compaction.sessions.interrupted import NOT_STARTED_TEXT, OUTCOME_UNKNOWN_TEXT
-from compaction.sessions.native import surface_hash as native_surface_hash
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
 from recovery import (
@@ -61,7 +60,7 @@ from recovery import (
     surface_hash,
 )
 from recovery.scan import Orphan
-from tests.builders import MODEL, end_turn, start_turn, tool_step, user
+from tests.builders import MODEL, end_turn, run_json, start_turn, tool_step, user
 
 HOST = socket.gethostname()
 WINDOW = 3000
@@ -142,13 +141,13 @@ def test_surface_hash_is_pinned_for_a_fixed_surface() -> None:
 
 
 def test_one_surface_hash_for_the_library() -> None:
-    """Recovery reports the same hash export and copy record (compaction.sessions.native.surface_hash)."""
+    """Recovery reports the same hash export and copy record (compaction.sessions.hashing.surface_hash)."""
     session = Session()
     history(session)
     asyncio.run(BasicCompactService(BasicConfig(context_window=WINDOW)).compact_if_needed(session))
     assert session.surface.generation == 1  # a replacement is on the surface
-    assert surface_hash is native_surface_hash
-    assert hash_surface(session.nodes, session.derive_messages()) == native_surface_hash(session)
+    assert surface_hash is hashing.surface_hash
+    assert hash_surface(session.nodes, session.derive_messages()) == hashing.surface_hash(session)
 
 
 def test_surface_hash_matches_across_reload_and_changes_with_the_surface(store_url: str) -> None:
@@ -544,18 +543,11 @@ def test_public_surface_is_pinned() -> None:
 # ---------------------------------------------------------------- the command
 
 
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any]]:
-    status = cli_main(list(argv))
-    return status, json.loads(capsys.readouterr().out)
-
-
-def test_recover_command_reports_repairs_and_repeats(
-    sqlite_url: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_recover_command_reports_repairs_and_repeats(sqlite_url: str) -> None:
     with SessionStore.open(sqlite_url) as store:
         session = saved_session(store, lease(dead_pid()))
         expected_hash = surface_hash(session)
-    status, document = run_cli(capsys, "--store", sqlite_url, "recover", "--json")
+    status, document = run_json("--store", sqlite_url, "recover")
     assert status == 0
     (orphan,) = document["orphans"]
     assert {
@@ -571,10 +563,9 @@ def test_recover_command_reports_repairs_and_repeats(
     assert orphan["start_seq"] == len(session) - 1 and orphan["age_seconds"] >= 0
     assert "reason" in orphan and document["passed"] is True
 
-    status, document = run_cli(capsys, "--store", sqlite_url, "recover", "--repair", "--json")
+    status, document = run_json("--store", sqlite_url, "recover", "--repair")
     assert status == 0 and [o["action"] for o in document["orphans"]] == ["repaired"]
-    status, document = run_cli(
-        capsys,
+    status, document = run_json(
         "recover",
         "--repair",
         "--follow",
@@ -584,19 +575,18 @@ def test_recover_command_reports_repairs_and_repeats(
         "0.01",
         "--store",
         sqlite_url,
-        "--json",
     )
     assert status == 0 and document["orphans"] == [] and document["polls"] == 2
 
 
-def test_recover_command_fails_on_corruption(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_recover_command_fails_on_corruption(sqlite_url: str) -> None:
     with SessionStore.open(sqlite_url) as store:
         session = store.create()
         history(session)
         start = orphan_start(session, lease(dead_pid()))
         landed_without_end(session, start)
         store.save(session)
-    status, document = run_cli(capsys, "--store", sqlite_url, "recover", "--repair", "--json")
+    status, document = run_json("--store", sqlite_url, "recover", "--repair")
     assert status == 1
     assert document["passed"] is False and document["corrupt"] == 1
     (orphan,) = document["orphans"]
@@ -630,12 +620,6 @@ def test_follow_forgets_an_orphan_its_owner_closed() -> None:
         assert [o.action for o in report.orphans] == ["none"]
         ends = [e for e in store.load_events(session.id) if isinstance(e, CompactEnd)]
         assert [e.error for e in ends] == ["x"]  # recovery wrote nothing
-
-
-def test_the_documented_example_runs() -> None:
-    text = (Path(__file__).resolve().parents[2] / "docs" / "recovery.md").read_text()
-    (snippet,) = re.findall(r"```python\n(.*?)```", text, re.S)
-    exec(compile(snippet, "docs/recovery.md", "exec"), {})
 
 
 def test_an_unreadable_session_is_reported_and_the_others_are_still_recovered(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
+import threading
 from pathlib import Path
 from uuid import UUID
 
@@ -38,8 +38,7 @@ def main() -> None:
             partial = args.marker.with_suffix(".partial")
             partial.write_text(f"{session_id} {done} {total}")
             os.replace(partial, args.marker)
-            while True:  # the parent SIGKILLs us here
-                time.sleep(1)
+            threading.Event().wait()  # forever: the parent SIGKILLs us here
 
     with open_store(args.source) as source, open_store(args.target) as target:
         copy_sessions(source, target, source.session_ids(), progress=progress, batch=args.batch)

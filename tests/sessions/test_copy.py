@@ -7,14 +7,10 @@ hash and event count, with no duplicate rows.
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -27,8 +23,8 @@ import pytest
 from compaction.cli.main import main
 from compaction.errors import ConfigurationError
 from compaction.sessions.copy import copy_session
+from compaction.sessions.hashing import surface_hash
 from compaction.sessions.importers import import_path
-from compaction.sessions.native import surface_hash
 from compaction.sessions.partitioned import (
     PartitionedSessionStore,
     UnannouncedPostgresRecorder,
@@ -40,19 +36,11 @@ from compaction.sessions.partitioned import (
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
 from projections import ProjectionRunner, surfaces
-from tests.builders import end_turn, start_turn, tool_step, user
+from tests.builders import answer_step, end_turn, run_json, start_turn, tool_step, turn, user, wait_until
 from tests.conftest import PUBLIC_TRANSCRIPTS
 
 CHILD = Path(__file__).with_name("copy_child.py")
 BATCH = 200
-Doc = dict[str, Any]
-
-
-def cli(*argv: str) -> tuple[int, Doc]:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = main([*argv, "--json"])
-    return code, json.loads(out.getvalue())
 
 
 @pytest.fixture(scope="module")
@@ -123,11 +111,8 @@ def test_copy_killed_half_way_then_resumed(source: str, pg_target: str, tmp_path
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 120
-        while not marker.exists():
-            assert process.poll() is None, process.stderr.read() if process.stderr else ""
-            assert time.monotonic() < deadline, "the copy never reached the kill point"
-            time.sleep(0.05)
+        wait_until(lambda: marker.exists() or process.poll() is not None, 120, "the kill point")
+        assert marker.exists(), process.stderr.read() if process.stderr else ""
     finally:
         process.send_signal(signal.SIGKILL)
         process.wait()
@@ -144,7 +129,7 @@ def test_copy_killed_half_way_then_resumed(source: str, pg_target: str, tmp_path
     for sid in order[:cut]:
         assert before[sid][0] == sessions[sid][0]
 
-    code, document = cli("--store", source, "copy", "--to", pg_target, "--all")
+    code, document = run_json("--store", source, "copy", "--to", pg_target, "--all")
     assert code == 0, document
     rows = {UUID(r["session_id"]): r for r in document["sessions"]}
     assert list(rows) == order
@@ -164,7 +149,7 @@ def test_copy_killed_half_way_then_resumed(source: str, pg_target: str, tmp_path
         for sid, (_, digest) in sessions.items():
             assert surface_hash(target.get(sid)) == digest
 
-    code, again = cli("--store", source, "copy", "--to", pg_target, "--all")
+    code, again = run_json("--store", source, "copy", "--to", pg_target, "--all")
     assert code == 0
     assert {r["status"] for r in again["sessions"]} == {"already-copied"}
     assert again["copied_events"] == 0
@@ -189,8 +174,8 @@ def test_copy_one_session_by_prefix_shows_progress(
 
 def test_copy_json_rows(source: str, sqlite_url: str) -> None:
     first, second = list(source_sessions(source))[:2]
-    code, document = cli("--store", source, "copy", "--to", sqlite_url, "--session", str(first),
-                         "--session", str(second), "--batch", "50")  # fmt: skip
+    code, document = run_json("--store", source, "copy", "--to", sqlite_url, "--session", str(first),
+                              "--session", str(second), "--batch", "50")  # fmt: skip
     assert code == 0
     assert set(document) >= {"sessions", "source", "target", "copied_events", "verified"}
     for row in document["sessions"]:
@@ -199,15 +184,13 @@ def test_copy_json_rows(source: str, sqlite_url: str) -> None:
 
 
 def test_copy_refuses_to_overwrite_a_different_session(source: str, sqlite_url: str) -> None:
-    from tests.builders import user
-
     sid = next(iter(source_sessions(source)))
     with SessionStore.open(sqlite_url) as target:
         impostor = target.create(sid)
         user(impostor, "an unrelated session that happens to have the same id")
         target.save(impostor)
         impostor_hash = surface_hash(impostor)
-    code, document = cli("--store", source, "copy", "--to", sqlite_url, "--session", str(sid))
+    code, document = run_json("--store", source, "copy", "--to", sqlite_url, "--session", str(sid))
     assert code == 1
     (row,) = document["sessions"]
     assert (row["status"], row["verified"], row["copied"]) == ("conflict", False, 0)
@@ -218,7 +201,7 @@ def test_copy_refuses_to_overwrite_a_different_session(source: str, sqlite_url: 
 
 
 def test_copy_needs_a_selection(source: str, sqlite_url: str) -> None:
-    code, document = cli("--store", source, "copy", "--to", sqlite_url)
+    code, document = run_json("--store", source, "copy", "--to", sqlite_url)
     assert code == 2
     assert document["error"]["type"] == "UsageError"
 
@@ -226,8 +209,8 @@ def test_copy_needs_a_selection(source: str, sqlite_url: str) -> None:
 def test_copy_from_a_partitioned_store(source: str, pg_url: str, sqlite_url: str) -> None:
     """Re-partitioning works both ways: SQLite -> 3 partitions -> a plain SQLite store."""
     partitioned = f"{pg_url}?partitions=3"
-    assert cli("--store", source, "copy", "--to", partitioned, "--all")[0] == 0
-    code, document = cli("--store", partitioned, "copy", "--to", sqlite_url, "--all")
+    assert run_json("--store", source, "copy", "--to", partitioned, "--all")[0] == 0
+    code, document = run_json("--store", partitioned, "copy", "--to", sqlite_url, "--all")
     assert code == 0, document
     assert document["source"].endswith("?partitions=3")
     sessions = source_sessions(source)
@@ -239,15 +222,9 @@ def test_copy_from_a_partitioned_store(source: str, pg_url: str, sqlite_url: str
 
 
 def make_session(turns: int = 1) -> Session:
-    from tests.builders import answer_step, end_turn, start_turn, tool_step, user
-
     session = Session(uuid.uuid4())
     for n in range(turns):
-        user(session, f"task {n}")
-        start_turn(session)
-        tool_step(session, n_calls=1)
-        answer_step(session)
-        end_turn(session)
+        turn(session, f"task {n}")
     return session
 
 
@@ -346,10 +323,8 @@ def test_projection_runners_follow_each_partition(pg_url: str, notify: str) -> N
     """One runner per partition, each on its own notification log and tracking record; together
     they project every session exactly as the store folds it, following live appends (woken by
     NOTIFY, or polling when the partitions do not announce their appends)."""
-    from tests.builders import answer_step, end_turn, start_turn, user
-
     with PartitionedSessionStore.open(f"{pg_url}?partitions=3&notify={notify}") as store:
-        quiet = [isinstance(p.recorder, UnannouncedPostgresRecorder) for p in store.parts]
+        quiet = [isinstance(p.application.recorder, UnannouncedPostgresRecorder) for p in store.parts]
         assert quiet == [notify == "off"] * 3
         sessions = [make_session(turns=2) for _ in range(9)]
         assert announcements(pg_url, store, sessions[0]) == (1 if notify == "on" else 0)
@@ -368,7 +343,7 @@ def test_projection_runners_follow_each_partition(pg_url: str, notify: str) -> N
                 end_turn(session)
                 store.save(session)
             for runner in runners:
-                top = runner.store.recorder.max_notification_id()
+                top = runner.store.max_notification_id()
                 if top:  # a partition no session hashed to has nothing to wait for
                     runner.wait(top, timeout=10)
         finally:

@@ -1,6 +1,6 @@
-"""Golden native exports (``tests/golden/*.vN.jsonl``): every later version must still import and
-audit them. They are committed files, written once by ``tests/golden/make_golden.py``; these tests
-read them as they are and never regenerate them.
+"""Golden native exports (``tests/sessions/golden/*.vN.jsonl``): every later version must still import
+and audit them. They are committed files, written once by ``tests/sessions/golden/make_golden.py``;
+these tests read them as they are and never regenerate them.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from compaction.audit.checks import audit_events
-from compaction.sessions.native import VERSION, export_lines, import_session, read_header, surface_hash
+from compaction.sessions.hashing import surface_hash
+from compaction.sessions.native import VERSION, export_lines, import_session, read_header
 from compaction.sessions.store import SessionStore
 from recovery.scan import OrphanScanner
 

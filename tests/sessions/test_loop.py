@@ -45,6 +45,7 @@ from compaction.sessions.loop import (
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
 from compaction.testing import ScriptedModel, ScriptItem, reply, tool_call
+from tests.builders import log_types
 
 # ---------------------------------------------------------------- helpers
 
@@ -85,10 +86,6 @@ def two_step_script(prefix: str = "") -> list[ScriptItem]:
     ]
 
 
-def types(session: Session, start: int = 0) -> list[str]:
-    return [e.TYPE for e in session.events(start)]
-
-
 def without_time(event: SessionEvent) -> SessionEvent:
     return msgspec.structs.replace(event, time=UNSET_TIME)
 
@@ -123,7 +120,7 @@ async def test_two_step_turn_appends_events_in_order() -> None:
 
     outcome = await loop.run_turn("list the files")
 
-    assert types(session) == TWO_STEP_TURN
+    assert log_types(session) == TWO_STEP_TURN
     assert (outcome.turn, outcome.steps, outcome.reason.kind) == (1, 2, "completed")
     events = list(session.events())
     first = events[6]
@@ -183,7 +180,7 @@ async def test_pre_step_hooks_are_awaited_serially_once_per_step() -> None:
             assert ctx.session.open_step is None
             assert isinstance(ctx.header, RequestHeader)
             trace.append((name, "enter", ctx.step, len(ctx.session)))
-            await asyncio.sleep(0.001)
+            await asyncio.sleep(0)  # a yield point: hooks run concurrently would interleave here
             trace.append((name, "exit", ctx.step, len(ctx.session)))
 
         return hook
@@ -221,7 +218,7 @@ async def test_a_hook_message_lands_outside_the_step_and_in_its_request() -> Non
 
     await loop.run_turn("go")
 
-    assert types(session)[11:14] == ["step/end", "user/message", "step/start"]
+    assert log_types(session)[11:14] == ["step/end", "user/message", "step/start"]
     assert note not in model.requests[0].messages
     assert model.requests[1].messages[-1] == note
     assert render.pairing_problems(session.derive_messages()) == []
@@ -251,7 +248,7 @@ async def test_a_failing_hook_is_logged_and_the_turn_continues(
         "pre-step hook failed: summarizer unreachable at step 1; continuing the turn",
         "pre-step hook failed: summarizer unreachable at step 2; continuing the turn",
     ]
-    assert types(session) == TWO_STEP_TURN
+    assert log_types(session) == TWO_STEP_TURN
 
 
 # ---------------------------------------------------------------- tools
@@ -326,14 +323,15 @@ async def test_turns_are_numbered_and_the_header_is_written_on_change() -> None:
 async def test_run_turn_refuses_while_a_turn_is_open() -> None:
     session = Session()
     loop, _ = make_loop(session, [])
-    release = asyncio.Event()
+    entered, release = asyncio.Event(), asyncio.Event()
 
     async def blocking(ctx: StepContext) -> None:
+        entered.set()
         await release.wait()
 
     loop.add_pre_step(blocking)
     task = asyncio.create_task(loop.run_turn("first"))
-    await asyncio.sleep(0.01)
+    await asyncio.wait_for(entered.wait(), timeout=5)  # the first turn is open, held in its hook
     with pytest.raises(AgentLoopError, match="expected no open turn, found turn 1 open"):
         await loop.run_turn("second")
     task.cancel()
@@ -352,7 +350,7 @@ async def test_max_steps_ends_the_turn_with_an_error_reason() -> None:
 
     assert outcome.steps == 2
     assert (outcome.reason.kind, outcome.reason.message) == ("error", "max steps reached")
-    assert types(session)[-2:] == ["step/end", "turn/end"]
+    assert log_types(session)[-2:] == ["step/end", "turn/end"]
 
 
 # ---------------------------------------------------------------- saving
@@ -396,7 +394,7 @@ async def test_a_model_error_closes_the_turn_saves_and_is_reraised(sqlite_url: s
         with pytest.raises(RuntimeError, match="provider returned 503"):
             await loop.run_turn("go")
 
-        assert types(session)[-3:] == ["step/start", "step/end", "turn/end"]
+        assert log_types(session)[-3:] == ["step/start", "step/end", "turn/end"]
         end = session.event(len(session) - 1)
         assert isinstance(end, TurnEnd)
         assert (end.reason.kind, end.reason.message) == ("error", "provider returned 503")
@@ -446,7 +444,7 @@ async def test_a_model_error_hook_can_retry_the_call_within_the_step() -> None:
     assert len(model.requests) == 2
     assert hint not in model.requests[0].messages
     assert model.requests[1].messages[-1] == hint  # re-derived after the hook
-    assert types(session) == [
+    assert log_types(session) == [
         "user/message", "turn/start", "request/header", "step/start", "context/message",
         "assistant/chunk", "assistant/message", "step/end", "turn/end",
     ]
@@ -517,7 +515,7 @@ async def test_cancelling_a_tool_closes_the_step_and_the_turn(sqlite_url: str) -
         with pytest.raises(asyncio.CancelledError):
             await task
 
-        assert types(session)[-5:] == [
+        assert log_types(session)[-5:] == [
             "tool/call", "tool/result", "tool/result", "step/end", "turn/end",
         ]
         call_seq = len(session) - 5
@@ -550,7 +548,7 @@ async def test_cancelling_the_model_call_closes_the_turn() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
 
-    assert types(session)[-3:] == ["step/start", "step/end", "turn/end"]
+    assert log_types(session)[-3:] == ["step/start", "step/end", "turn/end"]
     assert session.open_turn is None
     follow, _ = make_loop(session, [reply("back", message_id="a9")])
     assert (await follow.run_turn("again")).turn == 2

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,21 +25,13 @@ from compaction.config import BasicConfig
 from compaction.errors import CompactionError, TranscriptError
 from compaction.sessions.blocks import Message
 from compaction.sessions.events import SessionEvent
+from compaction.sessions.hashing import surface_hash
 from compaction.sessions.importers import import_path
-from compaction.sessions.native import FORMAT, UPCASTERS, VERSION, import_session, surface_hash
+from compaction.sessions.native import FORMAT, UPCASTERS, VERSION, import_session
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
+from tests.builders import Doc, run_json
 from tests.conftest import PUBLIC_TRANSCRIPTS
-
-Doc = dict[str, Any]
-
-
-def cli(*argv: str) -> tuple[int, Doc]:
-    """Run the CLI in-process with ``--json`` outside pytest's capture (module fixtures use it)."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = main([*argv, "--json"])
-    return code, json.loads(out.getvalue())
 
 
 def audit_json(events: list[SessionEvent]) -> tuple[list[Doc], list[Doc]]:
@@ -79,7 +70,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> list[Exported]:
     result: list[Exported] = []
     for session_id in ids:
         path = folder / f"{session_id}.jsonl"
-        code, document = cli("--store", url, "export", str(session_id), "--out", str(path))
+        code, document = run_json("--store", url, "export", str(session_id), "--out", str(path))
         assert code == 0, document
         assert document["path"] == str(path)
         with SessionStore.open(url) as store:
@@ -109,7 +100,7 @@ def restore(store: SessionStore, url: str, paths: list[Path]) -> list[Doc]:
     as long as the process: the command's own function there)."""
     if url == "memory://":
         return [import_events(store, path) for path in paths]
-    code, document = cli("--store", url, "import", "--format", "events", *map(str, paths))
+    code, document = run_json("--store", url, "import", "--format", "events", *map(str, paths))
     assert code == 0, document
     rows: list[Doc] = document["sessions"]
     return rows
@@ -132,8 +123,8 @@ def test_round_trip_of_every_public_transcript(store_url: str, exported: list[Ex
 
 def test_export_then_import_is_idempotent(sqlite_url: str, exported: list[Exported]) -> None:
     one = exported[0]
-    assert cli("--store", sqlite_url, "import", str(one.path))[0] == 0  # auto-detects the format
-    code, document = cli("--store", sqlite_url, "import", "--format", "events", str(one.path))
+    assert run_json("--store", sqlite_url, "import", str(one.path))[0] == 0  # auto-detects the format
+    code, document = run_json("--store", sqlite_url, "import", "--format", "events", str(one.path))
     assert code == 0
     assert document["sessions"][0]["status"] == "already_imported"
     with SessionStore.open(sqlite_url) as store:
@@ -142,9 +133,9 @@ def test_export_then_import_is_idempotent(sqlite_url: str, exported: list[Export
 
 def test_re_export_reproduces_the_file(sqlite_url: str, tmp_path: Path, exported: list[Exported]) -> None:
     one = max(exported, key=lambda e: len(e.events))
-    assert cli("--store", sqlite_url, "import", str(one.path))[0] == 0
+    assert run_json("--store", sqlite_url, "import", str(one.path))[0] == 0
     again = tmp_path / "again.jsonl"
-    code, document = cli("--store", sqlite_url, "export", str(one.session_id)[:8], "--out", str(again))
+    code, document = run_json("--store", sqlite_url, "export", str(one.session_id)[:8], "--out", str(again))
     assert code == 0, document
     assert again.read_text(encoding="utf-8") == one.path.read_text(encoding="utf-8")
 
@@ -192,7 +183,7 @@ def first_line_of(lines: list[str], event_type: str) -> int:
 
 
 def assert_refused(url: str, path: Path, line: int, *fragments: str) -> None:
-    code, document = cli("--store", url, "import", "--format", "events", str(path))
+    code, document = run_json("--store", url, "import", "--format", "events", str(path))
     assert code == 1, document
     assert document["error"]["type"] == "TranscriptError"
     message = document["error"]["message"]
@@ -347,7 +338,7 @@ def test_the_same_id_with_other_events_is_refused(
         for event in one.events[:5]:
             other.append(event)
         store.save(other)
-    code, document = cli("--store", sqlite_url, "import", "--format", "events", str(path))
+    code, document = run_json("--store", sqlite_url, "import", "--format", "events", str(path))
     assert code == 1
     assert document["error"]["type"] == "StoreError"
     assert "already stored with different events" in document["error"]["message"]
@@ -392,9 +383,9 @@ def test_export_defaults_to_a_file_named_by_the_session(
     sqlite_url: str, tmp_path: Path, exported: list[Exported], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     one = small_export(exported)
-    assert cli("--store", sqlite_url, "import", str(one.path))[0] == 0
+    assert run_json("--store", sqlite_url, "import", str(one.path))[0] == 0
     monkeypatch.chdir(tmp_path)
-    code, document = cli("--store", sqlite_url, "export", str(one.session_id))
+    code, document = run_json("--store", sqlite_url, "export", str(one.session_id))
     assert code == 0, document
     assert document["path"] == f"{one.session_id}.events.jsonl"
     assert (tmp_path / document["path"]).read_bytes() == one.path.read_bytes()
@@ -405,7 +396,7 @@ def test_export_to_stdout(
     sqlite_url: str, exported: list[Exported], capsys: pytest.CaptureFixture[str]
 ) -> None:
     one = small_export(exported)
-    assert cli("--store", sqlite_url, "import", str(one.path))[0] == 0
+    assert run_json("--store", sqlite_url, "import", str(one.path))[0] == 0
     assert main(["--store", sqlite_url, "export", str(one.session_id), "--out", "-"]) == 0
     assert capsys.readouterr().out == one.path.read_text(encoding="utf-8")
     assert main(["--store", sqlite_url, "export", str(one.session_id), "--out", "-", "--json"]) == 2
@@ -413,7 +404,7 @@ def test_export_to_stdout(
 
 
 def test_export_of_an_unknown_session_fails(sqlite_url: str) -> None:
-    code, document = cli("--store", sqlite_url, "export", "0123abcd")
+    code, document = run_json("--store", sqlite_url, "export", "0123abcd")
     assert code == 1
     assert document["error"]["type"] == "SessionNotFoundError"
 
@@ -422,7 +413,7 @@ def test_export_human_output(
     sqlite_url: str, tmp_path: Path, exported: list[Exported], capsys: pytest.CaptureFixture[str]
 ) -> None:
     one = small_export(exported)
-    assert cli("--store", sqlite_url, "import", str(one.path))[0] == 0
+    assert run_json("--store", sqlite_url, "import", str(one.path))[0] == 0
     out = tmp_path / "x.jsonl"
     assert main(["--store", sqlite_url, "export", str(one.session_id), "--out", str(out)]) == 0
     text = capsys.readouterr().out

@@ -17,7 +17,7 @@ import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compaction.errors import CorruptSurfaceError, EventRuleError
+from compaction.errors import EventRuleError
 from compaction.sessions.blocks import Message, Source, TextBlock, ToolCallBlock, ToolResultBlock
 from compaction.sessions.events import (
     APPEND,
@@ -41,7 +41,7 @@ from compaction.sessions.events import (
 )
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
-from tests.builders import MODEL
+from tests.builders import MODEL, state_of
 
 Action = tuple[str, Callable[[], SessionEvent]]
 
@@ -277,34 +277,12 @@ def valid_sessions(draw: st.DrawFn, max_events: int = 50) -> Session:
 # ---------------------------------------------------------------- what must agree
 
 
-def balance(session: Session) -> object:
-    try:
-        return list(session.surface.cuts())
-    except CorruptSurfaceError as e:
-        return ("corrupt", e.seq)
-
-
-def view(session: Session) -> tuple[object, ...]:
-    return (
-        len(session),
-        list(session.nodes),
-        list(session.surface.deltas),
-        session.surface.generation,
-        session.derive_messages(),
-        balance(session),
-        session.structure.state(),
-        dict(session.last_by_type),
-        dict(session.type_counts),
-        session.first_user_seq,
-    )
-
-
 @PROPERTY_SETTINGS
 @given(session=valid_sessions(), data=st.data())
 def test_live_fold_replay_reload_and_snapshot_agree(session: Session, data: st.DataObject) -> None:
     events = list(session.events())
-    live = view(session)
-    assert view(Session.replay(session.id, events)) == live
+    live = state_of(session)
+    assert state_of(Session.replay(session.id, events)) == live
     interval = data.draw(st.integers(2, 9), label="snapshot interval")
     cuts = sorted(data.draw(st.sets(st.integers(1, len(events)), max_size=6), label="saves") | {len(events)})
     with SessionStore.open("memory://", snapshot_interval=interval) as store:
@@ -314,12 +292,12 @@ def test_live_fold_replay_reload_and_snapshot_agree(session: Session, data: st.D
             writer.append_all(events[start:cut])
             store.save(writer)
             start = cut
-        assert view(store.get(session.id)) == live
-        assert view(store.get(session.id, use_snapshots=False)) == live
+        assert state_of(store.get(session.id)) == live
+        assert state_of(store.get(session.id, use_snapshots=False)) == live
         at = data.draw(st.integers(0, len(events) - 1), label="at")
         then = store.get(session.id, at=at)
         assert then.nodes == session.surface_at(at)
-        assert view(then) == view(Session.replay(session.id, events[: at + 1]))
+        assert state_of(then) == state_of(Session.replay(session.id, events[: at + 1]))
 
 
 @PROPERTY_SETTINGS
@@ -422,14 +400,14 @@ def test_an_invalid_event_is_rejected_and_changes_nothing(session: Session, data
     nodes, seq = list(session.nodes), len(session)
     kind = data.draw(st.sampled_from(applicable(session, nodes, seq)), label="kind")
     event = bad_event(kind, session, nodes, seq, data)
-    before = view(session)
+    before = state_of(session)
     try:
         session.append(event)
     except EventRuleError:
         pass
     else:
         raise AssertionError(f"{kind}: {event!r} was accepted")
-    assert view(session) == before
+    assert state_of(session) == before
 
 
 @PROPERTY_SETTINGS
@@ -441,13 +419,13 @@ def test_a_batch_with_one_invalid_event_appends_nothing(session: Session, data: 
     kind = data.draw(st.sampled_from(applicable(session, nodes, seq)), label="kind")
     event = bad_event(kind, session, nodes, seq, data)
     filler = UserMessage(message=text_message("filler", 0), surface_op=APPEND)
-    before = view(session)
+    before = state_of(session)
     try:
         session.append_all([filler, event])
     except EventRuleError:
         pass
     else:
         raise AssertionError(f"{kind}: {event!r} was accepted")
-    assert view(session) == before
+    assert state_of(session) == before
     session.append(filler)  # and the session still accepts valid events
     assert session.nodes[-1] == filler_seq

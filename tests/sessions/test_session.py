@@ -8,9 +8,8 @@ import msgspec
 import pytest
 
 from compaction.errors import EventRuleError, StoreError, StructureRuleError, SurfaceRuleError
-from compaction.sessions.blocks import Message, TextBlock, text_of
+from compaction.sessions.blocks import text_of
 from compaction.sessions.events import (
-    APPEND,
     Replace,
     SessionEvent,
     StepStart,
@@ -18,53 +17,17 @@ from compaction.sessions.events import (
     UserMessage,
 )
 from compaction.sessions.session import Session
-from tests.builders import answer_step, end_turn, start_turn, tool_step, user
-
-
-def user_event(
-    text: str, *, op: Replace | None = None, sources: tuple[int, ...] | None = None
-) -> UserMessage:
-    message = Message(id=f"m-{text}", role="user", content=(TextBlock(text),))
-    return UserMessage(message=message, surface_op=op or APPEND, source_event_seqs=sources)
+from tests.builders import start_turn, state_of, ticking_clock, tool_step, turn, user, user_event
 
 
 def texts_of(session: Session) -> list[str]:
     return [text_of(m.content) for m in session.derive_messages()]
 
 
-def state_of(session: Session) -> tuple[object, ...]:
-    return (
-        len(session),
-        list(session.nodes),
-        session.surface.generation,
-        session.derive_messages(),
-        session.structure.state(),
-        dict(session.last_by_type),
-        dict(session.type_counts),
-        session.first_user_seq,
-        session.saved_length,
-    )
-
-
 def worked_session() -> Session:
     session = Session()
-    user(session, "task")
-    start_turn(session)
-    tool_step(session, n_calls=2)
-    answer_step(session)
-    end_turn(session)
+    turn(session, n_calls=2)
     return session
-
-
-class Ticker:
-    """A deterministic clock: one second per reading."""
-
-    def __init__(self) -> None:
-        self.now = datetime(2025, 1, 1, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        self.now += timedelta(seconds=1)
-        return self.now
 
 
 # ---------------------------------------------------------------- appending
@@ -80,10 +43,10 @@ def test_append_stamps_seq_and_timezone_aware_utc_time() -> None:
 
 
 def test_append_uses_the_session_clock_and_keeps_explicit_times() -> None:
-    clock = Ticker()
+    clock = ticking_clock()
     session = Session(clock=clock)
     first = session.append(user_event("a"))
-    assert first.time == datetime(2025, 1, 1, 0, 0, 1, tzinfo=UTC)
+    assert first.time == datetime(2025, 1, 1, tzinfo=UTC)
     given = datetime(2020, 5, 5, tzinfo=UTC)
     second = session.append(msgspec.structs.replace(user_event("b"), time=given))
     assert second.time == given
@@ -168,7 +131,7 @@ def test_append_all_validates_each_event_against_the_batch_before_it() -> None:
     assert session.nodes == [events[1].seq]
 
 
-def test_validators_see_the_batch_state(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_validators_see_the_batch_state() -> None:
     seen: list[tuple[int, int]] = []
 
     def record(session: Session, event: SessionEvent) -> None:
@@ -176,18 +139,18 @@ def test_validators_see_the_batch_state(monkeypatch: pytest.MonkeyPatch) -> None
         if isinstance(event, UserMessage) and event.message.id == "m-veto":
             raise SurfaceRuleError("veto", event.seq, "vetoed by a test validator")
 
-    monkeypatch.setattr(Session, "validators", [record])
-    session = Session()
+    session = Session(validators=[record])
     session.append_all([user_event("a"), user_event("b")])
     assert seen == [(0, 0), (1, 1)]
     with pytest.raises(SurfaceRuleError, match="vetoed"):
         session.append_all([user_event("c"), user_event("veto")])
     assert len(session) == 2
+    other = Session()
+    other.append(user_event("veto"))  # another session's rules do not leak into this one
+    assert seen == [(0, 0), (1, 1), (2, 2), (3, 3)]
 
 
-def test_a_rolled_back_replacement_leaves_no_stale_message_cache(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_rolled_back_replacement_leaves_no_stale_message_cache() -> None:
     """A batch's replacement is rolled back after derive_messages ran mid-batch; a later
     replacement reaching the same generation must not reuse that cache."""
 
@@ -199,11 +162,11 @@ def test_a_rolled_back_replacement_leaves_no_stale_message_cache(
     session = Session()
     for text in "abc":
         user(session, text)
-    monkeypatch.setattr(Session, "validators", [peek])
+    session.validators = (peek,)
     with pytest.raises(StructureRuleError):
         session.append_all([user_event("first", op=Replace(0, 1), sources=(0, 1)), TurnStart(turn=99)])
     session.append(user_event("second", op=Replace(1, 2), sources=(1, 2)))
-    monkeypatch.setattr(Session, "validators", [])
+    session.validators = ()
     assert texts_of(session) == ["a", "second"]
     assert texts_of(Session.replay(session.id, session.events())) == ["a", "second"]
 
@@ -211,7 +174,7 @@ def test_a_rolled_back_replacement_leaves_no_stale_message_cache(
 def test_mark_and_rollback_restore_every_fold() -> None:
     session = worked_session()
     session.mark_saved()
-    before = state_of(session)
+    before = (state_of(session), session.saved_length)
     mark = session.mark()
     user(session, "later")
     start_turn(session)
@@ -221,9 +184,9 @@ def test_mark_and_rollback_restore_every_fold() -> None:
     ).seq
     assert replace_seq in session.nodes
     session.rollback(mark)
-    assert state_of(session) == before
+    assert (state_of(session), session.saved_length) == before
     session.rollback(mark)  # idempotent
-    assert state_of(session) == before
+    assert (state_of(session), session.saved_length) == before
     user(session, "again")
     assert session.type_counts["user/message"] == 2
 
@@ -238,7 +201,7 @@ def test_rollback_refuses_to_forget_saved_events() -> None:
 
 
 def test_discard_pending_returns_to_the_saved_prefix_and_keeps_the_clock() -> None:
-    clock = Ticker()
+    clock = ticking_clock()
     session = Session(clock=clock)
     user(session, "a")
     session.mark_saved()
@@ -254,7 +217,8 @@ def test_discard_pending_returns_to_the_saved_prefix_and_keeps_the_clock() -> No
 def test_replay_refolds_stored_events_and_rechecks_rules() -> None:
     session = worked_session()
     again = Session.replay(session.id, session.events())
-    assert state_of(again) == (*state_of(session)[:-1], len(session))
+    assert state_of(again) == state_of(session)
+    assert again.saved_length == len(session)  # replayed events are stored events
     broken = [*session.events()]
     broken[3] = msgspec.structs.replace(broken[3], seq=7)
     with pytest.raises(EventRuleError, match="not contiguous"):
@@ -298,7 +262,7 @@ def test_snapshot_restores_the_fold_and_fetches_events_lazily() -> None:
     assert restored.surface_at(len(session) - 2) == session.surface_at(len(session) - 2)
     start_turn(restored)
     start_turn(session)
-    assert state_of(restored)[:-1] == state_of(session)[:-1]
+    assert state_of(restored) == state_of(session)
 
 
 def test_snapshot_round_trips_through_msgspec() -> None:

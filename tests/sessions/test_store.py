@@ -7,7 +7,6 @@ URL parsing tests at the end need no backend.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -69,49 +68,25 @@ from compaction.sessions.events import (
 from compaction.sessions.mapper import encode_event
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore, parse_store_url
-from tests.builders import MODEL, answer_step, end_turn, start_turn, tool_step, user
-
-
-@pytest.fixture
-def store(store_url: str) -> Iterator[SessionStore]:
-    with SessionStore.open(store_url) as opened:
-        yield opened
-
-
-def user_event(
-    text: str, *, op: Replace | None = None, sources: tuple[int, ...] | None = None
-) -> UserMessage:
-    message = Message(id=f"m-{text}", role="user", content=(TextBlock(text),))
-    return UserMessage(message=message, surface_op=op or APPEND, source_event_seqs=sources)
+from tests.builders import (
+    MODEL,
+    state_of,
+    turn,
+    user,
+    user_event,
+)
 
 
 def worked(session: Session, turns: int) -> Session:
     """``turns`` tool-heavy turns, with a checkpoint replacement every third turn."""
     for _ in range(turns):
-        user(session, f"prompt {len(session)}")
-        start_turn(session)
-        tool_step(session, n_calls=2)
-        answer_step(session)
-        end_turn(session)
+        turn(session, f"prompt {len(session)}", n_calls=2)
         if session.structure.next_turn % 3 == 0:
             span = tuple(session.nodes[1:-1])
             session.append(
                 user_event(f"checkpoint {len(session)}", op=Replace(span[0], span[-1]), sources=span)
             )
     return session
-
-
-def view(session: Session) -> tuple[object, ...]:
-    return (
-        len(session),
-        list(session.nodes),
-        session.surface.generation,
-        session.derive_messages(),
-        session.structure.state(),
-        session.last_by_type,
-        session.type_counts,
-        session.first_user_seq,
-    )
 
 
 # ---------------------------------------------------------------- every event type, every block
@@ -282,7 +257,7 @@ def test_every_event_type_and_block_round_trips(store: SessionStore) -> None:
     assert loaded == list(session.events())
     assert [encode_event(e) for e in loaded] == [encode_event(e) for e in session.events()]
     again = store.get(session.id)
-    assert view(again) == view(session)
+    assert state_of(again) == state_of(session)
     for event in again.events():
         assert event.time.tzinfo is not None
         assert event.time.utcoffset() == timedelta(0)
@@ -320,7 +295,7 @@ def test_a_conflicting_batch_stores_nothing(store: SessionStore) -> None:
     stored = store.load_events(session.id)
     assert len(stored) == len(first)
     assert stored[-1].message.content == (TextBlock("winner"),)  # type: ignore[attr-defined]
-    assert view(store.get(session.id)) == view(first)
+    assert state_of(store.get(session.id)) == state_of(first)
 
 
 def test_the_loser_reloads_and_retries(store: SessionStore) -> None:
@@ -357,10 +332,10 @@ def test_a_compressed_store_round_trips_events_and_snapshots(store_url: str) -> 
         compressed.snapshot_interval = 5
         session = worked(compressed.create(), 3)
         compressed.save(session)
-        raw = compressed.recorder.select_events(session.id, limit=1)[0].state
+        raw = compressed.application.recorder.select_events(session.id, limit=1)[0].state
         assert raw != encode_event(session.event(0))  # stored compressed
-        assert view(compressed.get(session.id)) == view(session)
-        assert view(compressed.get(session.id, use_snapshots=False)) == view(session)
+        assert state_of(compressed.get(session.id)) == state_of(session)
+        assert state_of(compressed.get(session.id, use_snapshots=False)) == state_of(session)
 
 
 # ---------------------------------------------------------------- snapshots and versions
@@ -373,11 +348,12 @@ def test_snapshots_load_the_same_session_as_a_full_replay(store: SessionStore) -
         worked(session, 1)
         store.save(session)
     assert len(session) > 3 * store.snapshot_interval
-    assert store.snapshots is not None
-    assert store.snapshots.recorder.select_events(session.id)  # snapshots were taken
+    snapshots = store.application.snapshots
+    assert snapshots is not None
+    assert snapshots.recorder.select_events(session.id)  # snapshots were taken
     via_snapshot = store.get(session.id)
     full = store.get(session.id, use_snapshots=False)
-    assert view(via_snapshot) == view(full) == view(session)
+    assert state_of(via_snapshot) == state_of(full) == state_of(session)
     assert via_snapshot.event(2) == full.event(2)  # lazily fetched old seqs
     assert list(via_snapshot.events()) == list(full.events())
     assert via_snapshot.surface.cuts() == full.surface.cuts()
@@ -391,8 +367,8 @@ def test_a_session_loaded_from_a_snapshot_keeps_going(store: SessionStore) -> No
     worked(loaded, 2)
     store.save(loaded)
     worked(session, 2)
-    assert view(store.get(session.id)) == view(session)
-    assert view(store.get(session.id, use_snapshots=False)) == view(session)
+    assert state_of(store.get(session.id)) == state_of(session)
+    assert state_of(store.get(session.id, use_snapshots=False)) == state_of(session)
 
 
 @pytest.mark.parametrize("use_snapshots", [True, False])
@@ -461,7 +437,7 @@ def test_an_unknown_session_is_not_found(store: SessionStore) -> None:
 
 def test_an_unknown_event_type_in_a_stored_row(store: SessionStore) -> None:
     session_id = uuid.uuid4()
-    store.recorder.insert_events(
+    store.application.recorder.insert_events(
         [StoredEvent(originator_id=session_id, originator_version=0, topic="bogus/type", state=b"{}")]
     )
     with pytest.raises(UnknownEventTypeError) as caught:
@@ -474,7 +450,7 @@ def test_an_unknown_event_type_in_a_stored_row(store: SessionStore) -> None:
 def test_a_row_whose_payload_disagrees_with_its_position(store: SessionStore) -> None:
     session = store.create()
     stray = msgspec.structs.replace(user_event("a"), seq=5, time=datetime.now(UTC))
-    store.recorder.insert_events(
+    store.application.recorder.insert_events(
         [
             StoredEvent(
                 originator_id=session.id,
@@ -490,7 +466,7 @@ def test_a_row_whose_payload_disagrees_with_its_position(store: SessionStore) ->
 
 def test_an_undecodable_payload(store: SessionStore) -> None:
     session_id = uuid.uuid4()
-    store.recorder.insert_events(
+    store.application.recorder.insert_events(
         [StoredEvent(originator_id=session_id, originator_version=0, topic="turn/start", state=b"{")]
     )
     with pytest.raises(StoreError, match=f"cannot decode turn/start payload at session {session_id} seq 0"):
@@ -504,7 +480,7 @@ def test_two_store_handles_share_a_durable_log(durable_store_url: str) -> None:
     with SessionStore.open(durable_store_url) as one, SessionStore.open(durable_store_url) as two:
         session = worked(one.create(), 1)
         one.save(session)
-        assert view(two.get(session.id)) == view(session)
+        assert state_of(two.get(session.id)) == state_of(session)
         racer = two.get(session.id)
         user(session, "one wins")
         one.save(session)

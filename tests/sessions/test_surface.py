@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 import pytest
 
@@ -21,16 +19,10 @@ from compaction.sessions.events import (
     ToolCall,
     ToolResult,
     TurnStart,
-    UserMessage,
 )
 from compaction.sessions.session import Session, project
 from compaction.sessions.surface import Surface
-from tests.builders import MODEL, answer_step, end_turn, start_turn, tool_step, user
-
-
-def user_event(text: str, *, op: Any = APPEND, sources: tuple[int, ...] | None = None) -> UserMessage:
-    message = Message(id=f"m-{text}", role="user", content=(TextBlock(text),))
-    return UserMessage(message=message, surface_op=op, source_event_seqs=sources)
+from tests.builders import MODEL, answer_step, start_turn, tool_step, turn, user, user_event
 
 
 def replace(session: Session, start: int, end: int, text: str = "summary") -> int:
@@ -277,11 +269,7 @@ def test_a_neutral_node_between_a_call_and_its_result_is_unbalanced_on_both_side
 
 def test_a_checkpoint_at_the_head_is_balanced_on_both_sides() -> None:
     session = Session()
-    user(session, "task")
-    start_turn(session)
-    tool_step(session, n_calls=2)
-    answer_step(session)
-    end_turn(session)
+    turn(session, n_calls=2)
     tail = user(session, "next")
     checkpoint = replace(session, 0, session.nodes[-2])
     assert session.nodes == [checkpoint, tail]

@@ -17,7 +17,7 @@ import pytest
 from compaction.audit.checks import CHECK_NAMES, Check, CompactionAudit, audit_events
 from compaction.audit.report import SessionAudit, audit_session, load_log
 from compaction.basic import BasicCompactService
-from compaction.checkpoint import checkpoint_message, event_hash, is_checkpoint
+from compaction.checkpoint import checkpoint_message, is_checkpoint
 from compaction.cli.demo import run_demo_session
 from compaction.cli.main import main
 from compaction.config import BasicConfig
@@ -28,6 +28,7 @@ from compaction.meters import HeuristicMeter
 from compaction.selection import select_span
 from compaction.sessions.blocks import TextBlock
 from compaction.sessions.events import Replace, UserMessage
+from compaction.sessions.hashing import event_hash
 from compaction.sessions.importers import import_path
 from compaction.sessions.session import Session, project
 from compaction.sessions.store import SessionStore

@@ -8,7 +8,6 @@ import asyncio
 import json
 import sqlite3
 from pathlib import Path
-from typing import Any
 from uuid import UUID
 
 import msgspec
@@ -18,17 +17,17 @@ from compaction.audit.report import load_log
 from compaction.audit.request import rebuild_request
 from compaction.basic import BasicCompactService
 from compaction.cli.demo import run_demo_session
-from compaction.cli.main import main
 from compaction.config import BasicConfig
 from compaction.meters import HeuristicMeter
 from compaction.selection import select_span
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
 from compaction.summarizers.anthropic import AnthropicSummarizer
-from compaction.summarizers.base import Summarizer, SummaryOutput, SummaryRequest
+from compaction.summarizers.base import Summarizer, SummaryRequest
 from compaction.summarizers.openai import OpenAISummarizer
-from compaction.summarizers.template import TemplateSummarizer, render_summary
+from compaction.summarizers.template import render_summary
 from compaction.transaction import build_request
+from tests.builders import Doc, run_human, run_json
 from tests.compaction.summarizers.provider_servers import (
     ProviderServer,
     Reply,
@@ -36,30 +35,9 @@ from tests.compaction.summarizers.provider_servers import (
     openai_frames,
     openai_usage,
 )
+from tests.compaction.test_support import RecordingTemplateSummarizer
 
-Doc = dict[str, Any]
 WINDOW = 6000
-
-
-class RecordingSummarizer(TemplateSummarizer):
-    """The template summarizer, keeping every request it received."""
-
-    def __init__(self) -> None:
-        self.requests: list[SummaryRequest] = []
-
-    async def summarize(self, request: SummaryRequest) -> SummaryOutput:
-        self.requests.append(request)
-        return await super().summarize(request)
-
-
-def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Doc]:
-    code = main([*argv, "--json"])
-    return code, json.loads(capsys.readouterr().out)
-
-
-def run_human(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
-    code = main(list(argv))
-    return code, capsys.readouterr().out
 
 
 def demo(store: SessionStore, summarizer: Summarizer | None = None, *, compact: bool = True) -> Session:
@@ -79,7 +57,7 @@ def demo(store: SessionStore, summarizer: Summarizer | None = None, *, compact: 
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, UUID, list[SummaryRequest]]:
     """A demo session auto-compacted by a recording template summarizer, on SQLite."""
     url = f"sqlite:///{tmp_path_factory.mktemp('audit-cli') / 'sessions.db'}"
-    summarizer = RecordingSummarizer()
+    summarizer = RecordingTemplateSummarizer()
     with SessionStore.open(url) as store:
         session = demo(store, summarizer)
     assert len(summarizer.requests) >= 2
@@ -89,11 +67,9 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, UUID, list[
 # ---------------------------------------------------------------- the audit document
 
 
-def test_audit_json_document_passes_with_exit_zero(
-    recorded: tuple[str, UUID, list[SummaryRequest]], capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_audit_json_document_passes_with_exit_zero(recorded: tuple[str, UUID, list[SummaryRequest]]) -> None:
     url, session_id, requests = recorded
-    code, document = run_json(capsys, "--store", url, "audit", str(session_id)[:8])
+    code, document = run_json("--store", url, "audit", str(session_id)[:8])
     assert code == 0 and document["passed"] is True
     (session,) = document["sessions"]
     assert session["session_id"] == str(session_id)
@@ -104,24 +80,22 @@ def test_audit_json_document_passes_with_exit_zero(
         for check in compaction["checks"]:
             assert set(check) == {"name", "passed", "evidence", "applies"} and check["passed"]
     assert {c["name"] for c in session["log_checks"]} == {"stored-rows", "log-rules", "bracket-members"}
-    code, every = run_json(capsys, "--store", url, "audit", "--all")
+    code, every = run_json("--store", url, "audit", "--all")
     assert code == 0 and [s["session_id"] for s in every["sessions"]] == [str(session_id)]
 
 
-def test_audit_needs_a_session_or_all(
-    recorded: tuple[str, UUID, list[SummaryRequest]], capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_audit_needs_a_session_or_all(recorded: tuple[str, UUID, list[SummaryRequest]]) -> None:
     url, session_id, _ = recorded
     for argv in (["audit"], ["audit", str(session_id), "--all"]):
-        code, document = run_json(capsys, "--store", url, *argv)
+        code, document = run_json("--store", url, *argv)
         assert code == 2 and document["error"]["type"] == "UsageError"
 
 
 def test_human_report_and_exit_status_follow_the_checks(
-    recorded: tuple[str, UUID, list[SummaryRequest]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    recorded: tuple[str, UUID, list[SummaryRequest]], tmp_path: Path
 ) -> None:
     url, session_id, requests = recorded
-    code, out = run_human(capsys, "--store", url, "audit", str(session_id), "-v")
+    code, out, _ = run_human("--store", url, "audit", str(session_id), "-v")
     assert code == 0
     assert "audit passed" in out and "content-hashes" in out and requests[0].compaction_id[:8] in out
     broken = tmp_path / "broken.db"
@@ -135,10 +109,10 @@ def test_human_report_and_exit_status_follow_the_checks(
     )
     target.commit()
     target.close()
-    code, out = run_human(capsys, "--store", f"sqlite:///{broken}", "audit", str(session_id))
+    code, out, _ = run_human("--store", f"sqlite:///{broken}", "audit", str(session_id))
     assert code == 1
     assert "audit failed" in out and "orphaned" in out and "bracket" in out
-    code, document = run_json(capsys, "--store", f"sqlite:///{broken}", "audit", "--all")
+    code, document = run_json("--store", f"sqlite:///{broken}", "audit", "--all")
     assert code == 1 and document["passed"] is False
 
 
@@ -152,7 +126,7 @@ def _summary_seq(url: str, session_id: UUID) -> int:
 
 
 def test_request_round_trip_equals_what_the_template_summarizer_received(
-    recorded: tuple[str, UUID, list[SummaryRequest]], capsys: pytest.CaptureFixture[str]
+    recorded: tuple[str, UUID, list[SummaryRequest]]
 ) -> None:
     url, session_id, requests = recorded
     with SessionStore.open(url) as store:
@@ -162,17 +136,15 @@ def test_request_round_trip_equals_what_the_template_summarizer_received(
         assert rebuilt.request == sent
         assert rebuilt.shape == "summary-request"
     sent = requests[-1]
-    code, document = run_json(capsys, "--store", url, "audit", "--request", sent.compaction_id[:8])
+    code, document = run_json("--store", url, "audit", "--request", sent.compaction_id[:8])
     assert code == 0 and document["kind"] == "request"
     assert document["request"] == json.loads(msgspec.json.encode(sent))
     assert document["provider"] == "template" and document["model"] == "template-v1"
 
 
-def test_request_for_an_unknown_compaction_fails(
-    recorded: tuple[str, UUID, list[SummaryRequest]], capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_request_for_an_unknown_compaction_fails(recorded: tuple[str, UUID, list[SummaryRequest]]) -> None:
     url, _, _ = recorded
-    code, document = run_json(capsys, "--store", url, "audit", "--request", "no-such-compaction")
+    code, document = run_json("--store", url, "audit", "--request", "no-such-compaction")
     assert code == 1 and document["error"]["type"] == "CompactionNotFoundError"
     assert "no-such-compaction" in document["error"]["message"]
 
@@ -201,16 +173,14 @@ async def _compact_over_http(store: SessionStore, session: Session, provider: st
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
-def test_request_round_trip_equals_the_body_the_provider_received(
-    provider: str, sqlite_url: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_request_round_trip_equals_the_body_the_provider_received(provider: str, sqlite_url: str) -> None:
     with SessionStore.open(sqlite_url) as store:
         session = demo(store, compact=False)
         compaction_id, body = asyncio.run(_compact_over_http(store, session, provider))
-    code, document = run_json(capsys, "--store", sqlite_url, "audit", "--request", compaction_id)
+    code, document = run_json("--store", sqlite_url, "audit", "--request", compaction_id)
     assert code == 0 and document["shape"] == provider
     assert document["request"] == body
-    code, audited = run_json(capsys, "--store", sqlite_url, "audit", str(session.id))
+    code, audited = run_json("--store", sqlite_url, "audit", str(session.id))
     assert code == 0 and audited["passed"], audited
 
 
@@ -218,13 +188,13 @@ def test_request_round_trip_equals_the_body_the_provider_received(
 
 
 def test_diff_shows_the_shadowed_span_beside_its_checkpoint(
-    recorded: tuple[str, UUID, list[SummaryRequest]], capsys: pytest.CaptureFixture[str]
+    recorded: tuple[str, UUID, list[SummaryRequest]]
 ) -> None:
     url, session_id, _ = recorded
-    code, audit = run_json(capsys, "--store", url, "audit", str(session_id))
+    code, audit = run_json("--store", url, "audit", str(session_id))
     first = audit["sessions"][0]["compactions"][0]
     a, b = first["start_seq"] - 1, first["end_seq"]
-    code, diff = run_json(capsys, "--store", url, "show", str(session_id), "--diff", str(a), str(b))
+    code, diff = run_json("--store", url, "show", str(session_id), "--diff", str(a), str(b))
     assert code == 0 and diff["kind"] == "diff" and (diff["a"], diff["b"]) == (a, b)
     (replacement,) = diff["replacements"]
     assert replacement["compaction_id"] == first["compaction_id"]
@@ -232,16 +202,14 @@ def test_diff_shows_the_shadowed_span_beside_its_checkpoint(
     assert "<compacted-summary>" in replacement["replacement"]["text"]
     assert set(diff["removed"]) == set(first["shadowed_seqs"])
     assert diff["tokens_b"] < diff["tokens_a"]
-    code, out = run_human(capsys, "--store", url, "show", str(session_id), "--diff", str(b), str(a))
+    code, out, _ = run_human("--store", url, "show", str(session_id), "--diff", str(b), str(a))
     assert code == 0
     assert f"shadowed seqs {first['shadowed_seqs'][0]}..{first['shadowed_seqs'][-1]}" in out
     assert "<compacted-summary>" in out and first["compaction_id"] in out
 
 
-def test_diff_rejects_a_seq_outside_the_log(
-    recorded: tuple[str, UUID, list[SummaryRequest]], capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_diff_rejects_a_seq_outside_the_log(recorded: tuple[str, UUID, list[SummaryRequest]]) -> None:
     url, session_id, _ = recorded
-    code, document = run_json(capsys, "--store", url, "show", str(session_id), "--diff", "0", "99999")
+    code, document = run_json("--store", url, "show", str(session_id), "--diff", "0", "99999")
     assert code == 1 and document["error"]["type"] == "ConfigurationError"
     assert "99999" in document["error"]["message"]

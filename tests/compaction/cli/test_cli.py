@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ from compaction.errors import AmbiguousSessionError, SessionNotFoundError
 from compaction.sessions.blocks import Message, TextBlock
 from compaction.sessions.events import UserMessage
 from compaction.sessions.store import SessionStore
+from tests.builders import Doc, run_human, run_json
 from tests.conftest import PUBLIC_TRANSCRIPTS
 
 ENTRY_POINT = Path(sys.executable).parent / "compaction"
@@ -34,21 +34,6 @@ SESSION_KEYS = {"session_id", "events", "surface_nodes", "surface_tokens", "comp
 DEMO_KEYS = {
     "session_id", "events", "compactions", "tokens_before", "tokens_after", "checks_passed",
 }  # fmt: skip
-
-Doc = dict[str, Any]
-
-
-def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Doc]:
-    """Run the CLI in-process with ``--json``; stdout must hold exactly one JSON document."""
-    code = main([*argv, "--json"])
-    return code, json.loads(capsys.readouterr().out)
-
-
-def run_human(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
 
 def assert_error(code: int, document: Doc, error_type: str, *fragments: str) -> None:
     assert code == 1, document
@@ -96,54 +81,44 @@ def test_import_every_public_transcript(imported: tuple[str, list[Doc]]) -> None
     assert sum(row["compactions"] for row in rows) > 0  # the spotter transcript holds one
 
 
-def test_import_twice_reports_already_imported(
-    imported: tuple[str, list[Doc]], capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_import_twice_reports_already_imported(imported: tuple[str, list[Doc]]) -> None:
     url, first = imported
-    code, document = run_json(capsys, "--store", url, "import", *map(str, PUBLIC_TRANSCRIPTS))
+    code, document = run_json("--store", url, "import", *map(str, PUBLIC_TRANSCRIPTS))
     assert code == 0
     again = document["sessions"]
     assert [r["session_id"] for r in again] == [r["session_id"] for r in first]
     assert {r["status"] for r in again} == {"already_imported"}
-    code, listing = run_json(capsys, "--store", url, "sessions")
+    code, listing = run_json("--store", url, "sessions")
     assert len(listing["sessions"]) == len(first)
 
 
-def test_import_human_output_is_a_table(
-    imported: tuple[str, list[Doc]], capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_import_human_output_is_a_table(imported: tuple[str, list[Doc]]) -> None:
     url, _ = imported
     smallest = min(PUBLIC_TRANSCRIPTS, key=lambda p: p.stat().st_size)
-    code, out, err = run_human(capsys, "--store", url, "import", str(smallest))
+    code, out, err = run_human("--store", url, "import", str(smallest))
     assert code == 0, err
     assert "0 imported, 1 already imported" in out and "already_imported" in out
 
 
-def test_import_format_events_refuses_a_transcript(
-    sqlite_url: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_import_format_events_refuses_a_transcript(sqlite_url: str) -> None:
     code, document = run_json(
-        capsys, "--store", sqlite_url, "import", str(PUBLIC_TRANSCRIPTS[0]), "--format", "events"
+        "--store", sqlite_url, "import", str(PUBLIC_TRANSCRIPTS[0]), "--format", "events"
     )
     assert_error(code, document, "TranscriptError", ":1:", "not a native event export")
 
 
-def test_import_missing_file_names_it(
-    sqlite_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_import_missing_file_names_it(sqlite_url: str, tmp_path: Path) -> None:
     missing = tmp_path / "nope.jsonl"
-    code, document = run_json(capsys, "--store", sqlite_url, "import", str(missing))
+    code, document = run_json("--store", sqlite_url, "import", str(missing))
     assert_error(code, document, "TranscriptError", str(missing))
 
 
 # ---------------------------------------------------------------- sessions
 
 
-def test_sessions_lists_every_imported_session(
-    imported: tuple[str, list[Doc]], capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_sessions_lists_every_imported_session(imported: tuple[str, list[Doc]]) -> None:
     url, rows = imported
-    code, document = run_json(capsys, "--store", url, "sessions")
+    code, document = run_json("--store", url, "sessions")
     assert code == 0
     listed = {row["session_id"]: row for row in document["sessions"]}
     assert set(listed) == {row["session_id"] for row in rows}
@@ -156,11 +131,9 @@ def test_sessions_lists_every_imported_session(
         assert entry["compactions"] == row["compactions"]  # foreign ones became compact/* brackets
 
 
-def test_sessions_human_output_names_every_session(
-    imported: tuple[str, list[Doc]], capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_sessions_human_output_names_every_session(imported: tuple[str, list[Doc]]) -> None:
     url, rows = imported
-    code, out, err = run_human(capsys, "--store", url, "sessions")
+    code, out, err = run_human("--store", url, "sessions")
     assert code == 0, err
     for row in rows:
         assert row["session_id"][:8] in out
@@ -170,7 +143,7 @@ def test_json_option_before_or_after_the_command(
     imported: tuple[str, list[Doc]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     url, _ = imported
-    after = run_json(capsys, "--store", url, "sessions")
+    after = run_json("--store", url, "sessions")
     assert main(["--json", "sessions", "--store", url]) == 0
     before = json.loads(capsys.readouterr().out)
     assert before == after[1]
@@ -179,18 +152,16 @@ def test_json_option_before_or_after_the_command(
 # ---------------------------------------------------------------- show
 
 
-def show(capsys: pytest.CaptureFixture[str], url: str, *argv: str) -> Doc:
-    code, document = run_json(capsys, "--store", url, "show", *argv)
+def show(url: str, *argv: str) -> Doc:
+    code, document = run_json("--store", url, "show", *argv)
     assert code == 0, document
     return document
 
 
-def test_show_every_format_describes_the_same_surface(
-    imported: tuple[str, list[Doc]], capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_show_every_format_describes_the_same_surface(imported: tuple[str, list[Doc]]) -> None:
     url, rows = imported
     row = richest(rows)
-    docs = {shape: show(capsys, url, row["session_id"], "--format", shape)
+    docs = {shape: show(url, row["session_id"], "--format", shape)
             for shape in ("openai", "anthropic", "text")}  # fmt: skip
     for shape, document in docs.items():
         assert document["session_id"] == row["session_id"]
@@ -211,56 +182,46 @@ def test_show_every_format_describes_the_same_surface(
     assert rendered.count("[tool-result ") == len(tool_messages)
 
 
-def test_show_at_gives_the_surface_as_it_was_then(
-    imported: tuple[str, list[Doc]], capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_show_at_gives_the_surface_as_it_was_then(imported: tuple[str, list[Doc]]) -> None:
     url, rows = imported
     row = richest(rows)
     session_id = row["session_id"]
     with SessionStore.open(url) as store:
         session = store.get(UUID(session_id), use_snapshots=False)
         for at in (0, row["events"] // 3, row["events"] // 2, row["events"] - 1):
-            document = show(capsys, url, session_id, "--at", str(at), "--format", "openai")
+            document = show(url, session_id, "--at", str(at), "--format", "openai")
             assert document["at"] == at
             assert document["surface"] == session.surface_at(at)
-    latest = show(capsys, url, session_id, "--format", "openai")
-    assert show(capsys, url, session_id, "--at", str(latest["at"]), "--format", "openai") == latest
+    latest = show(url, session_id, "--format", "openai")
+    assert show(url, session_id, "--at", str(latest["at"]), "--format", "openai") == latest
 
 
 @pytest.mark.parametrize("at", ["-1", "events"])
-def test_show_at_outside_the_log_is_a_clear_error(
-    imported: tuple[str, list[Doc]], capsys: pytest.CaptureFixture[str], at: str
-) -> None:
+def test_show_at_outside_the_log_is_a_clear_error(imported: tuple[str, list[Doc]], at: str) -> None:
     url, rows = imported
     row = richest(rows)
     seq = str(row["events"]) if at == "events" else at
-    code, document = run_json(capsys, "--store", url, "show", row["session_id"], "--at", seq)
+    code, document = run_json("--store", url, "show", row["session_id"], "--at", seq)
     assert_error(code, document, "StoreError", f"cannot load it at seq {seq}")
 
 
-def test_show_accepts_a_unique_prefix(
-    imported: tuple[str, list[Doc]], capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_show_accepts_a_unique_prefix(imported: tuple[str, list[Doc]]) -> None:
     url, rows = imported
     session_id = richest(rows)["session_id"]
-    assert show(capsys, url, session_id[:13].upper())["session_id"] == session_id
+    assert show(url, session_id[:13].upper())["session_id"] == session_id
 
 
 @pytest.mark.parametrize("wanted", ["zzz", "00000000-0000-0000-0000-000000000000"])
-def test_show_unknown_session_is_a_json_error(
-    imported: tuple[str, list[Doc]], capsys: pytest.CaptureFixture[str], wanted: str
-) -> None:
+def test_show_unknown_session_is_a_json_error(imported: tuple[str, list[Doc]], wanted: str) -> None:
     url, _ = imported
-    code, document = run_json(capsys, "--store", url, "show", wanted)
+    code, document = run_json("--store", url, "show", wanted)
     assert_error(code, document, "SessionNotFoundError", wanted)
 
 
-def test_show_human_output_is_the_text_rendering(
-    imported: tuple[str, list[Doc]], capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_show_human_output_is_the_text_rendering(imported: tuple[str, list[Doc]]) -> None:
     url, rows = imported
     row = richest(rows)
-    code, out, err = run_human(capsys, "--store", url, "show", row["session_id"])
+    code, out, err = run_human("--store", url, "show", row["session_id"])
     assert code == 0, err
     assert f"session {row['session_id']}" in out
     assert "--- user" in out and "[tool-result " in out
@@ -287,9 +248,9 @@ def test_resolve_session_prefixes() -> None:
 # ---------------------------------------------------------------- demo
 
 
-def test_demo_json_document(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_demo_json_document(sqlite_url: str) -> None:
     code, document = run_json(
-        capsys, "--store", sqlite_url, "demo", "--turns", "1", "--steps", "6", "--no-phases"
+        "--store", sqlite_url, "demo", "--turns", "1", "--steps", "6", "--no-phases"
     )
     assert code == 0, document
     assert set(document) >= DEMO_KEYS
@@ -297,17 +258,15 @@ def test_demo_json_document(sqlite_url: str, capsys: pytest.CaptureFixture[str])
     assert document["compactions"] == 0 and document["compaction_log"] == []
     assert document["tokens_before"] > 0 and document["tokens_after"] > 0
     assert document["strategies"] == []
-    code, listing = run_json(capsys, "--store", sqlite_url, "sessions")
+    code, listing = run_json("--store", sqlite_url, "sessions")
     (row,) = listing["sessions"]
     assert row["session_id"] == document["session_id"]
     assert row["events"] == document["events"]
     assert 0 < row["surface_tokens"] <= document["tokens_before"]
 
 
-def test_demo_compacts_a_long_session_and_every_invariant_holds(
-    sqlite_url: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    code, document = run_json(capsys, "--store", sqlite_url, "demo", "--window", "12000")
+def test_demo_compacts_a_long_session_and_every_invariant_holds(sqlite_url: str) -> None:
+    code, document = run_json("--store", sqlite_url, "demo", "--window", "12000")
     assert code == 0, [c for c in document.get("checks", []) if not c["passed"]]
     assert document["checks_passed"] is True
     assert document["compactions"] == len(document["compaction_log"]) >= 2
@@ -322,11 +281,9 @@ def test_demo_compacts_a_long_session_and_every_invariant_holds(
         assert all(b["compacted"] and b["tokens_after"] < b["tokens_before"] for b in run["boundaries"])
 
 
-def test_demo_uses_the_store_from_the_environment(
-    sqlite_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_demo_uses_the_store_from_the_environment(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COMPACTION_STORE", sqlite_url)
-    code, out, err = run_human(capsys, "demo", "--turns", "1", "--steps", "3")
+    code, out, err = run_human("demo", "--turns", "1", "--steps", "3")
     assert code == 0, err
     assert "every invariant held" in out
     with SessionStore.open(sqlite_url) as store:
@@ -336,10 +293,10 @@ def test_demo_uses_the_store_from_the_environment(
 # ---------------------------------------------------------------- errors
 
 
-def test_bad_store_url_is_one_clear_line(capsys: pytest.CaptureFixture[str]) -> None:
-    code, document = run_json(capsys, "--store", "bogus://x", "sessions")
+def test_bad_store_url_is_one_clear_line() -> None:
+    code, document = run_json("--store", "bogus://x", "sessions")
     assert_error(code, document, "ConfigurationError", "bogus://x", "sqlite:///PATH")
-    code, out, err = run_human(capsys, "--store", "bogus://x", "sessions")
+    code, out, err = run_human("--store", "bogus://x", "sessions")
     assert code == 1 and out == ""
     assert err.startswith("compaction: error: unsupported store URL 'bogus://x'")
     assert "Traceback" not in err
@@ -349,12 +306,11 @@ def test_bad_store_url_is_one_clear_line(capsys: pytest.CaptureFixture[str]) -> 
     "argv",
     [[], ["show"], ["nope"], ["demo", "--turns", "0"], ["show", "x", "--format", "yaml"]],
 )
-def test_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run_human(capsys, *argv)
+def test_usage_errors_exit_2(argv: list[str]) -> None:
+    code, out, err = run_human(*argv)
     assert code == 2 and out == ""
     assert "usage: compaction" in err and "Traceback" not in err
-    code = main([*argv, "--json"])
-    document = json.loads(capsys.readouterr().out)
+    code, document = run_json(*argv)
     assert code == 2
     assert document["error"]["type"] == "UsageError"
 
@@ -371,32 +327,6 @@ def test_installed_entry_point_exit_status_and_json_error() -> None:
         [str(ENTRY_POINT), "--version"], capture_output=True, text=True, timeout=60, check=True
     )
     assert version.stdout.startswith("compaction ")
-
-
-# ---------------------------------------------------------------- documentation snippets
-
-ROOT = Path(__file__).resolve().parents[3]
-PLACEHOLDER_TRANSCRIPTS = ("transcript.jsonl", "session.jsonl")
-
-
-def python_blocks(markdown: Path) -> list[str]:
-    return re.findall(r"```python\n(.*?)```", markdown.read_text(), flags=re.DOTALL)
-
-
-@pytest.mark.parametrize("page", ["README.md", "docs/sessions.md", "docs/operations.md"])
-def test_python_snippets_in_the_docs_run(
-    page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    blocks = python_blocks(ROOT / page)
-    assert blocks, f"{page} has no python snippet"
-    transcript = min(PUBLIC_TRANSCRIPTS, key=lambda p: p.stat().st_size)
-    monkeypatch.chdir(tmp_path)
-    for block in blocks:
-        source = block
-        for placeholder in PLACEHOLDER_TRANSCRIPTS:
-            source = source.replace(f'"{placeholder}"', repr(str(transcript)))
-        exec(compile(source, f"{page} snippet", "exec"), {})
-        assert capsys.readouterr().out.strip(), f"a {page} snippet printed nothing"
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,10 @@
 """Real aiohttp servers speaking the OpenAI chat-completions and Anthropic messages protocols.
 
 A :class:`ProviderServer` listens on 127.0.0.1 (port 0) and answers each POST with the next
-scripted :class:`Reply`: an error body, or a stream of SSE frames written one by one (with a
-delay, then ending cleanly, breaking the connection, or streaming until the client goes away).
-It records every request (path, headers, JSON body) and when a client closed a stream early.
+scripted :class:`Reply`: an error body, or a stream of SSE frames written one by one (then ending
+cleanly, breaking the connection, going silent, or streaming until the client goes away).
+It records every request (path, headers, JSON body), when an endless stream is under way, and
+when a client closed a stream early.
 
 The frame builders reproduce the shapes of real responses: OpenAI's (role delta, content
 deltas, a finish chunk, a usage chunk with empty ``choices``, ``data: [DONE]``), llama.cpp's
@@ -32,7 +33,6 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     body: JSON | None = None  # a JSON (error) body instead of a stream
     frames: list[bytes] = field(default_factory=list)
-    delay: float = 0.0  # seconds between frames
     before: float = 0.0  # seconds before the response headers
     then: Then = "end"
     forever_frame: bytes = b""  # written every 20 ms after the frames when then == "forever"
@@ -51,6 +51,7 @@ class ProviderServer:
         self.received: list[Received] = []
         self.closed_early = asyncio.Event()
         self.closed_at: float | None = None
+        self.streaming = asyncio.Event()  # a "forever" reply is past its frames, streaming on
         self._runner: web.AppRunner | None = None
         self.base_url = ""
 
@@ -106,14 +107,13 @@ class ProviderServer:
     ) -> None:
         for frame in reply.frames:
             await response.write(frame)
-            if reply.delay:
-                await asyncio.sleep(reply.delay)
         if reply.then == "disconnect":
             assert request.transport is not None
             request.transport.close()
         elif reply.then == "forever":
             while True:
                 await response.write(reply.forever_frame)
+                self.streaming.set()
                 await asyncio.sleep(0.02)
         elif reply.then == "silent":
             await asyncio.sleep(30)

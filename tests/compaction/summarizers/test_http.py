@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
+import aiohttp
 import msgspec
 import pytest
 
@@ -30,7 +31,8 @@ from compaction.sessions.blocks import (
     ToolResultBlock,
 )
 from compaction.sessions.events import ToolSpec, Usage
-from compaction.summarizers.anthropic import AnthropicSummarizer, build_anthropic_payload
+from compaction.summarizers.aiohttp_transport import AiohttpTransport
+from compaction.summarizers.anthropic import AnthropicSummarizer
 from compaction.summarizers.base import SummaryOutput, SummaryRequest
 from compaction.summarizers.chunking import (
     ChunkingSummarizer,
@@ -38,16 +40,11 @@ from compaction.summarizers.chunking import (
     chunk_count,
     tool_units,
 )
-from compaction.summarizers.http import (
-    HttpSummarizer,
-    RetryPolicy,
-    SSEDecoder,
-    SSEEvent,
-    Timeouts,
-    endpoint_url,
-    retry_after,
-)
-from compaction.summarizers.openai import OpenAISummarizer, build_openai_payload
+from compaction.summarizers.http import HttpSummarizer, RetryPolicy, endpoint_url, retry_after
+from compaction.summarizers.openai import OpenAISummarizer
+from compaction.summarizers.payloads import build_anthropic_payload, build_openai_payload
+from compaction.summarizers.sse import SSEDecoder, SSEEvent
+from compaction.summarizers.transport import Timeouts
 from tests.compaction.summarizers.provider_servers import (
     ANTHROPIC_CONTEXT_ERROR,
     ANTHROPIC_MODEL,
@@ -380,6 +377,16 @@ async def test_openai_not_found_and_bad_request(server: ProviderServer) -> None:
     assert caught.value.code == "bad_request" and len(server.received) == 2
 
 
+async def test_a_borrowed_aiohttp_session_is_used_and_left_open(server: ProviderServer) -> None:
+    server.script(Reply(frames=openai_frames(SUMMARY)), Reply(frames=openai_frames(SUMMARY)))
+    async with aiohttp.ClientSession() as session:
+        transport = AiohttpTransport(session)
+        for _ in range(2):  # closing a summarizer leaves the borrowed session to its owner
+            output = await summarize(openai(server, transport=transport))
+            assert output.text and not session.closed
+    assert len(server.received) == 2
+
+
 async def test_connection_refused_is_retried_then_raised() -> None:
     server = await ProviderServer().start()
     base_url = server.base_url
@@ -415,7 +422,7 @@ async def test_cancellation_closes_the_stream_promptly(
     server.script(Reply(frames=head, then="forever", forever_frame=more))
     async with summarizer:
         task = asyncio.create_task(summarizer.summarize(make_request()))
-        await asyncio.sleep(0.3)  # the stream is flowing
+        await asyncio.wait_for(server.streaming.wait(), timeout=5.0)  # past the head frames
         assert not task.done() and not server.closed_early.is_set()
         cancelled_at = asyncio.get_running_loop().time()
         task.cancel()

@@ -19,13 +19,14 @@ import aiohttp
 import msgspec
 import pytest
 
-from compaction.errors import CompactionConfigError, ContextLengthError, TruncatedError
+from compaction.errors import CompactionConfigError, ContextLengthError, LocalServerError, TruncatedError
 from compaction.fidelity import section_bodies
 from compaction.instruction import INSTRUCTION, SECTIONS
 from compaction.sessions.blocks import Message, TextBlock, ToolCallBlock, ToolResultBlock
 from compaction.summarizers.base import SummaryRequest
-from compaction.summarizers.local import LocalModelServer, LocalServerError, checkpoint_grammar
-from compaction.summarizers.openai import OpenAISummarizer, build_openai_payload
+from compaction.summarizers.local import LocalModelServer, checkpoint_grammar
+from compaction.summarizers.openai import OpenAISummarizer
+from compaction.summarizers.payloads import build_openai_payload
 
 pytestmark = pytest.mark.llm
 
@@ -43,9 +44,10 @@ def require_local_model() -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def server() -> Iterator[LocalModelServer]:
-    """Greedy, and held to the checkpoint structure by a grammar, so its replies finish."""
+    """Greedy, and held to the checkpoint structure by a grammar, so its replies finish. One test at a
+    time: llama.cpp runs one server per process, and other tests here start their own."""
     require_local_model()
     grammar = checkpoint_grammar(bullets=1, bullet_chars=24)
     with LocalModelServer(threads=1, sampling=GREEDY, grammar=grammar) as running:
@@ -160,6 +162,7 @@ async def test_cancellation_stops_the_real_generation() -> None:
         server.summarizer() as summarizer,
     ):
         task = asyncio.create_task(summarizer.summarize(short_request(max_tokens=1200)))
+        # llama.cpp reports its slot state only when asked (/slots): polled, with deadlines.
         deadline = time.monotonic() + 60
         while decoded(await slot(server, session)) < 2:  # tokens are streaming
             assert time.monotonic() < deadline and not task.done()
@@ -207,3 +210,15 @@ def test_configuration_errors_are_clear(tmp_path: Path) -> None:
     with pytest.raises(LocalServerError, match="is not running"):
         _ = idle.base_url
     assert not idle.running
+
+
+def test_a_second_server_in_one_process_is_refused_not_hung() -> None:
+    """Two llama.cpp servers in one process can hang in xllamacpp's destructor on stop: refuse it."""
+    require_local_model()
+    with LocalModelServer(threads=1) as first:
+        second = LocalModelServer(threads=1)
+        with pytest.raises(LocalServerError, match="already running in this process"):
+            second.start()
+        assert not second.running and first.running
+    with LocalModelServer(threads=1) as again:  # the first one's stop released the claim
+        assert again.running

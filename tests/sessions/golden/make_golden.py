@@ -1,10 +1,10 @@
 """Write the golden native exports in this directory. Run ONCE per format version, then commit:
 
-    .venv/bin/python tests/golden/make_golden.py
+    .venv/bin/python tests/sessions/golden/make_golden.py
 
 The files are the compatibility contract of the native event format: every later version of the
-library must still import them exactly and audit them (``tests/test_golden.py`` reads the committed
-files and never regenerates them). Never edit or regenerate a committed file; when the format
+library must still import them exactly and audit them (``tests/sessions/test_golden.py`` reads the
+committed files and never regenerates them). Never edit or regenerate a committed file; when the format
 changes, bump ``compaction.sessions.native.VERSION``, add an upcaster, and add the new version's files next to
 the old ones (the file name carries the version).
 
@@ -30,7 +30,7 @@ from pathlib import Path
 from uuid import UUID
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent), str(HERE.parent.parent / "src")]
+sys.path[:0] = [str(HERE.parents[2])]  # the repository root, for tests.builders
 
 import compaction  # noqa: E402,F401  (registers compact/* event types)
 from compaction import transaction  # noqa: E402
@@ -67,7 +67,8 @@ from compaction.sessions.session import Session  # noqa: E402
 from compaction.sessions.store import SessionStore  # noqa: E402
 from compaction.strategies.prune import PruneConfig, prune_session  # noqa: E402
 from compaction.summarizers.template import TemplateSummarizer  # noqa: E402
-from tests.builders import answer_step, end_turn, start_turn, tool_step, user  # noqa: E402
+from tests import builders  # noqa: E402
+from tests.builders import answer_step, end_turn, start_turn, user  # noqa: E402
 
 EPOCH = datetime(2025, 1, 1, tzinfo=UTC)
 LEASE = Lease(host="golden-host", pid=4242, expires_at=EPOCH + timedelta(days=1))
@@ -78,11 +79,6 @@ IDS = {
     "vocabulary": UUID("00000000-0000-4000-8000-00000000c004"),
 }
 LONG_OUTPUT = "".join(f"src/pkg/module_{i}.py:{i}: FAILED test_case_{i}\n" for i in range(400))
-
-
-def ticking_clock() -> Callable[[], datetime]:
-    ticks = iter(range(1_000_000))
-    return lambda: EPOCH + timedelta(seconds=next(ticks))
 
 
 def fixed_compaction_ids(prefix: str) -> Iterator[str]:
@@ -98,16 +94,13 @@ def deterministic_compactions(prefix: str) -> None:
 
 
 def new_session(name: str) -> Session:
-    return Session(IDS[name], clock=ticking_clock())
+    return Session(IDS[name], clock=builders.ticking_clock(EPOCH))
 
 
 def turn(session: Session, prompt: str, steps: int, output: str = "ok") -> None:
-    user(session, prompt)
-    start_turn(session, window=6000)
-    for _ in range(steps):
-        tool_step(session, n_calls=2, output=output)
-    answer_step(session, "done with this part")
-    end_turn(session)
+    builders.turn(
+        session, prompt, steps=steps, n_calls=2, output=output, answer="done with this part", window=6000
+    )
 
 
 # ---------------------------------------------------------------- the sessions

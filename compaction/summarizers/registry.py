@@ -1,0 +1,217 @@
+"""The summarizers by name: one table read by ``compaction compact --summarizer NAME`` and by the
+audit when it rebuilds a recorded request.
+
+    name        request shape        opens
+    template    summary-request      TemplateSummarizer() (offline, the default)
+    openai      openai               OpenAISummarizer(base_url, model)
+    anthropic   anthropic            AnthropicSummarizer(base_url, model)
+    local       openai               LocalModelServer (SmolLM2, held to the checkpoint grammar)
+                                     + ChunkingSummarizer over its OpenAI-compatible endpoint
+
+A :class:`SummarizerSpec` names a summarizer, the request shape it sends (so the audit knows
+which payload builder rebuilt the body recorded under that provider name), and an opener: given
+:class:`SummarizerOptions`, an async context manager that yields a ready summarizer and releases
+it (connections, a local server) on exit::
+
+    async with SUMMARIZERS.open("openai", SummarizerOptions(model="gpt-4o-mini")) as summarizer:
+        ...
+
+An unknown name raises :class:`~compaction.errors.UnknownSummarizerError` listing the known ones.
+Importing this module loads no HTTP client (see :mod:`~compaction.summarizers.transport`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from typing import Literal
+
+from compaction.errors import CompactionConfigError, UnknownSummarizerError
+from compaction.meters import HeuristicMeter
+from compaction.summarizers.anthropic import AnthropicSummarizer
+from compaction.summarizers.base import Summarizer
+from compaction.summarizers.chunking import ChunkingSummarizer
+from compaction.summarizers.http import HttpSummarizer
+from compaction.summarizers.local import LocalModelServer, checkpoint_grammar
+from compaction.summarizers.openai import OpenAISummarizer
+from compaction.summarizers.template import TemplateSummarizer
+from compaction.summarizers.transport import Transport
+
+RequestShape = Literal["openai", "anthropic", "summary-request"]
+"""The body a summarizer sends: an OpenAI or Anthropic payload, or (offline summarizers) the
+:class:`~compaction.summarizers.base.SummaryRequest` itself."""
+
+LOCAL_CONTEXT_TOKENS = 4096
+LOCAL_MAX_TOKENS = 512
+"""The generation cap for ``local``: the embedded model's window cannot take the 8192 default."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SummarizerOptions:
+    """What a caller may choose: ``base_url`` and ``model`` (a GGUF path for ``local``), an
+    ``api_key`` (else the provider's environment variable), a ``transport`` (tests)."""
+
+    base_url: str | None = None
+    model: str | None = None
+    api_key: str | None = None
+    transport: Transport | None = None
+
+
+Opener = Callable[[SummarizerOptions], AbstractAsyncContextManager[Summarizer]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SummarizerSpec:
+    name: str
+    help: str
+    shape: RequestShape
+    open: Opener
+    default_max_tokens: int | None = None
+    """The generation cap to use when the caller sets none (None: the configuration default)."""
+
+
+class SummarizerRegistry:
+    """Summarizer specs by name, in registration order."""
+
+    def __init__(self, specs: Iterable[SummarizerSpec] = ()) -> None:
+        self._specs: dict[str, SummarizerSpec] = {}
+        for spec in specs:
+            self.register(spec)
+
+    def register(self, spec: SummarizerSpec) -> None:
+        if not spec.name:
+            raise CompactionConfigError("a summarizer needs a non-empty name")
+        if spec.name in self._specs:
+            raise CompactionConfigError(f"a summarizer named {spec.name!r} is already registered")
+        self._specs[spec.name] = spec
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._specs)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._specs
+
+    def __iter__(self) -> Iterator[SummarizerSpec]:
+        return iter(self._specs.values())
+
+    def get(self, name: str) -> SummarizerSpec:
+        """The spec named ``name``; :class:`UnknownSummarizerError` lists the known names."""
+        try:
+            return self._specs[name]
+        except KeyError:
+            raise UnknownSummarizerError(name, self.names()) from None
+
+    def open(
+        self, name: str, options: SummarizerOptions | None = None
+    ) -> AbstractAsyncContextManager[Summarizer]:
+        """The summarizer ``name`` with ``options``, ready inside ``async with``."""
+        return self.get(name).open(options or SummarizerOptions())
+
+    def request_shape(self, provider: str) -> RequestShape | None:
+        """The request shape recorded under ``provider``, or None for a name nobody registered."""
+        spec = self._specs.get(provider)
+        return spec.shape if spec is not None else None
+
+
+# ---------------------------------------------------------------- the built-in summarizers
+
+
+@asynccontextmanager
+async def _closing(summarizer: Summarizer) -> AsyncIterator[Summarizer]:
+    try:
+        yield summarizer
+    finally:
+        await summarizer.aclose()
+
+
+def _model(name: str, options: SummarizerOptions) -> str:
+    if not options.model:
+        raise CompactionConfigError(
+            f"summarizer {name} needs a model name (--model NAME on the command line)"
+        )
+    return options.model
+
+
+def _open_template(options: SummarizerOptions) -> AbstractAsyncContextManager[Summarizer]:
+    return _closing(TemplateSummarizer())
+
+
+def _open_openai(options: SummarizerOptions) -> AbstractAsyncContextManager[Summarizer]:
+    summarizer: HttpSummarizer = OpenAISummarizer(
+        options.base_url, _model("openai", options), api_key=options.api_key, transport=options.transport
+    )
+    return _closing(summarizer)
+
+
+def _open_anthropic(options: SummarizerOptions) -> AbstractAsyncContextManager[Summarizer]:
+    summarizer: HttpSummarizer = AnthropicSummarizer(
+        options.base_url, _model("anthropic", options), api_key=options.api_key, transport=options.transport
+    )
+    return _closing(summarizer)
+
+
+@asynccontextmanager
+async def _open_local(options: SummarizerOptions) -> AsyncIterator[Summarizer]:
+    # A grammar holds the small embedded model to the eight-section checkpoint structure, short
+    # enough (8 one-line bullets of <= 40 characters) that it always ends under the default cap.
+    server = LocalModelServer(
+        options.model,
+        context_tokens=LOCAL_CONTEXT_TOKENS,
+        grammar=checkpoint_grammar(bullets=1, bullet_chars=40),
+        sampling={"temp": 0.0, "seed": 7},
+        threads=1,
+    )
+    async with server:
+        # The embedded model's window is small: summarize oversize spans in balanced chunks.
+        inner = server.summarizer(transport=options.transport)
+        async with _closing(ChunkingSummarizer(inner, server.context_tokens, HeuristicMeter().message)) as s:
+            yield s
+
+
+SUMMARIZERS = SummarizerRegistry(
+    [
+        SummarizerSpec(
+            name="template",
+            help="offline, deterministic, extractive (the default)",
+            shape="summary-request",
+            open=_open_template,
+        ),
+        SummarizerSpec(
+            name="openai",
+            help="an OpenAI-compatible /v1/chat/completions server (--base-url, --model)",
+            shape="openai",
+            open=_open_openai,
+        ),
+        SummarizerSpec(
+            name="anthropic",
+            help="Anthropic /v1/messages (--model; key from ANTHROPIC_API_KEY)",
+            shape="anthropic",
+            open=_open_anthropic,
+        ),
+        SummarizerSpec(
+            name="local",
+            help="the embedded llama.cpp server with SmolLM2 (or --model GGUF), for this run",
+            shape="openai",
+            open=_open_local,
+            default_max_tokens=LOCAL_MAX_TOKENS,
+        ),
+    ]
+)
+"""The summarizers the command line offers and the audit recognises."""
+
+
+def summarizer_names() -> tuple[str, ...]:
+    return SUMMARIZERS.names()
+
+
+def get_summarizer(name: str) -> SummarizerSpec:
+    """The built-in summarizer ``name``; :class:`UnknownSummarizerError` lists the known names."""
+    return SUMMARIZERS.get(name)
+
+
+def open_summarizer(
+    name: str, options: SummarizerOptions | None = None
+) -> AbstractAsyncContextManager[Summarizer]:
+    """``async with open_summarizer("openai", SummarizerOptions(model=...)) as summarizer``."""
+    return SUMMARIZERS.open(name, options)
