@@ -4,6 +4,9 @@
 #   make test    install the rest too (dev tools, the local model), then run the whole test suite
 #   make lint    ruff + mypy (strict)
 #   make bench   the benchmarks, one Markdown table (BENCH="load surface" picks some)
+#   make soak    the fuzzer, race and crash loops for SOAK_MINUTES (default 10) on SQLite and
+#                PostgreSQL (SOAK_BACKENDS=sqlite for SQLite alone); prints the counts, exit 1 if
+#                any traceback, hang or lost event
 #
 # Two installs, each with its stamp file in the venv: BASE_STAMP (`scripts/bootstrap.sh VENV base`:
 # `pip install -e .`, what the library and the demo need) and TEST_STAMP (`... test`: the dev extra
@@ -16,8 +19,10 @@ BIN := $(VENV)/bin
 BASE_STAMP := $(VENV)/.installed-base
 TEST_STAMP := $(VENV)/.installed-test
 PYTEST_ARGS ?=
+SOAK_MINUTES ?= 10
+SOAK_BACKENDS ?= sqlite,postgresql
 
-.PHONY: install install-test demo test lint bench clean
+.PHONY: install install-test demo test lint bench soak clean
 
 $(BASE_STAMP): pyproject.toml scripts/bootstrap.sh
 	PYTHON=$(PYTHON) scripts/bootstrap.sh $(VENV) base
@@ -41,8 +46,13 @@ lint: $(TEST_STAMP)
 	$(BIN)/ruff check compaction projections recovery tests benchmarks
 	$(BIN)/mypy
 
+# With the bench extra installed (`$(BIN)/pip install -e ".[bench]"`) the default set includes the
+# side-by-side with the peers (benchmarks/bench_peers.py); without it that row says it was skipped.
 bench: $(BASE_STAMP)
 	$(BIN)/python -m benchmarks.run $(BENCH)
+
+soak: $(TEST_STAMP)
+	$(BIN)/python -m tests.reliability.soak --minutes $(SOAK_MINUTES) --backends $(SOAK_BACKENDS)
 
 clean:
 	rm -rf $(VENV) .compaction .mypy_cache .ruff_cache .hypothesis build *.egg-info

@@ -1,17 +1,24 @@
 """Fidelity and compression of the template summarizer on every public transcript, and the same
-retention metric for Claude Code's own summary in the spotter transcript.
+measures for Claude Code's own summary in the spotter transcript.
 
 Per imported session: one manual compaction (``compact_now``: everything but the task statement and
 the newest unit) with the template summarizer and the fidelity gate set to record, not to refuse
-(``min_identifier_ratio=0``). Reported: the verbatim identifiers of the shadowed span (paths,
-commands, error names, ids; :mod:`compaction.identifiers`) found in the summary, and the compression
-ratio = shadowed tokens / framed summary tokens (heuristic meter).
+(``min_identifier_ratio=0``). The handover facts of the shadowed span (:func:`compaction.facts.span_facts`)
+are scored against the summary by :func:`compaction.facts.retention`:
+
+- identifiers: verbatim paths, commands, error names, ids (as the fidelity gate counts them);
+- user messages: the span's natural-language user messages (harness wrappers, slash commands,
+  interruption markers and tool output removed) whose text is in the summary (whitespace and case
+  normalized, the first 60 characters);
+- errors: failed tool results whose first informative line is in the summary (same match);
+- open tasks: unfinished items of the agent's last todo/plan list found in the summary;
+- compression = shadowed tokens / framed summary tokens (heuristic meter).
 
 Claude Code: the spotter transcript holds one automatic Claude Code compaction (a
 ``compact_boundary`` line, then the ``isCompactSummary`` user message). The importer turns it into a
 ``compact/*`` bracket whose ``compact/summary`` (provider ``claude-code``) shadows everything on the
-surface before the boundary. The same extractor and the same verbatim test are applied to that
-span and to Claude Code's summary text.
+surface before the boundary. The same span is rendered by the template summarizer, and both texts
+are scored by the same functions.
 
     .venv/bin/python -m benchmarks.bench_fidelity
 """
@@ -32,13 +39,21 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 import compaction  # noqa: F401  (registers compact/* and the foreign-compaction handler)
 from benchmarks.common import Result
 from compaction.basic import BasicCompactService
+from compaction.checkpoint import checkpoint_message
 from compaction.config import BasicConfig
 from compaction.events import CompactSummary
-from compaction.identifiers import Identifiers, extract, retained
+from compaction.facts import Retention, retention, span_facts
+from compaction.identifiers import Identifiers, retained
 from compaction.meters import HeuristicMeter
-from compaction.sessions.blocks import text_of
+from compaction.sessions.blocks import Message, TextBlock, text_of, tool_calls_of, tool_result_of
 from compaction.sessions.importers import import_path
 from compaction.sessions.session import Session, project
+from compaction.summarizers.template import render_summary
+
+TARGETS = {"identifiers": 0.9, "user messages": 0.9, "errors": 0.8, "open tasks": 1.0}
+"""The template checkpoint's targets (issue 12), compression >= 10x on spans over 20k tokens."""
+LARGE_SPAN = 20_000
+MIN_COMPRESSION = 10.0
 
 
 def transcripts_dir() -> Path:
@@ -59,7 +74,10 @@ def public_transcripts() -> list[Path]:
 
 
 def label(path: Path, index: int, count: int) -> str:
-    name = f"{path.parent.name[-28:]}/{path.name[:28]}"
+    """``source file`` (a session id shortened to 8 characters), ``#n`` for several sessions."""
+    source = path.relative_to(transcripts_dir()).parts[0]
+    stem = path.name.split(".")[0]
+    name = f"{source} {stem[:8] if len(stem) == 36 and stem.count('-') == 4 else path.name}"
     return f"{name} #{index + 1}" if count > 1 else name
 
 
@@ -74,20 +92,31 @@ def copy_of(session: Session) -> Session:
 @dataclass(frozen=True)
 class Row:
     name: str
-    events: int
     shadowed_nodes: int
-    kept: int
-    total: int
     shadowed_tokens: int
     summary_tokens: int
-
-    @property
-    def retention(self) -> float:
-        return 1.0 if not self.total else self.kept / self.total
+    score: Retention
+    kinds: str = ""
 
     @property
     def compression(self) -> float:
         return self.shadowed_tokens / self.summary_tokens
+
+    def ratios(self) -> dict[str, float]:
+        s = self.score
+        return {
+            "identifiers": Retention.ratio(s.identifiers),
+            "user messages": Retention.ratio(s.user_asks),
+            "errors": Retention.ratio(s.errors),
+            "open tasks": Retention.ratio(s.open_tasks),
+        }
+
+    def misses(self) -> list[str]:
+        """The targets this row misses (the template's targets)."""
+        missed = [f"{k} {v:.0%} < {TARGETS[k]:.0%}" for k, v in self.ratios().items() if v < TARGETS[k]]
+        if self.shadowed_tokens > LARGE_SPAN and self.compression < MIN_COMPRESSION:
+            missed.append(f"compression {self.compression:.1f}x < {MIN_COMPRESSION:g}x")
+        return missed
 
 
 def imported_sessions() -> Iterator[tuple[str, Session]]:
@@ -97,21 +126,28 @@ def imported_sessions() -> Iterator[tuple[str, Session]]:
             yield label(path, index, len(items)), item.session
 
 
+def span_messages(session: Session, seqs: tuple[int, ...]) -> list[Message]:
+    return [m for m in (project(session.event(s)) for s in seqs) if m]
+
+
+def framed_tokens(meter: HeuristicMeter, text: str) -> int:
+    return meter.messages([checkpoint_message("bench", (TextBlock(text),))])
+
+
 async def template_row(name: str, session: Session) -> Row | None:
     service = BasicCompactService(BasicConfig(min_identifier_ratio=0.0))
     result = await service.compact_now(session)
     if result is None:
         return None
     summary = session.event(result.summary_seq)
-    assert isinstance(summary, CompactSummary) and summary.fidelity is not None
+    assert isinstance(summary, CompactSummary)
+    facts = span_facts(span_messages(session, result.shadowed_seqs))
     return Row(
         name=name,
-        events=result.start_seq,
         shadowed_nodes=len(result.shadowed_seqs),
-        kept=summary.fidelity.identifiers_kept,
-        total=summary.fidelity.identifiers_total,
         shadowed_tokens=result.shadowed_token_count,
         summary_tokens=result.summary_token_count,
+        score=retention(text_of(summary.summary), facts),
     )
 
 
@@ -129,84 +165,147 @@ def by_kind(identifiers: Identifiers, text: str) -> str:
     return ", ".join(parts)
 
 
-def foreign_rows(name: str, session: Session) -> Iterator[tuple[Row, str]]:
-    """Rows for other harnesses' own compactions found in an imported session."""
+def foreign_rows(name: str, session: Session) -> Iterator[tuple[Row, Row]]:
+    """For each other harness's own compaction in an imported session: its summary and the
+    template's checkpoint of the same span, scored by the same functions."""
     meter = HeuristicMeter()
     for event in session.events():
         if not isinstance(event, CompactSummary) or event.provider in ("template", "scripted"):
             continue
-        messages = [m for m in (project(session.event(s)) for s in event.shadowed_seqs) if m]
-        identifiers = extract(messages)
-        text = text_of(event.summary)
-        kept, _ = retained(identifiers.all(), text)
-        summary_tokens = event.summary_token_count or meter.messages(
+        messages = span_messages(session, event.shadowed_seqs)
+        facts = span_facts(messages)
+        theirs = text_of(event.summary)
+        ours = render_summary(messages)
+        span_tokens = sum(meter.node_price(session, s) for s in event.shadowed_seqs)
+        their_tokens = event.summary_token_count or meter.messages(
             [m for m in (project(session.event(event.seq + 1)),) if m]
         )
-        row = Row(
-            name=f"{name} ({event.provider}'s own summary)",
-            events=event.seq,
-            shadowed_nodes=len(event.shadowed_seqs),
-            kept=len(kept),
-            total=len(identifiers),
-            shadowed_tokens=sum(meter.node_price(session, s) for s in event.shadowed_seqs),
-            summary_tokens=summary_tokens,
+        common = {"shadowed_nodes": len(event.shadowed_seqs), "shadowed_tokens": span_tokens}
+        yield (
+            Row(
+                name=f"{name}: {event.provider}'s own summary",
+                summary_tokens=their_tokens,
+                score=retention(theirs, facts),
+                kinds=by_kind(facts.identifiers, theirs),
+                **common,
+            ),
+            Row(
+                name=f"{name}: template checkpoint of the same span",
+                summary_tokens=framed_tokens(meter, ours),
+                score=retention(ours, facts),
+                kinds=by_kind(facts.identifiers, ours),
+                **common,
+            ),
         )
-        yield row, by_kind(identifiers, text)
+
+
+TODO_TOOLS = {"TodoWrite", "update_plan", "task_tracker", "TaskCreate", "TaskUpdate"}
+
+
+def todo_rows(name: str, session: Session) -> Iterator[Row]:
+    """The template checkpoint of each span that ends right after a todo/plan update leaving
+    unfinished items (the public spans compacted above end with every item done)."""
+    meter = HeuristicMeter()
+    messages = session.derive_messages()
+    todo_ids = {c.id for m in messages for c in tool_calls_of(m) if c.name in TODO_TOOLS}
+    for index, message in enumerate(messages):
+        result = tool_result_of(message)
+        if result is None or result.tool_call_id not in todo_ids:
+            continue
+        span = messages[1 : index + 1]
+        facts = span_facts(span)
+        if not facts.open_tasks:
+            continue
+        ours = render_summary(span)
+        yield Row(
+            name=f"{name}: span ending at message {index}",
+            shadowed_nodes=len(span),
+            shadowed_tokens=meter.messages(span),
+            summary_tokens=framed_tokens(meter, ours),
+            score=retention(ours, facts),
+        )
+
+
+def cell(pair: tuple[int, int]) -> str:
+    kept, total = pair
+    return f"{kept}/{total} ({kept / total:.0%})" if total else "- (none in span)"
 
 
 def table(rows: list[Row]) -> str:
     lines = [
-        "| transcript | shadowed nodes | identifiers kept | retention | shadowed tokens "
-        "| summary tokens | compression |",
-        "|---|---|---|---|---|---|---|",
+        "| transcript | shadowed tokens | summary tokens | compression | identifiers | user messages "
+        "| errors | open tasks |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        s = r.score
         lines.append(
-            f"| {r.name} | {r.shadowed_nodes:,} | {r.kept:,}/{r.total:,} | {r.retention:.0%} "
-            f"| {r.shadowed_tokens:,} | {r.summary_tokens:,} | {r.compression:.1f}x |"
+            f"| {r.name} | {r.shadowed_tokens:,} | {r.summary_tokens:,} | {r.compression:.1f}x "
+            f"| {cell(s.identifiers)} | {cell(s.user_asks)} | {cell(s.errors)} | {cell(s.open_tasks)} |"
         )
     return "\n".join(lines)
 
 
-def collect() -> tuple[list[Row], list[tuple[Row, str]]]:
-    template: list[Row] = []
-    foreign: list[tuple[Row, str]] = []
+@dataclass
+class Collected:
+    template: list[Row]
+    foreign: list[tuple[Row, Row]]
+    todo: list[Row]
+
+    def ours(self) -> list[Row]:
+        """Every template checkpoint measured."""
+        return self.template + [ours for _, ours in self.foreign] + self.todo
+
+
+def collect() -> Collected:
+    found = Collected([], [], [])
     for name, session in imported_sessions():
-        foreign.extend(foreign_rows(name, session))
+        found.foreign.extend(foreign_rows(name, session))
+        found.todo.extend(todo_rows(name, session))
         row = asyncio.run(template_row(name, copy_of(session)))
         if row is not None:
-            template.append(row)
-    return template, foreign
+            found.template.append(row)
+    return found
+
+
+def worst(rows: list[Row], kind: str) -> float:
+    return min(r.ratios()[kind] for r in rows)
 
 
 def run() -> list[Result]:
-    """Summary rows for ``benchmarks.run`` (informational: no targets)."""
-    template, foreign = collect()
+    """Summary rows for ``benchmarks.run``: the worst transcript per measure against its target."""
+    found = collect()
+    rows = found.ours()
     results = [
         Result(
-            name="template summarizer, identifier retention (worst transcript)",
-            measured=f"{min(r.retention for r in template):.0%}",
-            baseline=f"{len(template)} sessions from {len(public_transcripts())} transcripts",
-            ratio=min(r.retention for r in template),
-            target=None,
+            name=f"template checkpoint, {kind} retention (worst span)",
+            measured=f"{worst(rows, kind):.0%}",
+            baseline=f"{len(rows)} spans from {len(public_transcripts())} transcripts",
+            ratio=worst(rows, kind),
+            target=target,
             higher_is_better=True,
-        ),
-        Result(
-            name="template summarizer, compression (worst transcript)",
-            measured=f"{min(r.compression for r in template):.1f}x",
-            baseline="shadowed tokens / framed summary tokens",
-            ratio=min(r.compression for r in template),
-            target=None,
-            higher_is_better=True,
-        ),
+        )
+        for kind, target in TARGETS.items()
     ]
-    for row, _ in foreign:
+    large = [r for r in rows if r.shadowed_tokens > LARGE_SPAN]
+    results.append(
+        Result(
+            name=f"template checkpoint, compression on spans over {LARGE_SPAN:,} tokens (worst)",
+            measured=f"{min(r.compression for r in large):.1f}x",
+            baseline="shadowed tokens / framed summary tokens",
+            ratio=min(r.compression for r in large),
+            target=MIN_COMPRESSION,
+            higher_is_better=True,
+        )
+    )
+    for theirs, _ in found.foreign:
         results.append(
             Result(
-                name=f"{row.name}: identifier retention",
-                measured=f"{row.kept}/{row.total} ({row.retention:.0%})",
-                baseline=f"compression {row.compression:.1f}x",
-                ratio=row.retention,
+                name=f"{theirs.name}: user-message retention",
+                measured=cell(theirs.score.user_asks),
+                baseline=f"identifiers {cell(theirs.score.identifiers)}, "
+                f"compression {theirs.compression:.1f}x",
+                ratio=Retention.ratio(theirs.score.user_asks),
                 target=None,
                 higher_is_better=True,
             )
@@ -215,13 +314,18 @@ def run() -> list[Result]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    template, foreign = collect()
-    print("Template summarizer, one manual compaction per imported session:\n")
-    print(table(template))
-    print("\nOther harnesses' own summaries, same metric:\n")
-    print(table([row for row, _ in foreign]))
-    for row, kinds in foreign:
-        print(f"\n{row.name}: {kinds}")
+    found = collect()
+    print("Template checkpoint, one manual compaction per imported session:\n")
+    print(table(found.template))
+    print("\nThe span another harness compacted: its own summary and the template checkpoint:\n")
+    print(table([row for pair in found.foreign for row in pair]))
+    for pair in found.foreign:
+        for row in pair:
+            print(f"\n{row.name}: {row.kinds}")
+    print("\nTemplate checkpoint of each span ending at a todo update with unfinished items:\n")
+    print(table(found.todo))
+    misses = [f"{r.name}: {', '.join(r.misses())}" for r in found.ours() if r.misses()]
+    print("\nTargets missed by the template checkpoint:", "; ".join(misses) if misses else "none")
     return 0
 
 

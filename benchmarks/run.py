@@ -27,6 +27,8 @@ from benchmarks import (
     bench_decision,
     bench_fidelity,
     bench_load,
+    bench_meter,
+    bench_peers,
     bench_rebuild,
     bench_recovery,
     bench_surface,
@@ -40,8 +42,10 @@ BENCHMARKS: dict[str, Callable[[], list[Result]]] = {
     "compaction": bench_compaction.run,
     "decision": bench_decision.run,
     "fidelity": bench_fidelity.run,
+    "meter": bench_meter.run,
     "rebuild": bench_rebuild.run,
     "recovery": bench_recovery.run,
+    "peers": bench_peers.run,  # in the default set only with the bench extra (bench_peers.available)
 }
 
 
@@ -60,7 +64,7 @@ def table(results: list[Result]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    names = argv or list(BENCHMARKS)
+    names = argv or [n for n in BENCHMARKS if n != "peers" or bench_peers.available()]
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
         print(f"unknown benchmark(s) {unknown}; choose from {list(BENCHMARKS)}", file=sys.stderr)

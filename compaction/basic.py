@@ -3,20 +3,40 @@
 Automatic compaction runs as a ``pre_step`` hook of the reference loop, before every step (so a
 runaway turn compacts its own early closed steps); its errors are contained and logged, and the turn
 continues. Manual compaction (:meth:`compact_now`) runs between turns and keeps only the newest unit.
+Offline compaction (:meth:`compact_to_fit`, the CLI's ``compact``) compacts until the request total
+is under the threshold and reports where it ended and why (:class:`~compaction.contract.FitReport`).
+
+Budgets are in request tokens as the provider counts them: the meter's reading carries the ratio
+its prices were calibrated to (:class:`~compaction.meters.Calibration`), and the retained tail is
+converted to the meter's units with it before the retention walk.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from compaction.checkpoint import is_checkpoint
 from compaction.config import BasicConfig
-from compaction.contract import CompactionResult, CompactService, Trigger
-from compaction.errors import BusyError, CompactionConfigError, ConvergenceError, SpanError
+from compaction.contract import (
+    CompactionResult,
+    CompactService,
+    FitReport,
+    FitStatus,
+    Shortfall,
+    Trigger,
+)
+from compaction.errors import (
+    BusyError,
+    CompactionConfigError,
+    ConvergenceError,
+    EventCompactionError,
+    SpanError,
+)
 from compaction.lock import busy_message, inspect_lock
-from compaction.meters import HeuristicMeter, Meter
+from compaction.meters import HeuristicMeter, Measurement, Meter
 from compaction.selection import Span, head_before_task, select_span, span_for
 from compaction.sessions.session import Session, project
 from compaction.sessions.store import SessionStore
@@ -24,6 +44,7 @@ from compaction.strategies.prune import PruneConfig, prune_session
 from compaction.summarizers.base import Summarizer
 from compaction.summarizers.template import TemplateSummarizer
 from compaction.transaction import Stability, Transaction
+from compaction.windows import DEFAULT_WINDOWS, WindowTable
 
 if TYPE_CHECKING:
     from compaction.sessions.loop import StepContext
@@ -40,8 +61,10 @@ class BasicCompactService(CompactService):
         meter: Meter | None = None,
         on_progress: Callable[[str], None] | None = None,
         pruner: PruneConfig | None = None,
+        windows: WindowTable | None = None,
     ) -> None:
         self.config = config or BasicConfig()
+        self.windows = windows or DEFAULT_WINDOWS
         self.pruner = pruner
         self.summarizer = summarizer or TemplateSummarizer()
         self.meter = meter or HeuristicMeter()
@@ -51,22 +74,35 @@ class BasicCompactService(CompactService):
     # ------------------------------------------------------------ pressure
 
     def context_window(self, session: Session) -> int:
+        """``config.context_window``, else the latest header's, else the known window of its model
+        (:mod:`compaction.windows`, ``self.windows``)."""
         if self.config.context_window is not None:
             return self.config.context_window
         header = session.latest_header()
         if header is not None and header.context_window:
             return header.context_window
+        if header is not None:
+            known = self.windows.lookup(header.model)
+            if known is not None:
+                return known
         target = f"{header.provider}/{header.model}" if header is not None else "this session"
         raise CompactionConfigError(
             f"compaction-basic: no context capacity for {target}; configure context_window "
-            "(BasicConfig.context_window or --window) or record it on request/header"
+            "(BasicConfig.context_window or --window), record it on request/header, or add the "
+            "model to the window table (WindowTable.with_overrides, compaction.windows)"
         )
+
+    def _retain_units(self, retain: int, measurement: Measurement) -> int:
+        """The retained tail, in request tokens, as the meter's units (the retention walk's)."""
+        return math.ceil(retain / measurement.ratio) if retain else 0
 
     async def compact_if_needed(
         self, session: Session, *, store: SessionStore | None = None, trigger: Trigger = "pressure"
     ) -> CompactionResult | None:
         if trigger == "context-overflow":
             return await self._overflow(session, store)
+        if self.config.context_window is None and session.latest_header() is None:
+            return None  # nothing routed yet: no window, no pressure (the reference does the same)
         threshold, retain = self.config.budget(self.context_window(session))
         lock = inspect_lock(session)
         if lock.live:
@@ -81,7 +117,10 @@ class BasicCompactService(CompactService):
         attempts = 0
         for _ in range(self.config.compaction_retries + 1):
             span = select_span(
-                session, self.meter, retain, keep_first_user=self.config.keep_first_user_message
+                session,
+                self.meter,
+                self._retain_units(retain, measurement),
+                keep_first_user=self.config.keep_first_user_message,
             )
             if span is None:
                 if attempts == 0:
@@ -101,22 +140,119 @@ class BasicCompactService(CompactService):
     async def compact_to_threshold(
         self, session: Session, *, store: SessionStore | None = None
     ) -> list[CompactionResult]:
-        """Offline compaction between turns (the CLI): standalone brackets until the request total
-        is under the threshold or nothing more can be compacted."""
-        threshold, retain = self.config.budget(self.context_window(session))
-        results: list[CompactionResult] = []
-        while self.meter.measure(session).total_tokens >= threshold:
-            span = select_span(
-                session, self.meter, retain, keep_first_user=self.config.keep_first_user_message
+        """:meth:`compact_to_fit`, returning only the compactions that committed (a failed later
+        attempt is logged, not raised, once one has committed)."""
+        report = await self.compact_to_fit(session, store=store)
+        if report.failure is not None:
+            log.warning(
+                "compaction stopped after %d committed compactions: %s",
+                len(report.compactions),
+                report.failure,
             )
-            if span is None or _lone_checkpoint(session, span):
-                # Re-summarizing a checkpoint alone adds drift, not room; what precedes the task
-                # statement (an injected demonstration, say) is the one place left to compact.
-                span = head_before_task(session, keep_first_user=self.config.keep_first_user_message)
-            if span is None or _lone_checkpoint(session, span):
-                break
-            results.append(await self._transaction(session, store, span, manual=True))
-        return results
+        return list(report.compactions)
+
+    async def compact_to_fit(
+        self, session: Session, *, store: SessionStore | None = None
+    ) -> FitReport:
+        """Offline compaction between turns (the CLI): standalone brackets until the request total
+        is under the threshold or nothing more can be compacted, then where it ended and why.
+
+        The retained tail is kept while that suffices; when it does not and ``retain_tokens`` was
+        not set explicitly, compaction goes on keeping only the newest unit (as :meth:`compact_now`).
+        A failure after at least one compaction committed is reported in ``failure`` (the committed
+        ones stand); one before any raises. A window not above the fixed overhead is refused.
+        """
+        window = self.context_window(session)
+        threshold, retain = self.config.budget(window)
+        start = self.meter.measure(session)
+        _refuse_below_overhead(session, window, start)
+        results: list[CompactionResult] = []
+        failure: EventCompactionError | None = None
+        budgets = [retain] if self.config.retain_tokens is not None or not retain else [retain, 0]
+        kept = retain
+        try:
+            for kept in budgets:
+                while (reading := self.meter.measure(session)).total_tokens >= threshold:
+                    span = self._offline_span(session, self._retain_units(kept, reading))
+                    if span is None:
+                        break
+                    results.append(await self._transaction(session, store, span, manual=True))
+                else:
+                    break  # under the threshold
+        except EventCompactionError as e:
+            if not results:
+                raise
+            failure = e
+        return self.fit_report(
+            session,
+            window,
+            compactions=results,
+            tokens_before=start.total_tokens,
+            retained=kept,
+            failure=failure,
+        )
+
+    def _offline_span(self, session: Session, retain_units: int) -> Span | None:
+        keep_first = self.config.keep_first_user_message
+        span = select_span(session, self.meter, retain_units, keep_first_user=keep_first)
+        if span is None or _lone_checkpoint(session, span):
+            # Re-summarizing a checkpoint alone adds drift, not room; what precedes the task
+            # statement (an injected demonstration, say) is the one place left to compact.
+            span = head_before_task(session, keep_first_user=keep_first)
+        if span is None or _lone_checkpoint(session, span):
+            return None
+        return span
+
+    def fit_report(
+        self,
+        session: Session,
+        window: int,
+        *,
+        compactions: list[CompactionResult] | tuple[CompactionResult, ...] = (),
+        tokens_before: int | None = None,
+        retained: int = 0,
+        failure: EventCompactionError | None = None,
+    ) -> FitReport:
+        """Where ``session``'s request total stands against ``window`` and its threshold, and, when
+        above the threshold, why (``retained``: the tail, in request tokens, compaction kept)."""
+        threshold, _ = self.config.budget(window)
+        reading = self.meter.measure(session)
+        total = reading.total_tokens
+        status: FitStatus = (
+            "under_threshold"
+            if total < threshold
+            else "above_threshold" if total < window else "above_window"
+        )
+        shortfall = None
+        if status != "under_threshold":
+            above_window = status == "above_window"
+            shortfall = _shortfall(
+                session,
+                self.meter,
+                reading,
+                threshold=threshold,
+                limit_text=(
+                    f"the context window ({window:,})"
+                    if above_window
+                    else f"the threshold ({threshold:,} = {self.config.threshold_ratio:g} x "
+                    f"{window:,})"
+                ),
+                retained=retained,
+                failure=failure,
+                committed=len(compactions),
+            )
+        return FitReport(
+            compactions=tuple(compactions),
+            window=window,
+            threshold=threshold,
+            tokens_before=total if tokens_before is None else tokens_before,
+            tokens_after=total,
+            overhead_tokens=reading.overhead_tokens,
+            ratio=reading.ratio,
+            status=status,
+            shortfall=shortfall,
+            failure=failure,
+        )
 
     def _prune(self, session: Session, store: SessionStore | None) -> bool:
         """The cheaper operation first (seed 002): prune oversized tool results."""
@@ -219,3 +355,117 @@ def _lone_checkpoint(session: Session, span: Span) -> bool:
         return False
     message = project(session.event(span.seqs[0]))
     return message is not None and is_checkpoint(message)
+
+
+def overhead_source(session: Session, reading: Measurement) -> str:
+    """Where a reading's fixed overhead was measured, for messages."""
+    calibration = reading.calibration
+    if calibration is not None:
+        return (
+            f"measured on the provider's count of the request at seq {calibration.first_seq}: "
+            "system prompt, tools and what the harness sends beyond the logged messages"
+        )
+    header = session.last_of("request/header")
+    if header is None:
+        return "no request/header and no provider usage: nothing is sent beyond the messages"
+    return f"the system prompt and tool schemas of request/header seq {header}, at the meter's price"
+
+
+def _refuse_below_overhead(session: Session, window: int, reading: Measurement) -> None:
+    if window <= reading.overhead_tokens:
+        raise CompactionConfigError(
+            f"context window {window:,} is not above the fixed overhead of session {session.id}'s "
+            f"requests: {reading.overhead_tokens:,} tokens ({overhead_source(session, reading)}); "
+            "no compaction can fit it. Use a window above the overhead (--window / "
+            "BasicConfig.context_window)."
+        )
+
+
+def surface_units(session: Session) -> list[tuple[int, ...]]:
+    """The surface cut into units: runs of nodes whose tool-pairing balance returns to zero (a
+    closed step with its results, or one standalone message); an open step ends the last one."""
+    nodes = session.nodes
+    cuts = session.surface.cuts()
+    units: list[tuple[int, ...]] = []
+    start = 0
+    for index in range(len(nodes)):
+        if cuts[index + 1] == 0:
+            units.append(tuple(nodes[start : index + 1]))
+            start = index + 1
+    if start < len(nodes):
+        units.append(tuple(nodes[start:]))
+    return units
+
+
+def _shortfall(
+    session: Session,
+    meter: Meter,
+    reading: Measurement,
+    *,
+    threshold: int,
+    limit_text: str,
+    retained: int,
+    failure: EventCompactionError | None,
+    committed: int,
+) -> Shortfall:
+    """The first cause that holds: a failed attempt, the overhead alone at the threshold, the
+    retained tail (an explicit ``retain_tokens``), else what is left and cannot be compacted."""
+    total = reading.total_tokens
+    overhead = reading.overhead_tokens
+    above = f"{total:,} tokens, still above {limit_text}"
+    if failure is not None:
+        return Shortfall(
+            "attempt_failed",
+            f"{above}: a further compaction failed "
+            f"({type(failure).__name__}: {failure}); the {committed} committed before it stand",
+            total,
+        )
+    if overhead >= threshold:
+        return Shortfall(
+            "fixed_overhead",
+            f"{above}: the fixed overhead alone is {overhead:,} tokens, at or above the threshold "
+            f"{threshold:,} ({overhead_source(session, reading)})",
+            overhead,
+        )
+    units = surface_units(session)
+    priced = [(reading.surface_price(sum(meter.node_price(session, s) for s in u)), u) for u in units]
+    if retained:
+        walked = math.ceil(retained / reading.ratio)
+        tail: list[int] = []
+        weight = 0
+        for seq in reversed(session.nodes):
+            tail.insert(0, seq)
+            weight += meter.node_price(session, seq)
+            if weight >= walked:
+                break
+        tokens = reading.surface_price(weight)
+        return Shortfall(
+            "retained_tail",
+            f"{above}: the newest {len(tail)} surface nodes "
+            f"(~{tokens:,} tokens) are kept verbatim by retain_tokens ({retained:,}; --retain-tokens)"
+            f" beside the fixed overhead of {overhead:,}; lower it to compact them",
+            tokens,
+            tuple(tail),
+        )
+    tokens, unit = max(priced, key=lambda p: p[0]) if priced else (0, ())
+    return Shortfall(
+        "unsplittable_unit",
+        f"{above}: nothing left can be compacted; the largest unit "
+        f"is {_role(session, unit, units)} (seqs {unit[0] if unit else '-'}.."
+        f"{unit[-1] if unit else '-'}, ~{tokens:,} tokens), beside the fixed overhead of "
+        f"{overhead:,} and {len(units) - 1} other units",
+        tokens,
+        unit,
+    )
+
+
+def _role(session: Session, unit: tuple[int, ...], units: list[tuple[int, ...]]) -> str:
+    if session.first_user_seq is not None and session.first_user_seq in unit:
+        return "the task statement (the first user message, kept structurally)"
+    if len(unit) == 1:
+        message = project(session.event(unit[0]))
+        if message is not None and is_checkpoint(message):
+            return "a checkpoint (a lone checkpoint is not summarized again)"
+    if units and unit == units[-1]:
+        return "the newest unit (always kept: compaction never splits or shadows it)"
+    return "one step with its tool results"

@@ -8,11 +8,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Literal, get_args
 
 from compaction.errors import CompactionConfigError
 
 NAME = "BasicCompactionConfig"
+
+CompletionMode = Literal["appendix", "repair", "both", "off"]
+"""How a summary is completed before the fidelity gate (:mod:`compaction.completion`): ``appendix``
+appends what it missed verbatim (no model call), ``repair`` asks the summarizer once more listing
+what is missing, ``both`` repairs then appends what is still missing, ``off`` leaves it as written."""
+COMPLETION_MODES: tuple[str, ...] = get_args(CompletionMode)
 
 
 @dataclass(frozen=True)
@@ -29,8 +35,14 @@ class BasicConfig:
     min_identifier_ratio: float = 0.9
     require_sections: bool = True
     lease_seconds: float = 600.0
+    completion: CompletionMode = "appendix"
 
     def __post_init__(self) -> None:
+        if self.completion not in COMPLETION_MODES:
+            raise CompactionConfigError(
+                f"{NAME}.completion ({self.completion!r}) must be one of "
+                f"{', '.join(COMPLETION_MODES)}"
+            )
         _ratio("threshold_ratio", self.threshold_ratio)
         if self.retain_ratio is not None:
             _ratio("retain_ratio", self.retain_ratio)

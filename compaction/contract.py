@@ -41,6 +41,48 @@ class CompactionResult:
         )
 
 
+FitStatus = Literal["under_threshold", "above_threshold", "above_window"]
+"""Where a session's request total ended, against ``threshold_ratio x window`` and the window."""
+
+ShortfallReason = Literal["fixed_overhead", "unsplittable_unit", "retained_tail", "attempt_failed"]
+"""Why a session stays above its threshold: the overhead alone reaches it; what is left on the
+surface cannot be compacted (the task statement, a checkpoint, the newest unit); the tail kept
+verbatim by an explicit ``retain_tokens``; or a further attempt failed after others committed."""
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    """Why compaction stopped above the threshold, with what the cause weighs."""
+
+    reason: ShortfallReason
+    message: str
+    tokens: int  # what the cause weighs in the request total (the overhead, the unit, the tail)
+    seqs: tuple[int, ...] = ()  # the surface nodes it names, if any
+
+
+@dataclass(frozen=True)
+class FitReport:
+    """What compacting a session to its threshold achieved (:meth:`BasicCompactService.compact_to_fit
+    <compaction.basic.BasicCompactService.compact_to_fit>`): the compactions that committed, even when
+    a later attempt failed (``failure``), and where the request total ended."""
+
+    compactions: tuple[CompactionResult, ...]
+    window: int
+    threshold: int
+    tokens_before: int
+    tokens_after: int
+    overhead_tokens: int
+    ratio: float
+    status: FitStatus
+    shortfall: Shortfall | None = None
+    failure: Exception | None = None
+
+    @property
+    def fits(self) -> bool:
+        """The request total is below the context window."""
+        return self.status != "above_window"
+
+
 class CompactService(ABC):
     """Abstract compaction capability over one session at a time."""
 

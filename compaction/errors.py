@@ -12,16 +12,20 @@
     ├── UnknownEventTypeError (LookupError)    a stored or imported event type nobody registered
     ├── EventRuleError (ValueError)            an append broke a rule; carries rule, seq, values
     │   ├── SurfaceRuleError                   a surface rule of spec §b.2 (contiguity, eligibility, ...)
-    │   └── StructureRuleError                 a turn/step rule of spec §a.7
+    │   ├── StructureRuleError                 a turn/step rule of spec §a.7
+    │   └── MessageShapeError                  a message's role, source or tool-result block (§a.2)
     ├── CorruptSurfaceError                    tool-pairing balance went negative (spec §c)
     ├── SessionStateError (ValueError)         a rollback past saved events, adopting another session
     ├── StoreError                             the event store failed
+    │   ├── StoreNotFoundError                 a read-only open found no store at the URL
     │   ├── ConcurrencyError                   another writer appended to the same session first
     │   ├── SessionNotFoundError (KeyError)    no such session in the store
     │   ├── UnreadableRowError                 a stored row of the notification log does not decode
     │   └── ViewStoreError                     a projection's view database failed
     ├── TranscriptError (ValueError)           an input transcript cannot be read; names file and line
     ├── AgentLoopError (RuntimeError)          the reference loop was misused or the model answered badly
+    ├── IntegrationError (ValueError)          an agent framework's item cannot be recorded or rendered
+    │   └── FrameworkMissingError (ImportError)  the adapter's framework package is not installed
     ├── ScriptExhaustedError (LookupError)     a scripted model was called more often than scripted
     ├── CompactionError
     │   ├── SpanError (ValueError)             the region is not on the surface or not a balanced cut
@@ -99,6 +103,11 @@ class StructureRuleError(EventRuleError):
     """A turn/step structure rule (spec §a.7) rejected the event."""
 
 
+class MessageShapeError(EventRuleError):
+    """A surface event's message has the wrong shape for its type (spec §a.2): role, source,
+    tool-result block or call id; the rule is ``message-shape``."""
+
+
 class CorruptSurfaceError(EventCompactionError):
     """The surface is not tool-pairing balanced in a way that cannot happen legally."""
 
@@ -113,6 +122,10 @@ class SessionStateError(EventCompactionError, ValueError):
 
 class StoreError(EventCompactionError):
     """The event store failed."""
+
+
+class StoreNotFoundError(StoreError):
+    """A read-only open found no store where the URL points (a SQLite file that does not exist)."""
 
 
 class ConcurrencyError(StoreError):
@@ -169,6 +182,15 @@ class TranscriptError(EventCompactionError, ValueError):
 
 class AgentLoopError(EventCompactionError, RuntimeError):
     """The loop was used wrongly (a turn already open) or the model answered in a bad shape."""
+
+
+class IntegrationError(EventCompactionError, ValueError):
+    """An agent framework handed an adapter (``compaction.integrations``) something it cannot
+    record, or the log holds something the framework's types cannot carry."""
+
+
+class FrameworkMissingError(IntegrationError, ImportError):
+    """An adapter's framework package is not installed; the message names the extra to install."""
 
 
 # ---------------------------------------------------------------- the command line

@@ -51,6 +51,27 @@ class Fidelity(msgspec.Struct, frozen=True, omit_defaults=True):
     required_ratio: float = 0.0
 
 
+class Completion(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What the compaction added to the summarizer's text before the gate (``compaction.completion``).
+
+    The recorded summary is the summarizer's text, then ``appendix`` when it is not empty (joined by
+    a blank line), so the model's own words are the summary minus that suffix. ``draft`` is the
+    first answer when a repair request replaced it. ``added_*`` list what the appendix carries;
+    ``model_fidelity`` is what the gate would have measured on the summarizer's text alone."""
+
+    mode: str = "appendix"
+    appendix: str = ""
+    added_identifiers: tuple[str, ...] = ()
+    added_user_asks: tuple[str, ...] = ()
+    added_open_tasks: tuple[str, ...] = ()
+    added_errors: tuple[str, ...] = ()
+    added_sections: tuple[str, ...] = ()
+    model_fidelity: Fidelity | None = None
+    draft: str | None = None
+    repair_usage: Usage | None = None
+    repair_error: str | None = None
+
+
 @register_event_type
 class CompactSummary(SessionEvent, frozen=True, kw_only=True):
     TYPE: ClassVar[str] = "compact/summary"
@@ -69,6 +90,7 @@ class CompactSummary(SessionEvent, frozen=True, kw_only=True):
     summary_token_count: int = 0  # the framed replacement's price under the same meter
     chunks: int = 1  # >1 when the span was summarized in chunks and merged
     request_model: str | None = None  # the model the request named (``model`` is the one that answered)
+    completion: Completion | None = None  # None: recorded before completion existed, or mode "off"
 
 
 @register_event_type

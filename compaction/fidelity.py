@@ -10,36 +10,114 @@ from compaction.events import Fidelity
 from compaction.identifiers import Identifiers, retained
 from compaction.instruction import SECTIONS
 
-# One heading line: a Markdown heading or a numbered item, its title the rest of the line. Kept
-# linear on purpose: the summary is model output, and a title pattern with several adjacent
-# whitespace quantifiers backtracks polynomially on a long run of spaces.
-_HEADING = re.compile(r"^[ \t]*(#{1,6}|\d+[.)])[ \t]*(.*)$", re.MULTILINE)
-_TRIM = " \t\r\f\v*#:"
+# One heading line: a Markdown heading, a numbered item or a bold line, its title the rest of the
+# line. Kept linear on purpose: the summary is model output, and a title pattern with several
+# adjacent whitespace quantifiers backtracks polynomially on a long run of spaces.
+_HEADING = re.compile(r"^[ \t]*(#{1,6}|\d+[.)]|\*\*|__)[ \t]*(.*)$", re.MULTILINE)
+_TRIM = " \t\r\f\v*_#:"
+_NUMBER = re.compile(r"^(?:\d+|[ivx]+|[a-h])[.)][ \t]*")
+_PARENTHESES = re.compile(r"[ \t]*\([^)]*\)$")
+
+SYNONYMS: dict[str, tuple[str, ...]] = {
+    "Primary Request and Intent": (
+        "primary request", "primary requests", "user request", "user requests", "request",
+        "requests", "intent", "user intent", "task", "tasks asked", "goal", "goals", "objective",
+        "objectives", "primary goal", "original request", "all user messages", "user messages",
+    ),
+    "Key Technical Concepts": (
+        "key concepts", "technical concepts", "concepts", "technologies", "tech stack",
+        "key technologies", "technical context",
+    ),
+    "Files and Code": (
+        "files", "code", "relevant files", "key files", "files changed", "files modified",
+        "files touched", "files and changes", "code changes", "files and code sections",
+    ),
+    "Errors and Fixes": (
+        "errors", "error", "errors and solutions", "problems", "problems and solutions",
+        "problem solving", "problems solved", "issues", "issues and fixes", "errors encountered",
+        "bugs", "bugs and fixes", "errors and fixes",
+    ),
+    "Pending Jobs": (
+        "pending", "pending tasks", "pending work", "pending items", "open tasks", "open items",
+        "remaining tasks", "remaining work", "outstanding tasks", "todo", "todos", "to do",
+        "to-do", "task list",
+    ),
+    "Current Work": (
+        "current state", "current status", "status", "current task", "current progress",
+        "progress", "work in progress", "recent work",
+    ),
+    "Next Step": (
+        "next steps", "optional next step", "optional next steps", "next action", "next actions",
+        "immediate next step", "immediate next steps",
+    ),
+    "Critical Context": (
+        "context", "important context", "key context", "additional context", "notes",
+        "important notes", "important details", "key details", "critical details",
+    ),
+}
+"""Other titles models give the eight sections (lower case, "&" read as "and", numbering, bold
+and a trailing parenthesis ignored)."""
+
+_TITLES: dict[str, str] = {
+    **{synonym: name for name, synonyms in SYNONYMS.items() for synonym in synonyms},
+    **{name.lower(): name for name in SECTIONS},
+}
 
 
-def _known(marker: str, title: str) -> str | None:
-    """The section a heading names: ours exactly, or one that starts with ours ("Files and Code
-    Sections" counts as "Files and Code"), case-insensitive. A numbered item is a heading only when
-    it is a name alone or ends with a colon ("3. Files and Code Sections:"), so a list item inside a
-    section ("1. Next step is to rerun the tests") does not end it."""
-    bare = title.strip(_TRIM).lower()
-    prefix_ok = marker.startswith("#") or title.strip(" \t\r\f\v*").endswith(":")
-    for name in SECTIONS:
-        if bare == name.lower() or (prefix_ok and bare.startswith(name.lower() + " ")):
-            return name
+def normalized_title(title: str) -> str:
+    """A heading title as matched: no numbering, emphasis, colon or trailing parenthesis; lower
+    case, "&" read as "and", single spaces."""
+    bare = _NUMBER.sub("", title.strip(_TRIM).lower()).strip(_TRIM)
+    bare = _PARENTHESES.sub("", bare).strip(_TRIM)
+    return " ".join(bare.replace("&", " and ").split())
+
+
+def section_named(title: str, *, prefix: bool = True) -> str | None:
+    """The section a heading title names: ours, a synonym (:data:`SYNONYMS`), or with ``prefix``
+    a title that starts with our name ("Files and Code Sections" counts as "Files and Code")."""
+    bare = normalized_title(title)
+    if bare in _TITLES:
+        return _TITLES[bare]
+    if prefix:
+        for name in SECTIONS:
+            if bare.startswith(name.lower() + " "):
+                return name
     return None
 
 
+def _known(marker: str, title: str) -> str | None:
+    """The section a heading line names. A Markdown heading may use any title :func:`section_named`
+    knows. A numbered item or a bold line is a heading only when it is one of our names alone or
+    ends with a colon ("3. Files and Code Sections:", "**Pending Tasks:**"), so a list item inside a
+    section ("1. Next step is to rerun the tests") does not end it."""
+    if marker.startswith("#"):
+        return section_named(title)
+    if marker in ("**", "__") and not title.rstrip(" \t\r\f\v:").endswith(marker):
+        return None  # only part of the line is bold
+    if title.strip(" \t\r\f\v*_").endswith(":"):
+        return section_named(title)
+    bare = normalized_title(title)
+    return next((name for name in SECTIONS if bare == name.lower()), None)
+
+
 def section_bodies(summary: str) -> dict[str, str]:
-    """Body text under each known section heading (``## Name`` or ``1. Name:``); a body runs to the
-    next known heading, so numbered lists inside a section stay in it."""
+    """Body text under each known section heading (``## Name``, ``1. Name:``, ``**Name:**`` or a
+    synonym); a body runs to the next known heading, so numbered lists inside a section stay in it.
+    Two headings naming one section ("Errors and fixes", "Problem Solving") share its body."""
     known = [(m, _known(m.group(1), m.group(2))) for m in _HEADING.finditer(summary)]
     headings = [(m, name) for m, name in known if name is not None]
     bodies: dict[str, str] = {}
     for index, (match, name) in enumerate(headings):
         end = headings[index + 1][0].start() if index + 1 < len(headings) else len(summary)
-        bodies[name] = summary[match.end() : end].strip()
+        body = summary[match.end() : end].strip()
+        bodies[name] = f"{bodies[name]}\n{body}".strip() if name in bodies else body
     return bodies
+
+
+def missing_sections(summary: str) -> tuple[str, ...]:
+    """The sections with no heading or an empty body, in the instruction's order."""
+    bodies = section_bodies(summary)
+    return tuple(s for s in SECTIONS if not bodies.get(s))
 
 
 def measure_fidelity(summary: str, identifiers: Identifiers, required_ratio: float) -> Fidelity:

@@ -28,6 +28,12 @@ ERROR_LINE_RE = re.compile(
 ID_RE = re.compile(
     r"\b(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{12,40})\b"
 )
+# Faster equivalents, the same matches in the same order (tests/compaction/test_fact_caches.py checks
+# them against the patterns above): an error name is found from its suffix and extended back over
+# its word; a path is searched for only inside a run of path characters that holds a slash.
+ERROR_SUFFIX_RE = re.compile(r"(?:Error|Exception|Warning|Failure|Fault)\b")
+PATH_RUN_RE = re.compile(r"(?<![\w./~-])[\w.~-]*/[\w./~-]*")
+_ALNUM = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
 COMMAND_KEYS = ("command", "cmd", "script")
 MAX_COMMAND = 160
 MAX_PATH = 200
@@ -51,17 +57,64 @@ class Identifiers:
         return len(self.all())
 
 
+_Kinds = tuple[dict[str, None], dict[str, None], dict[str, None], dict[str, None], dict[str, None]]
+_NONE: _Kinds = ({}, {}, {}, {}, {})
+_CACHE: dict[Message, _Kinds] = {}
+CACHE_LIMIT = 1 << 18
+"""Messages whose identifiers are kept (a pure function of the message: its role and content);
+past it the cache starts over."""
+
+
 def extract(messages: Iterable[Message]) -> Identifiers:
+    """The identifiers of ``messages``: the union, in order, of each message's own, which are
+    found once per message (cached by the message's value) and shared by the template summarizer,
+    the completion and the fidelity gate."""
     found = Identifiers()
+    paths, commands, errors, lines, ids = (
+        found.paths, found.commands, found.errors, found.error_lines, found.ids,
+    )
     for message in messages:
-        for block in message.content:
-            if isinstance(block, ToolCallBlock):
-                _from_arguments(block.arguments, found)
-            elif isinstance(block, ToolResultBlock):
-                _from_result(block, found)
-            elif isinstance(block, TextBlock):
-                _from_text(block.text, found, agent=message.role == "assistant")
+        kinds = message_kinds(message)
+        if kinds is _NONE:
+            continue
+        paths.update(kinds[0])
+        commands.update(kinds[1])
+        errors.update(kinds[2])
+        lines.update(kinds[3])
+        ids.update(kinds[4])
     return found
+
+
+def message_kinds(message: Message) -> _Kinds:
+    """One message's identifiers by kind (paths, commands, errors, error lines, ids); cached."""
+    try:
+        kinds = _CACHE.get(message)
+    except TypeError:  # an unhashable extension block: no caching
+        return _kinds_of(message)
+    if kinds is None:
+        kinds = _kinds_of(message)
+        if len(_CACHE) >= CACHE_LIMIT:
+            _CACHE.clear()
+        _CACHE[message] = kinds
+    return kinds
+
+
+def clear_cache() -> None:
+    _CACHE.clear()
+
+
+def _kinds_of(message: Message) -> _Kinds:
+    found = Identifiers()
+    for block in message.content:
+        if isinstance(block, ToolCallBlock):
+            _from_arguments(block.arguments, found)
+        elif isinstance(block, ToolResultBlock):
+            _from_result(block, found)
+        elif isinstance(block, TextBlock):
+            _from_text(block.text, found, agent=message.role == "assistant")
+    if not len(found) and not found.error_lines:
+        return _NONE
+    return found.paths, found.commands, found.errors, found.error_lines, found.ids
 
 
 def _from_arguments(arguments: str, found: Identifiers) -> None:
@@ -96,23 +149,43 @@ def _from_text(text: str, found: Identifiers, *, agent: bool) -> None:
 def _errors(text: str, found: Identifiers) -> None:
     if "rror" not in text and "xception" not in text and "arning" not in text and "ail" not in text:
         return
-    for name in ERROR_NAME_RE.findall(text):
+    for name in error_names(text):
         found.errors[name] = None
+    if "Error" not in text and "Exception" not in text:
+        return  # an error line names one of the two
     for line in ERROR_LINE_RE.findall(text):
         found.error_lines[line.strip()] = None
+
+
+def error_names(text: str) -> list[str]:
+    """``ERROR_NAME_RE.findall(text)``: from each suffix back to the start of its word, which must
+    be a capital letter after a non-word character and hold only ASCII letters and digits."""
+    names: list[str] = []
+    for match in ERROR_SUFFIX_RE.finditer(text):
+        end = match.start()
+        start = end
+        while start and text[start - 1] in _ALNUM:
+            start -= 1
+        if start == end or not "A" <= text[start] <= "Z":
+            continue
+        if start and (text[start - 1].isalnum() or text[start - 1] == "_"):
+            continue  # inside a longer word: no boundary before the capital
+        names.append(text[start : match.end()])
+    return names
 
 
 def _paths(text: str) -> Iterator[str]:
     if "/" not in text:
         return
-    for match in PATH_RE.finditer(text):
-        path = match.group(0).rstrip(".,:;")
-        if (
-            3 <= len(path) <= MAX_PATH
-            and not path.startswith("//")
-            and "://" not in text[max(0, match.start() - 8) : match.end()]
-        ):
-            yield path
+    for run in PATH_RUN_RE.finditer(text):  # a match never leaves a run of path characters
+        for match in PATH_RE.finditer(text, run.start(), run.end()):
+            path = match.group(0).rstrip(".,:;")
+            if (
+                3 <= len(path) <= MAX_PATH
+                and not path.startswith("//")
+                and "://" not in text[max(0, match.start() - 8) : match.end()]
+            ):
+                yield path
 
 
 def _strings(value: object, key: str = "") -> Iterator[tuple[str, str]]:

@@ -6,8 +6,14 @@ real cl100k tokens from the offline encoding with the same overheads.
 
 Prices are cached per event and the surface sum is kept per session, so a pressure check costs
 O(new surface nodes) while the replace generation is unchanged (a replacement triggers one re-sum of
-cached prices). The request total (spec §d.4) is system prompt + tool schemas + surface, or the
-provider-reported usage of the latest step plus what the surface grew since, when the log has it.
+cached prices). The request total (spec §d.4) is system prompt + tool schemas + surface, or, when
+the log has provider usage, a figure calibrated on it (:class:`Calibration`): the provider counts
+these messages at its own price, so the surface is priced at the ratio the session's usage records
+show (provider prompt tokens per meter token, fitted on the records since the latest
+``request/header``), and the rest of the provider's count (system prompt, tools, whatever the
+harness sends beyond the logged messages) is a fixed overhead measured on the latest request. A
+compaction then removes the shadowed text at the provider's price:
+``total = overhead + round(ratio * surface)``.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import math
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -31,11 +37,19 @@ from compaction.sessions.blocks import (
     ToolCallBlock,
     ToolResultBlock,
 )
-from compaction.sessions.events import AssistantMessage, Replace, RequestHeader, SessionEvent
+from compaction.sessions.events import AssistantMessage, RequestHeader, SessionEvent
 from compaction.sessions.session import Session, project
+from compaction.sessions.surface import Surface
 
 BLOCK_OVERHEAD = 4
 ROLE_OVERHEAD = 4
+
+RATIO_PRIOR = 8_000_000.0
+"""Weight of the prior ratio in the fit, as a squared surface growth (about 2,800 meter tokens):
+keeps the first requests of a session (the provider's counts move with caching there while the
+surface barely grows) from swinging the ratio; on a grown session it weighs nothing. The prior is
+1.0, or after a replacement the ratio fitted before it (the next requests carry a small surface)."""
+RATIO_BOUNDS = (0.25, 4.0)
 
 
 @dataclass(frozen=True)
@@ -48,6 +62,51 @@ class Measurement:
     generation: int
     nodes: int
     from_usage: bool = False
+    overhead_tokens: int = 0  # the request beyond its messages: header price, or measured by usage
+    ratio: float = 1.0  # request tokens per surface token (1.0 unless calibrated on usage)
+    calibration: Calibration | None = None
+
+    def surface_price(self, tokens: int) -> int:
+        """What ``tokens`` of surface (this meter's units) weigh in the request total."""
+        return round(self.ratio * tokens)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The meter's prices fitted to the provider's own counts of this session's requests.
+
+    Two requests since the latest ``request/header`` are compared: the first (the least history:
+    its count is mostly the fixed overhead) and the latest (the anchor). ``ratio`` is what the
+    surface grown between them cost the provider per meter token (shrunk toward 1.0 while it grew
+    little); ``overhead`` is the first request's prompt tokens minus its surface at that ratio: the
+    system prompt, the tools and whatever else the harness sends beyond the logged messages. The
+    line through both requests is exact at the anchor, so ``overhead + ratio * surface`` is the
+    provider's own count there and moves at the provider's price from there on, both ways.
+    """
+
+    ratio: float
+    overhead: int
+    anchor_seq: int  # the assistant message whose usage the total is anchored on
+    anchor_tokens: int  # its request's prompt tokens (input + cache read + cache write)
+    anchor_surface: int  # the surface (meter units) that request carried
+    first_seq: int  # the request the overhead is measured on
+    records: int  # usage records since the latest request/header
+    fitted: bool  # False: a single record; the ratio is 1.0 and the overhead what it leaves
+
+
+@dataclass
+class _UsageFold:
+    """The log folded for calibration: the surface's price after every event, the usage records."""
+
+    surface: Surface = field(default_factory=Surface)
+    tokens: int = 0
+    first: tuple[int, int, int] | None = None  # (seq, prompt tokens, surface) since the header
+    last: tuple[int, int, int] | None = None
+    records: int = 0
+    prior: float = 1.0  # the ratio the fit shrinks toward: 1.0, or the one before a replacement
+    next_prior: float = 1.0  # the prior of the records after the latest replacement
+    result: Calibration | None = None
+    result_for: int = -1  # the record count the result was computed for
 
 
 @dataclass
@@ -59,10 +118,7 @@ class _SessionPrices:
     surface_tokens: int = 0
     header_seq: int | None = None
     header_tokens: int = 0
-    anchor_seq: int | None = None
-    anchor: tuple[int, int, int | None] | None = (
-        None  # (usage total, surface at anchor, header seq)
-    )
+    usage: _UsageFold | None = None
 
 
 class Meter(ABC):
@@ -133,8 +189,23 @@ class Meter(ABC):
         self, session: Session, seqs: Iterable[int] | None = None
     ) -> list[tuple[int, int]]:
         """``(seq, tokens)`` for the given seqs (default: the whole surface, in order)."""
-        chosen = session.nodes if seqs is None else seqs
-        return [(seq, self.node_price(session, seq)) for seq in chosen]
+        chosen = list(session.nodes if seqs is None else seqs)
+        prices = self.prices_for(session, chosen)
+        return [(seq, prices[seq]) for seq in chosen]
+
+    def prices_for(self, session: Session, seqs: Iterable[int]) -> dict[int, int]:
+        """The session's price cache (seq -> tokens) with every one of ``seqs`` in it: the
+        unpriced ones are priced in one batch (:meth:`event_prices`). Read it, never write it."""
+        prices = self._state(session).prices
+        missing = [seq for seq in seqs if seq not in prices] if prices else list(seqs)
+        if missing:
+            events = list(map(session.event, missing))
+            prices.update(zip(missing, self.event_prices(events), strict=True))
+        return prices
+
+    def event_prices(self, events: list[SessionEvent]) -> list[int]:
+        """:meth:`event` of each event; a meter may price a batch faster than one by one."""
+        return [self.event(e) for e in events]
 
     def surface_tokens(self, session: Session) -> int:
         state = self._state(session)
@@ -144,7 +215,9 @@ class Meter(ABC):
             state.counted = 0
             state.surface_tokens = 0
         if state.counted < len(nodes):
-            state.surface_tokens += sum(self.node_price(session, s) for s in nodes[state.counted :])
+            fresh = nodes[state.counted :]
+            prices = self.prices_for(session, fresh)
+            state.surface_tokens += sum(map(prices.__getitem__, fresh))
             state.counted = len(nodes)
         return state.surface_tokens
 
@@ -157,64 +230,110 @@ class Meter(ABC):
         return state.header_tokens
 
     def measure(self, session: Session) -> Measurement:
-        """Request pressure now (spec §d.4). O(new nodes) between replacements."""
+        """Request pressure now (spec §d.4). O(new events) between replacements."""
         surface = self.surface_tokens(session)
         header = self.header_tokens(session)
-        anchor = self._anchor(session, surface)
-        total = header + surface
-        from_usage = False
-        if anchor is not None and anchor[2] == session.last_of("request/header"):
-            usage_total, anchor_surface, _ = anchor
-            baseline = max(usage_total, header + anchor_surface)
-            total = max(0, baseline + surface - anchor_surface)
-            from_usage = usage_total >= header + anchor_surface
-        return Measurement(
-            total_tokens=total,
+        calibration = self.calibration(session)
+        reading = Measurement(
+            total_tokens=header + surface,
             surface_tokens=surface,
             header_tokens=header,
             generation=session.surface.generation,
             nodes=len(session.nodes),
+            overhead_tokens=header,
+        )
+        if calibration is None:
+            return reading
+        if calibration.fitted:
+            overhead, ratio = calibration.overhead, calibration.ratio
+            from_usage = True
+        else:  # one record: its count anchors the total, the surface grows at the meter's price
+            unexplained = calibration.anchor_tokens - calibration.anchor_surface
+            overhead, ratio, from_usage = max(unexplained, header), 1.0, unexplained >= header
+        return replace(
+            reading,
+            total_tokens=overhead + round(ratio * surface),
             from_usage=from_usage,
+            overhead_tokens=overhead,
+            ratio=ratio,
+            calibration=calibration,
         )
 
-    def _anchor(self, session: Session, surface_now: int) -> tuple[int, int, int | None] | None:
-        """Provider usage of the latest assistant message, with the surface size it was measured at.
+    def calibration(self, session: Session) -> Calibration | None:
+        """The fit of this session's usage records, or None when the total cannot use them.
 
-        Computed from the log alone, so a fresh meter (another process, or after a rollback or
-        adopt reset the cache) agrees with one that watched the session grow, even when a
-        replacement landed after the message. A header appended after it voids the anchor.
+        None when the latest assistant message reports no usage, or a ``request/header`` came after
+        it (a new envelope or model: the earlier counts no longer describe the next request). The
+        log is folded once per session and meter, then O(new events) per call.
         """
-        state = self._state(session)
-        seq = session.last_of("assistant/message")
-        if seq is None or seq == state.anchor_seq:
-            return state.anchor
-        state.anchor_seq = seq
-        event = session.event(seq)
-        state.anchor = None
+        latest = session.last_of("assistant/message")
         header = session.last_of("request/header")
-        if (
-            isinstance(event, AssistantMessage)
-            and event.usage is not None
-            and (header is None or header < seq)
-        ):
-            state.anchor = (event.usage.total, self._surface_at(session, seq, surface_now), header)
-        return state.anchor
+        if latest is None or (header is not None and header > latest):
+            return None
+        event = session.event(latest)
+        if not isinstance(event, AssistantMessage) or event.usage is None:
+            return None
+        fold = self._fold_usage(session)
+        if fold.first is None or fold.last is None:
+            return None
+        if fold.result_for != fold.records:
+            fold.result = _fit(fold.first, fold.last, fold.records, fold.prior)
+            fold.result_for = fold.records
+        return fold.result
 
-    def _surface_at(self, session: Session, seq: int, surface_now: int) -> int:
-        """Surface tokens just after ``seq`` was appended: the surface now, minus the nodes appended
-        since, plus the nodes replacements shadowed since that were already there (every
-        replacement cites all of its shadowed nodes in ``source_event_seqs``). O(events since)."""
-        surface = session.surface
-        tokens = surface_now
-        for later in range(seq + 1, len(session)):
-            event = session.event(later)
-            if later in surface:
-                tokens -= self.node_price(session, later)
-            if isinstance(event.surface_op, Replace):
-                for source in event.source_event_seqs or ():
-                    if source <= seq and source not in surface and session.event(source).SURFACE:
-                        tokens += self.node_price(session, source)
-        return tokens
+    def _fold_usage(self, session: Session) -> _UsageFold:
+        state = self._state(session)
+        fold = state.usage
+        if fold is None:
+            fold = state.usage = _UsageFold()
+        for seq in range(fold.surface.length, len(session)):
+            event = session.event(seq)
+            plan = fold.surface.fold(event, session.event)
+            if plan.is_replace:
+                fold.tokens -= sum(self.node_price(session, s) for s in plan.shadowed)
+                if fold.first is not None and fold.last is not None:
+                    fold.next_prior = _fit(fold.first, fold.last, fold.records, fold.prior).ratio
+            if isinstance(event, RequestHeader):
+                fold.first = fold.last = None
+                fold.records = 0
+                fold.prior = fold.next_prior = 1.0
+            elif isinstance(event, AssistantMessage) and event.usage is not None:
+                prompt = event.usage.total - event.usage.output_tokens
+                if prompt > 0:  # an aborted or failed call reports nothing
+                    fold.last = (seq, prompt, fold.tokens)  # the surface before this message
+                    fold.first = fold.first or fold.last
+                    fold.records += 1
+                    fold.prior = fold.next_prior
+            if plan.on_surface:
+                fold.tokens += self.node_price(session, seq)
+        return fold
+
+
+def _fit(
+    first: tuple[int, int, int], last: tuple[int, int, int], records: int, prior: float
+) -> Calibration:
+    """The line through the first and the latest request (ratio shrunk toward ``prior``, bounded)."""
+    first_seq, first_prompt, first_surface = first
+    seq, prompt, surface = last
+    grown = surface - first_surface
+    fitted = records >= 2
+    ratio = 1.0
+    if fitted:
+        low, high = RATIO_BOUNDS
+        slope = ((prompt - first_prompt) * grown + RATIO_PRIOR * prior) / (
+            grown * grown + RATIO_PRIOR
+        )
+        ratio = min(high, max(low, slope))
+    return Calibration(
+        ratio=ratio,
+        overhead=max(0, round(prompt - ratio * surface)),
+        anchor_seq=seq,
+        anchor_tokens=prompt,
+        anchor_surface=surface,
+        first_seq=first_seq,
+        records=records,
+        fitted=fitted,
+    )
 
 
 def _compact_json(value: Any) -> str:
@@ -247,6 +366,61 @@ class HeuristicMeter(Meter):
 
     def text_tokens(self, text: str) -> int:
         return math.ceil(utf16_length(text) / self.chars_per_token)
+
+    def event_prices(self, events: list[SessionEvent]) -> list[int]:
+        """:meth:`Meter.event_prices` with the text and tool blocks priced inline (the same
+        figures: a cold surface of 100,000 nodes is priced without a dozen calls per node)."""
+        cls = type(self)
+        if not (
+            cls.text_tokens is HeuristicMeter.text_tokens
+            and cls.block is Meter.block
+            and cls.message is Meter.message
+            and cls.event is Meter.event
+        ):
+            return super().event_prices(events)
+        cpt = self.chars_per_token
+        ceil = math.ceil
+        block_price = self.block
+        out: list[int] = []
+        append = out.append
+        for event in events:
+            if not event.SURFACE:
+                append(0)
+                continue
+            message: Message = event.message  # type: ignore[attr-defined]
+            content = message.content
+            if not content and isinstance(event, AssistantMessage):
+                append(0)  # what project() leaves out
+                continue
+            total = ROLE_OVERHEAD
+            for block in content:
+                kind = type(block)
+                if kind is TextBlock or kind is ReasoningBlock:
+                    text = block.text  # type: ignore[union-attr]
+                    length = len(text) if text.isascii() else len(text.encode("utf-16-le")) // 2
+                    total += ceil(length / cpt) + BLOCK_OVERHEAD
+                elif kind is ToolCallBlock:
+                    name, arguments = block.name, block.arguments  # type: ignore[union-attr]
+                    total += ceil(_length(name) / cpt) + ceil(_length(arguments) / cpt) + BLOCK_OVERHEAD
+                elif kind is ToolResultBlock:
+                    inner = BLOCK_OVERHEAD
+                    for part in block.content:  # type: ignore[union-attr]
+                        if type(part) is TextBlock:
+                            text = part.text
+                            length = len(text) if text.isascii() else len(text.encode("utf-16-le")) // 2
+                            inner += ceil(length / cpt) + BLOCK_OVERHEAD
+                        else:
+                            inner += block_price(part)
+                    total += inner
+                else:
+                    total += block_price(block)
+            append(total)
+        return out
+
+
+def _length(text: str) -> int:
+    """:func:`utf16_length`, inlined by the batch pricing."""
+    return len(text) if text.isascii() else len(text.encode("utf-16-le")) // 2
 
 
 class TiktokenMeter(Meter):

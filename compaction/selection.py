@@ -9,28 +9,76 @@ closes; a surface of one unit cannot be compacted.
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass
 
 from compaction.errors import SpanError
 from compaction.meters import Meter
 from compaction.sessions.session import Session
 
 
-@dataclass(frozen=True)
 class Span:
-    """Positions ``first``..``last`` (inclusive) on the surface and their seqs."""
+    """Positions ``first``..``last`` (inclusive) on the surface and their seqs.
 
-    first: int
-    last: int
-    seqs: tuple[int, ...]
+    A span selected by :func:`select_span` is the range alone until its seqs are asked for (a
+    decision that compacts nothing copies nothing); they are read from the surface then, which
+    must not have been replaced or rolled back since the selection (appends are fine)."""
+
+    __slots__ = ("_epoch", "_generation", "_seqs", "_session", "first", "last")
+
+    def __init__(
+        self,
+        first: int,
+        last: int,
+        seqs: tuple[int, ...] | None = None,
+        *,
+        session: Session | None = None,
+    ) -> None:
+        if seqs is None and session is None:
+            raise ValueError("Span needs its seqs or the session it was selected on")
+        self.first = first
+        self.last = last
+        self._seqs = seqs
+        self._session = session
+        self._epoch = session.epoch if session is not None else 0
+        self._generation = session.surface.generation if session is not None else 0
+
+    @property
+    def seqs(self) -> tuple[int, ...]:
+        if self._seqs is None:
+            self._seqs = tuple(self._nodes()[self.first : self.last + 1])
+            self._session = None
+        return self._seqs
 
     @property
     def start(self) -> int:
-        return self.seqs[0]
+        return self._seqs[0] if self._seqs is not None else self._nodes()[self.first]
 
     @property
     def end(self) -> int:
-        return self.seqs[-1]
+        return self._seqs[-1] if self._seqs is not None else self._nodes()[self.last]
+
+    def __len__(self) -> int:
+        return self.last - self.first + 1
+
+    def _nodes(self) -> list[int]:
+        session = self._session
+        assert session is not None
+        if session.epoch != self._epoch or session.surface.generation != self._generation:
+            raise SpanError(
+                f"span at surface positions {self.first}..{self.last} of session {session.id}: the "
+                "surface was replaced or rolled back since the span was selected; select it again"
+            )
+        return session.nodes
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Span):
+            return NotImplemented
+        return (self.first, self.last, self.seqs) == (other.first, other.last, other.seqs)
+
+    def __hash__(self) -> int:
+        return hash((self.first, self.last, self.seqs))
+
+    def __repr__(self) -> str:
+        return f"Span(first={self.first}, last={self.last}, seqs={self.seqs!r})"
 
 
 def protected_position(session: Session, keep_first_user: bool) -> int | None:
@@ -71,7 +119,7 @@ def select_span(
             return None
     if last < first:
         return None
-    return Span(first, last, tuple(nodes[first : last + 1]))
+    return Span(first, last, session=session)
 
 
 def head_before_task(session: Session, *, keep_first_user: bool = True) -> Span | None:
@@ -87,10 +135,12 @@ def head_before_task(session: Session, *, keep_first_user: bool = True) -> Span 
 
 def _retention_index(session: Session, meter: Meter, retain_tokens: int) -> int:
     nodes = session.nodes
+    prices = meter.prices_for(session, ())  # after a measure every node is in it
     accumulated = 0
     keep = len(nodes)
     for index in range(len(nodes) - 1, -1, -1):
-        accumulated += meter.node_price(session, nodes[index])
+        price = prices.get(nodes[index])
+        accumulated += meter.node_price(session, nodes[index]) if price is None else price
         keep = index
         if accumulated >= retain_tokens:
             break

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from compaction.checkpoint import checkpoint_message, new_compaction_id
+from compaction.completion import complete
 from compaction.config import BasicConfig
 from compaction.contract import CompactionResult
 from compaction.errors import (
@@ -135,16 +136,34 @@ class Transaction:
                 f"summarization produced no text summary content ({output.provider}/"
                 f"{output.model}, compaction {start.compaction_id})"
             )
+        shadowed_messages = [m for m in (project(session.event(s)) for s in shadowed) if m]
+        identifiers = extract(shadowed_messages)
+        completed = await complete(
+            output,
+            request,
+            shadowed_messages,
+            self.summarizer,
+            self.config.completion,
+            identifiers=identifiers,
+            required_ratio=self.config.min_identifier_ratio,
+        )
+        text = completed.text
         summary = (TextBlock(text),)
         checkpoint = checkpoint_message(start.compaction_id, summary)
         framed_tokens = self.meter.message(checkpoint)
         if framed_tokens >= shadowed_tokens:
+            added = completed.record.appendix if completed.record else ""
             raise ShrinkError(
                 f"summary is not smaller than the shadowed content ({framed_tokens} estimated "
                 f"framed tokens >= {shadowed_tokens})"
+                + (
+                    f"; {len(added)} of its characters are the completion appendix (what the "
+                    "summary missed; completion='off' drops it)"
+                    if added
+                    else ""
+                )
             )
-        identifiers = extract(m for m in (project(session.event(s)) for s in shadowed) if m)
-        fidelity = measure_fidelity(output.text, identifiers, self.config.min_identifier_ratio)
+        fidelity = measure_fidelity(text, identifiers, self.config.min_identifier_ratio)
         problems = fidelity_problems(fidelity, self.config.require_sections)
         if problems:
             raise FidelityError("fidelity gate: " + "; ".join(problems))
@@ -165,6 +184,7 @@ class Transaction:
             summary_token_count=framed_tokens,
             chunks=output.chunks,
             request_model=self.summarizer.model or None,
+            completion=completed.record,
         )
         return self._commit(start, summary_event, checkpoint, captured_nodes, output)
 

@@ -2,8 +2,9 @@
 repair (see ``docs/recovery.md``).
 
 JSON: ``{orphans: [{session_id, compaction_id, start_seq, turn, stale, rule, reason, inert,
-surface_hash, action, age_seconds, owner, end_seq, closer_seqs, evidence}], events_scanned,
-records_read, seconds, polls, repaired, corrupt, passed}``. With ``--follow`` the command polls
+surface_hash, action, age_seconds, owner, end_seq, closer_seqs, evidence}], unreadable:
+[{session_id, seq, notification_id, type, reason, action}], events_scanned, records_read, seconds,
+polls, repaired, corrupt, passed}``. With ``--follow`` the command polls
 until Ctrl-C, SIGTERM or ``--max-polls``, logs each orphan's changes on stderr, then prints the
 latest report of every orphan it saw. Exit status 1 when an orphan is not inert (``passed: false``).
 """
@@ -81,24 +82,33 @@ def _stop_on_sigterm() -> Iterator[threading.Event]:
 
 def render(document: Document, console: Console) -> None:
     orphans = document["orphans"]
+    unreadable = document.get("unreadable", [])
     summary = (
         f"scanned {document['events_scanned']} events ({document['records_read']} lock records) "
         f"in {document['seconds']:.3f}s; {len(orphans)} orphans, {document['repaired']} repaired, "
-        f"{document['corrupt']} corrupt"
+        f"{document['corrupt']} corrupt, {len(unreadable)} unreadable sessions"
     )
+    for u in unreadable:
+        console.print(
+            Text(
+                f"unreadable: session {u['session_id']} seq {u['seq']} ({u['type']}): {u['reason']}; "
+                f"run `compaction audit {u['session_id']}`",
+                style="bold red",
+            )
+        )
     if not orphans:
         console.print(f"no orphaned compact/start records; {summary}")
         return
     columns = ("session", "compaction", "seq", "age s", "state", "inert", "surface hash", "action")
     rows = [
         (
-            o["session_id"][:8],
-            o["compaction_id"][:8],
+            o["session_id"],
+            o["compaction_id"],
             o["start_seq"],
             f"{o['age_seconds']:.0f}",
             "stale" if o["stale"] else "live",
             {True: "inert", False: "NOT INERT", None: "-"}[o["inert"]],
-            (o["surface_hash"] or "")[:16],
+            o["surface_hash"] or "",
             o["action"],
         )
         for o in orphans

@@ -22,7 +22,7 @@ from compaction.sessions.events import now_utc
 from compaction.sessions.store import SessionStore
 from recovery.liveness import Liveness, judge
 from recovery.repair import Settlement, settle
-from recovery.report import OrphanReport, RecoveryReport
+from recovery.report import OrphanReport, RecoveryReport, UnreadableRecord
 from recovery.scan import BATCH, Orphan, OrphanScanner
 
 log = logging.getLogger("recovery")
@@ -64,6 +64,7 @@ class Recovery:
         self.config = config or RecoveryConfig()
         self.scanner = OrphanScanner(store, batch=self.config.batch)
         self._live: dict[tuple[str, str], OrphanReport] = {}  # proven live orphans (follow)
+        self._told: set[str] = set()  # sessions whose unreadable lock record was logged
 
     def run_once(self) -> RecoveryReport:
         """Scan what was stored since the last pass; judge, prove and settle every open orphan."""
@@ -74,8 +75,17 @@ class Recovery:
         open_keys = {(str(o.session_id), o.compaction_id) for o in orphans}
         self._live = {k: v for k, v in self._live.items() if k in open_keys}  # closed meanwhile
         reports = [self._settle(orphan, now) for orphan in orphans]
+        unreadable = tuple(UnreadableRecord.of(e) for e in self.scanner.unreadable)
+        for record in unreadable:
+            if record.session_id not in self._told:
+                self._told.add(record.session_id)
+                log.error("recovery: %s", record.describe())
         return RecoveryReport(
-            tuple(reports), scan.events_scanned, scan.records_read, time.perf_counter() - began
+            tuple(reports),
+            scan.events_scanned,
+            scan.records_read,
+            time.perf_counter() - began,
+            unreadable=unreadable,
         )
 
     def follow(
@@ -90,6 +100,7 @@ class Recovery:
         its state or action changes."""
         stop = stop or threading.Event()
         latest: dict[tuple[str, str], OrphanReport] = {}
+        unreadable: tuple[UnreadableRecord, ...] = ()
         scanned = read = done = 0
         seconds = 0.0
         try:
@@ -98,6 +109,7 @@ class Recovery:
                 done += 1
                 scanned, read = scanned + report.events_scanned, read + report.records_read
                 seconds += report.seconds
+                unreadable = report.unreadable
                 for orphan in report.orphans:
                     if on_report is not None and _changed(latest.get(orphan.key), orphan):
                         on_report(orphan)
@@ -106,7 +118,9 @@ class Recovery:
                     break
         except KeyboardInterrupt:
             log.info("recovery: interrupted after %d polls", done)
-        return RecoveryReport(tuple(latest.values()), scanned, read, seconds, polls=done)
+        return RecoveryReport(
+            tuple(latest.values()), scanned, read, seconds, polls=done, unreadable=unreadable
+        )
 
     # ------------------------------------------------------------ one orphan
 

@@ -13,6 +13,8 @@
   poll retries);
 * ``unreadable``: the session could not be loaded (a corrupt row, an event type this version does not
   know); nothing was proven or written, the error is logged, and the other sessions are recovered.
+  A session whose lock record itself does not decode is listed in :attr:`RecoveryReport.unreadable`
+  (an :class:`UnreadableRecord`, action ``unreadable``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from compaction.errors import OrphanCorruptionError
+from compaction.errors import OrphanCorruptionError, UnreadableRowError
 from recovery.liveness import Liveness
 from recovery.repair import Action, Settlement
 from recovery.scan import Orphan
@@ -115,12 +117,49 @@ class OrphanReport:
 
 
 @dataclass(frozen=True)
+class UnreadableRecord:
+    """A session whose lock record (``compact/start``, ``compact/end`` or ``session/resume``)
+    does not decode: it cannot be judged, so nothing is proven or written there (``action``
+    ``unreadable``); the scan and the repair of every other session go on."""
+
+    session_id: str
+    seq: int
+    notification_id: int
+    event_type: str
+    reason: str
+
+    @classmethod
+    def of(cls, error: UnreadableRowError) -> UnreadableRecord:
+        return cls(
+            str(error.session_id), error.seq, error.notification_id, error.event_type, error.reason
+        )
+
+    def describe(self) -> str:
+        return (
+            f"session {self.session_id}: its {self.event_type} record at seq {self.seq} does not "
+            f"decode ({self.reason}); nothing proven or written there; run `compaction audit "
+            f"{self.session_id}`"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "seq": self.seq,
+            "notification_id": self.notification_id,
+            "type": self.event_type,
+            "reason": self.reason,
+            "action": "unreadable",
+        }
+
+
+@dataclass(frozen=True)
 class RecoveryReport:
     orphans: tuple[OrphanReport, ...]
     events_scanned: int  # log positions covered by the scan (every event of every session)
     records_read: int  # compact/start, compact/end and session/resume records decoded
     seconds: float
     polls: int = 1
+    unreadable: tuple[UnreadableRecord, ...] = ()  # sessions whose lock records do not decode
 
     @property
     def corrupt(self) -> tuple[OrphanReport, ...]:
@@ -132,8 +171,13 @@ class RecoveryReport:
 
     @property
     def passed(self) -> bool:
-        """No orphan is corrupt, and every orphan's session could be read."""
-        return not self.corrupt and not any(o.action == "unreadable" for o in self.orphans)
+        """No orphan is corrupt, every orphan's session could be read, and every lock record
+        decoded."""
+        return (
+            not self.corrupt
+            and not self.unreadable
+            and not any(o.action == "unreadable" for o in self.orphans)
+        )
 
     def raise_for_corruption(self) -> None:
         """Raise :class:`OrphanCorruptionError` with every corrupt orphan's evidence."""
@@ -148,6 +192,7 @@ class RecoveryReport:
     def to_json(self) -> dict[str, Any]:
         return {
             "orphans": [o.to_json() for o in self.orphans],
+            "unreadable": [u.to_json() for u in self.unreadable],
             "events_scanned": self.events_scanned,
             "records_read": self.records_read,
             "seconds": round(self.seconds, 6),

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from uuid import UUID
 
 from compaction.brackets import BracketFold
+from compaction.errors import UnreadableRowError
 from compaction.events import CompactEnd, CompactStart, Lease
 from compaction.sessions.events import SessionEvent, SessionResume
 from compaction.sessions.store import SessionStore
@@ -69,6 +70,18 @@ class OrphanScanner:
         self.records_read = 0
         self._brackets: dict[UUID, BracketFold] = {}  # open brackets only: closed ones are forgotten
         self._resumes: dict[UUID, int] = {}
+        self._unreadable: dict[UUID, UnreadableRowError] = {}
+
+    @property
+    def unreadable(self) -> list[UnreadableRowError]:
+        """The first lock record of each session that did not decode, ordered by session: those
+        sessions cannot be judged; the scan goes on with the others."""
+        return [self._unreadable[sid] for sid in sorted(self._unreadable, key=str)]
+
+    def _skip(self, error: UnreadableRowError) -> None:
+        session_id = error.session_id
+        if isinstance(session_id, UUID):
+            self._unreadable.setdefault(session_id, error)
 
     @property
     def orphans(self) -> list[Orphan]:
@@ -101,13 +114,23 @@ class OrphanScanner:
         return ScanPass(covered, read, self.position)
 
     def _records(self, after: int, stop: int) -> Iterator[tuple[UUID, SessionEvent]]:
+        skipped: list[int] = []  # notification ids of lock records that did not decode
+
+        def skip(error: UnreadableRowError) -> None:
+            skipped.append(error.notification_id)
+            self._skip(error)
+
         while after < stop:
-            batch = self.store.notifications(after, self.batch, topics=SCAN_TOPICS, upto=stop)
-            if not batch:
-                return
+            skipped.clear()
+            batch = self.store.notifications(
+                after, self.batch, topics=SCAN_TOPICS, upto=stop, on_unreadable=skip
+            )
             for notification in batch:
                 yield notification.session_id, notification.event
-            after = batch[-1].notification_id
+            last = max([after, *skipped, *(n.notification_id for n in batch[-1:])])
+            if last == after:
+                return
+            after = last
 
     def _fold(self, session_id: UUID, event: SessionEvent) -> None:
         if isinstance(event, (CompactStart, CompactEnd)):

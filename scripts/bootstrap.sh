@@ -5,8 +5,9 @@
 #
 #   base   the project and its runtime dependencies only (`pip install -e .`): what `make demo`,
 #          `make bench` and users of the library need; no dev tools, no local model
-#   test   base, plus the dev tools (the `dev` extra: pytest, hypothesis, mypy, ruff) and the local
-#          model the end-to-end summarizer tests run (`make test`, `make lint`)
+#   test   base, plus the dev tools (the `dev` extra: pytest, hypothesis, mypy, ruff), the agent
+#          frameworks of compaction.integrations (the `openai-agents`, `pydantic-ai` and `langchain`
+#          extras) and the local model the end-to-end summarizer tests run (`make test`, `make lint`)
 #
 # Running `test` after `base` installs only what is missing. Needs Python >= 3.11 (python3.11, else
 # python3). On Debian, a missing `venv` module is installed with apt-get when running as root
@@ -63,7 +64,9 @@ if [ "$mode" = base ]; then
     echo "bootstrap: $venv has the project (base install)" >&2
     exit 0
 fi
-"$venv/bin/python" -m pip install --quiet -e ".[dev]"
+# The dev tools and the agent frameworks the adapter tests run against (tests/integrations): under
+# CI=true those tests fail, not skip, when a framework is missing.
+"$venv/bin/python" -m pip install --quiet -e ".[dev,openai-agents,pydantic-ai,langchain]"
 # --- extra test installs (pip into "$venv"); later issues add theirs here.
 # The local model for the end-to-end summarizer tests (tests/compaction/summarizers/test_local_model.py,
 # tests/compaction/test_local_llm.py): llama.cpp's own HTTP server as a prebuilt wheel, and

@@ -47,6 +47,8 @@ ALLOWED: dict[str, set[str]] = {
         "compaction.strategies",
         "compaction.audit",
     },
+    # The framework adapters record into sessions and compact with the core (and its summarizers).
+    "compaction.integrations": {"compaction.errors", "compaction.sessions", CORE, "compaction.summarizers"},
     # projections and recovery build on the whole of compaction; neither needs the other.
     "projections": {
         "compaction.errors",
@@ -66,7 +68,14 @@ ALLOWED: dict[str, set[str]] = {
 PLUGIN_COMMANDS = {"projections.cli", "recovery.cli"}
 """Command modules found through the ``compaction.commands`` entry points: they build a
 ``compaction.cli.Command``, so they (and only they, outside ``compaction.cli``) import it."""
-ONLY_IN: dict[str, set[str]] = {"aiohttp": {"compaction.summarizers.aiohttp_transport"}}
+ONLY_IN: dict[str, set[str]] = {
+    "aiohttp": {"compaction.summarizers.aiohttp_transport"},
+    # the agent frameworks are optional extras: only their adapters import them
+    **{
+        framework: {"compaction.integrations"}
+        for framework in ("agents", "pydantic_ai", "langchain", "langchain_core", "langgraph")
+    },
+}
 """Third-party packages that only some units or modules may import."""
 
 

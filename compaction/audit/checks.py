@@ -5,7 +5,10 @@ bracket shape and outcome; the replace range valid on the surface of that moment
 start, summary and every shadowed seq; the shadowed token count re-priced with the recorded meter; the
 summary smaller than what it shadowed; both cuts tool-pairing balanced; the first user message still on
 the surface; the eight sections; the verbatim-identifier retention ratio; the content hashes of the
-shadowed events still matching the log. Pruning records (``compact/prune``) get their own checks.
+shadowed events still matching the log; and, for a summary the compaction completed before the gate
+(``compact/summary`` carries a ``completion`` record), that the recorded appendix is the summary's
+tail and adds only what the shadowed span holds. Pruning records (``compact/prune``) get their own
+checks.
 
 Invariants apply to every bracket. The three policies of this library (first user message kept, eight
 sections, identifier retention) apply to its own summaries only: on a compaction imported from another
@@ -25,7 +28,8 @@ from typing import Any
 from compaction.audit.replay import Moment, Replay, replay
 from compaction.brackets import COMMITTED, FAILED, ORPHANED, Bracket, find_brackets, member_of
 from compaction.checkpoint import frame
-from compaction.events import CompactPrune, CompactStart, CompactSummary
+from compaction.completion import model_text, span_identifiers
+from compaction.events import CompactPrune, CompactStart, CompactSummary, Completion
 from compaction.fidelity import section_bodies
 from compaction.identifiers import extract, retained
 from compaction.instruction import SECTIONS
@@ -49,6 +53,7 @@ CHECK_NAMES: tuple[str, ...] = (
     "sections",
     "identifier-retention",
     "content-hashes",
+    "completion",
     "pair-kept",
 )
 """Every per-compaction check name, in report order."""
@@ -90,6 +95,7 @@ class CompactionAudit:
     end_seq: int | None = None
     shadowed_tokens: int | None = None  # as recorded
     summary_tokens: int | None = None  # as recorded
+    completion: dict[str, Any] | None = None  # what the summarizer wrote and what was added
 
     @property
     def passed(self) -> bool:
@@ -115,6 +121,7 @@ class CompactionAudit:
             "shadowed_tokens": self.shadowed_tokens,
             "summary_tokens": self.summary_tokens,
             "error": self.error,
+            "completion": self.completion,
             "passed": self.passed,
             "checks": [c.as_json() for c in self.checks],
         }
@@ -210,6 +217,7 @@ def _audit_bracket(bracket: Bracket, folded: Replay, policy: Policy) -> Compacti
         end_seq=bracket.end.seq if bracket.end else None,
         shadowed_tokens=summary.shadowed_token_count if summary else None,
         summary_tokens=summary.summary_token_count if summary else None,
+        completion=completion_json(summary) if summary else None,
     )
     audit.checks.append(_guarded("bracket", lambda: _check_bracket(bracket)))
     if bracket.outcome != COMMITTED or summary is None or bracket.replacement is None:
@@ -217,7 +225,43 @@ def _audit_bracket(bracket: Bracket, folded: Replay, policy: Policy) -> Compacti
         return audit
     committed = Committed(bracket, summary, bracket.replacement, folded, policy)
     audit.checks += [_guarded(name, partial(check, committed)) for name, check in _COMMITTED_CHECKS]
+    if summary.completion is not None:
+        audit.checks.append(_guarded("completion", partial(_check_completion, committed)))
     return audit
+
+
+def completion_json(summary: CompactSummary) -> dict[str, Any] | None:
+    """What the summarizer wrote and what the compaction added, for the report."""
+    record = summary.completion
+    if record is None:
+        return None
+    text = _summary_text(summary)
+    model = record.model_fidelity
+    return {
+        "mode": record.mode,
+        "model_chars": len(model_text(text, record)),
+        "appendix_chars": len(record.appendix),
+        "repaired": record.draft is not None,
+        "repair_error": record.repair_error,
+        "model_identifiers_kept": f"{model.identifiers_kept}/{model.identifiers_total}" if model else None,
+        "added_identifiers": len(record.added_identifiers),
+        "added_user_asks": len(record.added_user_asks),
+        "added_open_tasks": len(record.added_open_tasks),
+        "added_errors": len(record.added_errors),
+        "added_sections": list(record.added_sections),
+    }
+
+
+def _added(record: Completion) -> str:
+    counts = (
+        (len(record.added_identifiers), "identifiers"),
+        (len(record.added_user_asks), "user asks"),
+        (len(record.added_open_tasks), "open tasks"),
+        (len(record.added_errors), "errors"),
+        (len(record.added_sections), "sections"),
+    )
+    listed = ", ".join(f"{n} {what}" for n, what in counts if n)
+    return listed or "nothing"
 
 
 def _check_bracket(bracket: Bracket) -> Check:
@@ -492,6 +536,48 @@ def _check_hashes(c: Committed) -> Check:
     return Check(
         "content-hashes", True,
         f"{len(summary.shadowed_seqs)} shadowed events match their recorded hashes",
+    )
+
+
+def _check_completion(c: Committed) -> Check:
+    """The recorded appendix is the summary's tail, carries everything recorded as added, and adds
+    only identifiers the shadowed span holds (the completion never invents)."""
+    record = c.summary.completion
+    assert record is not None
+    text = _summary_text(c.summary)
+    block = record.appendix
+    model = model_text(text, record)
+    if block and f"{model}\n\n{block}" != text:
+        return Check(
+            "completion", False,
+            f"compact/summary seq {c.summary.seq}: the summary does not end with the recorded "
+            f"appendix ({len(block)} characters)",
+        )
+    items = [*record.added_identifiers, *record.added_user_asks, *record.added_open_tasks,
+             *record.added_errors, *(f"## {s}" for s in record.added_sections)]  # fmt: skip
+    absent = [i for i in items if i not in block]
+    if absent:
+        return Check(
+            "completion", False,
+            f"recorded as added but not in the appendix: {', '.join(absent[:6])}",
+        )
+    shadowed = _messages(c.folded, c.summary.shadowed_seqs)
+    span = set(span_identifiers(shadowed).all())
+    invented = [i for i in record.added_identifiers if i not in span]
+    if invented:
+        return Check(
+            "completion", False,
+            f"the appendix adds identifiers the shadowed span does not hold: {', '.join(invented[:6])}",
+        )
+    kept = record.model_fidelity
+    wrote = f"model wrote {len(model)} characters"
+    if kept is not None:
+        wrote += f" keeping {kept.identifiers_kept}/{kept.identifiers_total} identifiers"
+    repaired = " after one repair request" if record.draft is not None else ""
+    return Check(
+        "completion", True,
+        f"{record.mode}: {wrote}{repaired}; the compaction added {len(block)} characters "
+        f"({_added(record)}), all from the shadowed span",
     )
 
 

@@ -23,7 +23,6 @@ from typing import Any, ClassVar
 from uuid import UUID
 
 from rich.console import Console, Group, RenderableType
-from rich.table import Table
 from rich.text import Text
 
 from compaction.audit.checks import DEFAULT_MIN_RATIO, Check, CompactionAudit, audit_events
@@ -31,6 +30,7 @@ from compaction.errors import SessionNotFoundError
 from compaction.sessions.events import SessionEvent
 from compaction.sessions.mapper import UnreadableRow
 from compaction.sessions.store import SessionStore
+from compaction.terminal import FittedTable
 
 Document = dict[str, Any]
 
@@ -179,9 +179,11 @@ def session_block(session: Document, *, verbose: bool = False) -> RenderableType
         parts.append(compaction_table(session["compactions"]))
     parts += _check_lines("log", session["log_checks"], verbose)
     for compaction in session["compactions"]:
-        label = compaction["compaction_id"][:8]
+        label = compaction["compaction_id"]  # whole: the id `audit --request` takes
         if compaction.get("error"):
             parts.append(Text(f"  ! {label} {compaction['outcome']}: {compaction['error']}", style="yellow"))
+        if compaction.get("completion"):
+            parts.append(Text(f"  + {label} {completion_line(compaction['completion'])}", style="cyan"))
         parts += _check_lines(label, compaction["checks"], verbose)
     return Group(*parts)
 
@@ -189,21 +191,42 @@ def session_block(session: Document, *, verbose: bool = False) -> RenderableType
 COLUMNS = ("compaction", "seqs", "outcome", "made by", "shadowed", "tokens", "checks")
 
 
-def compaction_table(compactions: Sequence[Document]) -> Table:
-    table = Table(title_justify="left", show_edge=False, pad_edge=False)
-    for name in COLUMNS:
-        table.add_column(name, justify="right" if name in ("shadowed", "tokens") else "left")
-    for c in compactions:
-        table.add_row(
-            c["compaction_id"][:8],
-            _span(c),
+def compaction_table(compactions: Sequence[Document]) -> FittedTable:
+    """Every value whole (the id is the one ``audit --request`` takes): on a narrow terminal values
+    wrap between words, or each compaction becomes a block of lines; never an ellipsis."""
+    rows = [
+        [
+            Text(c["compaction_id"]),
+            Text(_span(c)),
             _outcome(c["outcome"]),
-            _made_by(c),
-            str(len(c["shadowed_seqs"])),
-            _tokens(c),
+            Text(_made_by(c)),
+            Text(str(len(c["shadowed_seqs"]))),
+            Text(_tokens(c)),
             _checks_cell(c["checks"]),
-        )
-    return table
+        ]
+        for c in compactions
+    ]
+    numeric = tuple(name in ("shadowed", "tokens") for name in COLUMNS)
+    return FittedTable("", COLUMNS, rows, numeric)
+
+
+def completion_line(completion: Document) -> str:
+    """What the summarizer wrote and what the compaction added before the gate."""
+    kept = completion.get("model_identifiers_kept")
+    model = f"the model kept {kept} identifiers" if kept else "the model's text"
+    repaired = " after a repair request" if completion.get("repaired") else ""
+    added = ", ".join(
+        f"{completion[key]} {key.removeprefix('added_').replace('_', ' ')}"
+        for key in ("added_identifiers", "added_user_asks", "added_open_tasks", "added_errors")
+        if completion.get(key)
+    )
+    if completion.get("added_sections"):
+        added += (", " if added else "") + f"{len(completion['added_sections'])} sections"
+    return (
+        f"completed by {completion['mode']}: {model}{repaired}; added "
+        f"{completion['appendix_chars']} characters" + (f" ({added})" if added else "")
+        + f" to its {completion['model_chars']}"
+    )
 
 
 def _badge(passed: bool) -> Text:
@@ -213,8 +236,12 @@ def _badge(passed: bool) -> Text:
 
 
 def _span(c: Document) -> str:
+    """The seqs the compaction's records take: ``start..end`` (a pruning: its record and the
+    replacement); an open bracket says so rather than looking cut off."""
     last = c.get("end_seq")
-    return f"{c['start_seq']}..{last}" if last is not None else f"{c['start_seq']}.."
+    if last is None:
+        last = c.get("replacement_seq")
+    return f"{c['start_seq']}..{last}" if last is not None else f"{c['start_seq']} (no end)"
 
 
 def _outcome(outcome: str) -> Text:

@@ -13,6 +13,7 @@ shape, request, notes}``.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
 from uuid import UUID
 
@@ -23,8 +24,13 @@ from compaction.audit.html import Limits, render_html
 from compaction.audit.report import SessionAudit, audit_session, document_of, load_log, render_document
 from compaction.audit.request import RebuiltRequest, find_bracket, rebuild_request
 from compaction.cli.command import Command, Context, Document
-from compaction.cli.output import positive_int
+from compaction.cli.output import positive_int, write_json_value
 from compaction.errors import CompactionNotFoundError, UsageError
+from compaction.events import CompactPrune
+from compaction.sessions.events import SessionEvent
+
+PRUNE_PREFIX = "prune-"
+"""The audit lists a ``compact/prune`` record as ``prune-SEQ`` (see ``compaction.audit.checks``)."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -100,23 +106,24 @@ def _request(context: Context, args: argparse.Namespace) -> Document:
         raise UsageError("audit: --request takes one compaction id; it cannot be combined with --all")
     store = context.store
     candidates = [context.resolve_session(args.session)] if args.session else store.session_ids()
-    found: list[RebuiltRequest] = []
+    found: list[Document] = []
     full_id = len(args.request) >= 36  # a whole UUID: the first match is the only one
     with context.progress("looking for the compaction", total=len(candidates)) as advance:
         for session_id in candidates:
-            rebuilt = _rebuild_in(context, session_id, args)
+            rebuilt = _request_in(context, session_id, args)
             advance()
             if rebuilt is not None:
                 found.append(rebuilt)
                 if full_id:
                     break
     if len(found) > 1:
-        ids = ", ".join(f"{r.compaction_id} (session {r.session_id})" for r in found[:5])
+        ids = ", ".join(f"{r['compaction_id']} (session {r['session_id']})" for r in found[:5])
         raise CompactionNotFoundError(
-            f"compaction id prefix {args.request!r} is ambiguous: it matches {ids}; give more characters"
+            f"compaction id {args.request!r} is ambiguous: it matches {ids}; give more characters "
+            "of the id, or the SESSION it belongs to"
         )
     if found:
-        return {"kind": "request", **found[0].as_json()}
+        return {"kind": "request", **found[0]}
     where = f"session {candidates[0]}" if args.session else f"any of the {len(candidates)} stored sessions"
     raise CompactionNotFoundError(
         f"no compaction {args.request!r} in {where}; expected a compaction id (or a unique prefix) "
@@ -124,14 +131,51 @@ def _request(context: Context, args: argparse.Namespace) -> Document:
     )
 
 
-def _rebuild_in(context: Context, session_id: UUID, args: argparse.Namespace) -> RebuiltRequest | None:
+def _request_in(context: Context, session_id: UUID, args: argparse.Namespace) -> Document | None:
+    """The request of compaction ``args.request`` in this session, or None when it has none by
+    that id. Every id ``audit`` lists is found: a bracket's id (or a unique prefix of it), or
+    ``prune-SEQ`` for a tool-result pruning."""
     events = load_log(context.store, session_id).events
+    pruning = _pruning(events, args.request)
+    if pruning is not None:
+        return _pruning_request(session_id, pruning, events)
     if find_bracket(events, args.request) is None:
         return None
-    return rebuild_request(
+    rebuilt: RebuiltRequest = rebuild_request(
         session_id, events, args.request,
         keep_first_user=args.keep_first_user, max_tokens_field=args.max_tokens_field,
     )
+    return rebuilt.as_json()
+
+
+def _pruning(events: Sequence[SessionEvent], compaction_id: str) -> CompactPrune | None:
+    """The ``compact/prune`` record the audit lists as ``prune-SEQ`` (its own seq), if that is it."""
+    prefix, _, seq = compaction_id.partition(PRUNE_PREFIX)
+    if prefix or not seq.isdecimal() or int(seq) >= len(events):
+        return None
+    event = events[int(seq)]
+    return event if isinstance(event, CompactPrune) else None
+
+
+def _pruning_request(session_id: UUID, pruning: CompactPrune, events: Sequence[SessionEvent]) -> Document:
+    """A pruning sends no request: the document says so, and what the pruning rewrote."""
+    following = pruning.seq + 1
+    rewritten = ", ".join(map(str, pruning.shadowed_seqs))
+    at = f" at seq {following}" if following < len(events) else ""
+    return {
+        "session_id": str(session_id),
+        "compaction_id": f"{PRUNE_PREFIX}{pruning.seq}",
+        "start_seq": pruning.seq,
+        "provider": None,
+        "model": None,
+        "shape": "none",
+        "request": None,
+        "notes": [
+            f"{PRUNE_PREFIX}{pruning.seq} is a tool-result pruning (compact/prune seq {pruning.seq}): it "
+            f"rewrote the content of seq {rewritten}{at} without a model, so no summarization "
+            f"request was sent ({pruning.chars_before} -> {pruning.chars_after} characters)"
+        ],
+    }
 
 
 def render(document: Document, console: Console) -> None:
@@ -139,28 +183,39 @@ def render(document: Document, console: Console) -> None:
         _render_request(document, console)
         return
     render_document(document, console, verbose=bool(document.get("verbose")))
-    if document.get("html"):
-        console.print(Text(f"HTML report written to {document['html']}", style="bold"))
 
 
 def _render_request(document: Document, console: Console) -> None:
-    console.print(
-        Text(
-            f"compaction {document['compaction_id']} of session {document['session_id']}: "
-            f"{document['shape']} request to {document['provider']}/{document['model']}",
-            style="bold",
+    """The request alone, as JSON (``> request.json`` writes a valid file): ``null`` for a pruning."""
+    write_json_value(document["request"], console.file)
+
+
+def comment(document: Document, err: Console) -> None:
+    """On stderr: which request stdout holds and what the log could not tell; where the HTML went."""
+    if document.get("kind") == "request":
+        sent = (
+            f"{document['shape']} request to {document['provider']}/{document['model']}"
+            if document["request"] is not None
+            else "no request (none was sent)"
         )
-    )
-    for note in document["notes"]:
-        console.print(Text(f"note: {note}", style="dim"))
-    console.print_json(data=document["request"])
+        err.print(
+            Text(f"compaction {document['compaction_id']} of session {document['session_id']}: {sent}",
+                 style="bold"),
+            soft_wrap=True,
+        )  # fmt: skip
+        for note in document["notes"]:
+            err.print(Text(f"note: {note}", style="dim"), soft_wrap=True)
+    elif document.get("html"):
+        err.print(Text(f"HTML report written to {document['html']}", style="bold"), soft_wrap=True)
 
 
 COMMAND = Command(
     name="audit",
+    read_only=True,
     help="re-check every compaction of a session (or --all) from the stored log",
     configure=configure,
     run=run,
     render=render,
+    comment=comment,
     exit_status=lambda document: 0 if document.get("passed", True) else 1,
 )

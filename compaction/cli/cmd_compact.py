@@ -6,7 +6,15 @@ Strategies: ``summary`` (the default: BasicCompactService with the chosen summar
 request total is under ``--threshold`` x ``--window`` (or nothing more can be compacted).
 
 JSON: ``{session_id, strategy, compactions: [{compaction_id, start_seq, summary_seq, end_seq,
-shadowed_seqs, shadowed_tokens, summary_tokens}], pruned: [...], tokens_before, tokens_after}``.
+shadowed_seqs, shadowed_tokens, summary_tokens}], pruned: [...], tokens_before, tokens_after, meter,
+window, threshold, overhead_tokens, ratio, status, reason, failed_attempt}``. ``tokens_*`` are the
+request total as :meth:`Meter.measure <compaction.meters.Meter.measure>` prices it (calibrated on the
+session's provider usage when it has some): the figure ``sessions`` and ``show`` print too.
+``status`` is ``under_threshold``, ``above_threshold`` or ``above_window`` (null when no window is
+known); above the threshold, ``reason`` is ``{kind, message, tokens, seqs}`` with ``kind`` one of
+``fixed_overhead``, ``unsplittable_unit``, ``retained_tail``, ``attempt_failed``. A compaction that
+committed is always listed, even when a later attempt failed (``failed_attempt: {type, message}``).
+Exit status 1 when the session is still above its context window, else 0.
 """
 
 from __future__ import annotations
@@ -20,13 +28,14 @@ from rich.console import Console
 from compaction.basic import BasicCompactService
 from compaction.cli.command import Command, Context, Document
 from compaction.cli.output import positive_int, table
-from compaction.config import BasicConfig
-from compaction.contract import CompactionResult
+from compaction.config import COMPLETION_MODES, BasicConfig
+from compaction.contract import CompactionResult, FitReport
+from compaction.errors import CompactionConfigError
 from compaction.meters import HeuristicMeter, Meter, TiktokenMeter
 from compaction.sessions.session import Session
 from compaction.strategies.checkpoint import CheckpointCompactService
 from compaction.strategies.prune import PruneConfig, prune_session
-from compaction.summarizers.registry import SUMMARIZERS, SummarizerOptions
+from compaction.summarizers.registry import LOCAL_CONTEXT_TOKENS, SUMMARIZERS, SummarizerOptions
 
 DEFAULT_MAX_TOKENS = 8192
 
@@ -49,6 +58,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--base-url", metavar="URL", help="provider base URL (openai, anthropic)")
     parser.add_argument("--model", metavar="M", help="summarization model name (or a GGUF path for local)")
+    parser.add_argument(
+        "--summarizer-window",
+        type=positive_int,
+        metavar="N",
+        help=f"the summarizer's own context window in tokens: larger spans are summarized in chunks "
+        f"(local: the server's context, default {LOCAL_CONTEXT_TOKENS}; openai, anthropic: none)",
+    )
+    parser.add_argument(
+        "--completion",
+        choices=COMPLETION_MODES,
+        default="appendix",
+        help="what the summary missed, before the fidelity gate: appendix (default, verbatim "
+        "references appended), repair (one more model request), both, or off",
+    )
     parser.add_argument(
         "--max-tokens",
         type=positive_int,
@@ -76,7 +99,9 @@ def run(context: Context, args: argparse.Namespace) -> Document:
     session = store.get(context.resolve_session(args.session))
     meter: Meter = TiktokenMeter() if args.meter == "tiktoken" else HeuristicMeter()
     before = meter.measure(session).total_tokens
-    results, pruned = asyncio.run(_compact(session, args, context, meter))
+    results, pruned, report = asyncio.run(_compact(session, args, context, meter))
+    if report is None:
+        report = _report(session, args, meter, results, before)
     return {
         "session_id": str(session.id),
         "strategy": args.strategy,
@@ -85,12 +110,63 @@ def run(context: Context, args: argparse.Namespace) -> Document:
         "tokens_before": before,
         "tokens_after": meter.measure(session).total_tokens,
         "meter": meter.name,
+        **_fit_json(report),
     }
+
+
+def _report(
+    session: Session,
+    args: argparse.Namespace,
+    meter: Meter,
+    results: list[CompactionResult],
+    before: int,
+) -> FitReport | None:
+    """Where the session ended, for the strategies that do not aim at the threshold themselves;
+    None when no context window is known for it."""
+    service = BasicCompactService(_config(args), meter=meter)
+    try:
+        window = service.context_window(session)
+    except CompactionConfigError:
+        return None
+    return service.fit_report(session, window, compactions=results, tokens_before=before)
+
+
+def _fit_json(report: FitReport | None) -> dict[str, Any]:
+    if report is None:
+        return {
+            "window": None, "threshold": None, "overhead_tokens": None, "ratio": None,
+            "status": None, "reason": None, "failed_attempt": None,
+        }  # fmt: skip
+    shortfall = report.shortfall
+    failure = report.failure
+    return {
+        "window": report.window,
+        "threshold": report.threshold,
+        "overhead_tokens": report.overhead_tokens,
+        "ratio": round(report.ratio, 4),
+        "status": report.status,
+        "reason": None
+        if shortfall is None
+        else {
+            "kind": shortfall.reason,
+            "message": shortfall.message,
+            "tokens": shortfall.tokens,
+            "seqs": list(shortfall.seqs),
+        },
+        "failed_attempt": None
+        if failure is None
+        else {"type": type(failure).__name__, "message": str(failure)},
+    }
+
+
+def exit_status(document: Document) -> int:
+    """1 when the session is still above its context window (the reason is in the document)."""
+    return 1 if document.get("status") == "above_window" else 0
 
 
 async def _compact(
     session: Session, args: argparse.Namespace, context: Context, meter: Meter
-) -> tuple[list[CompactionResult], list[dict[str, Any]]]:
+) -> tuple[list[CompactionResult], list[dict[str, Any]], FitReport | None]:
     store = context.store
     if args.strategy == "prune":
         report = prune_session(session, meter, PruneConfig(), store=store)
@@ -103,20 +179,23 @@ async def _compact(
                 "chars_after": p.chars_after,
             }
             for p in report.pruned
-        ]
+        ], None
     config = _config(args)
     if args.strategy == "checkpoint":
         result = await CheckpointCompactService(config, meter=meter).compact_now(
             session, store=store, next_instruction=args.instruction
         )
-        return ([result] if result else []), []
-    options = SummarizerOptions(base_url=args.base_url, model=args.model)
+        return ([result] if result else []), [], None
+    options = SummarizerOptions(
+        base_url=args.base_url, model=args.model, window_tokens=args.summarizer_window
+    )
     async with SUMMARIZERS.open(args.summarizer, options) as summarizer:
         service = BasicCompactService(config, summarizer=summarizer, meter=meter)
         if args.manual:
             result = await service.compact_now(session, store=store)
-            return ([result] if result else []), []
-        return await service.compact_to_threshold(session, store=store), []
+            return ([result] if result else []), [], None
+        fit = await service.compact_to_fit(session, store=store)
+        return list(fit.compactions), [], fit
 
 
 def _config(args: argparse.Namespace) -> BasicConfig:
@@ -126,6 +205,7 @@ def _config(args: argparse.Namespace) -> BasicConfig:
         or SUMMARIZERS.get(args.summarizer).default_max_tokens
         or DEFAULT_MAX_TOKENS,
         "min_identifier_ratio": args.min_ratio,
+        "completion": args.completion,
     }
     if args.window is not None:
         values["context_window"] = args.window
@@ -193,6 +273,9 @@ def render(document: Document, console: Console) -> None:
         f"({document['meter']})",
         markup=False,
     )
+    reason = document.get("reason")
+    if reason is not None:  # the message starts with the total and the limit it is above
+        console.print(f"{reason['message']} ({reason['kind'].replace('_', ' ')})", markup=False)
 
 
 COMMAND = Command(
@@ -201,4 +284,5 @@ COMMAND = Command(
     configure=configure,
     run=run,
     render=render,
+    exit_status=exit_status,
 )

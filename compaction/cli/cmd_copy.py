@@ -109,8 +109,8 @@ def render(document: Document, console: Console) -> None:
 
 def _cells(row: Document) -> list[object]:
     return [
-        row["session_id"][:8], row["status"], row["events"], row["copied"], row["verified"],
-        row["surface_hash"][:16], row["detail"],
+        row["session_id"], row["status"], row["events"], row["copied"], row["verified"],
+        row["surface_hash"], row["detail"],
     ]  # fmt: skip
 
 

@@ -32,8 +32,7 @@ from compaction.sessions.events import Replace
 from compaction.sessions.loop import StepContext
 from compaction.sessions.render import pairing_problems
 from compaction.sessions.session import Session, project
-
-SUMMARY_KEYS = ("events", "compactions", "tokens_before", "tokens_after", "max_request_tokens", "window")
+from compaction.sessions.store import default_url
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -75,8 +74,8 @@ class CompactionWatch:
             self.log.append(entry)
             if self.console is not None:
                 self.console.print(
-                    f"compaction {len(self.log)} before turn {context.turn} step {context.step}: "
-                    f"{before} -> {after} tokens",
+                    f"compaction {len(self.log)}, before turn {context.turn} step {context.step}: "
+                    f"the request went from {before} to {after} tokens",
                     markup=False,
                 )
 
@@ -100,6 +99,7 @@ def run(context: Context, args: argparse.Namespace) -> Document:
     )
     store.save(session)
     document = demo_document(session, store.location.display, meter, watch, args.window)
+    document["turns"], document["steps_per_turn"] = args.turns, args.steps
     document["strategies"] = [] if args.no_phases else _strategies(context)
     return document
 
@@ -160,29 +160,99 @@ def demo_document(
     }
 
 
+MEASURES = (
+    ("events", "events in the stored log (compaction appends records; it never deletes an event)"),
+    ("compactions", "compactions the library made on its own, each right before a model step"),
+    ("tokens_before", "the request the model would get now had nothing been compacted"),
+    ("tokens_after", "the request the model gets now"),
+    ("max_request_tokens", "the largest request the agent sent (it must stay under the window)"),
+    ("window", "the context window the session ran under (--window)"),
+)
+STRATEGIES = {
+    "checkpoint": "rebuilds the context from the typed state the harness recorded (no model)",
+    "summary": "replaces the finished phase with a summary (the template summarizer, offline)",
+}
+
+
 def render(document: Document, console: Console) -> None:
-    title = f"demo session {document['session_id']}"
-    console.print(table(title, SUMMARY_KEYS, [[document[k] for k in SUMMARY_KEYS]]))
+    """On stdout, the results, each table saying what it shows (the closing lines go to stderr)."""
+    console.print(
+        table(
+            f"demo session {document['session_id']}: a scripted coding agent fixing bugs, "
+            f"{_turns(document)}, compacted automatically whenever a request neared the window",
+            ("measure", "value", "what it means"),
+            [[name.replace("_", " "), document[name], meaning] for name, meaning in MEASURES],
+        )
+    )
     failed = [c for c in document["checks"] if not c["passed"]]
     verdict = "every invariant held" if not failed else f"{len(failed)} checks FAILED"
-    console.print(f"{len(document['checks'])} checks: {verdict}", markup=False)
+    console.print(
+        f"{len(document['checks'])} checks: {verdict} (each compaction re-audited from the stored "
+        "log; tool calls and results paired; the task statement still first; no request over the "
+        "window)",
+        markup=False,
+    )
     for check in failed:
         console.print(f"  FAILED {check['name']}: {check['evidence']}", markup=False)
+    if document["strategies"]:
+        console.print()
+        console.print(
+            "Phase workflow: a two-phase damage-claim task (investigate, then compute the credit), "
+            "run twice, each run compacted at every phase boundary by another strategy. 'tokens "
+            "before' and 'tokens after' are the request right before and right after that "
+            "compaction; 'compacted' says whether the strategy compacted there.",
+            markup=False,
+        )
     for run in document["strategies"]:
         rows = [
             [b["phase"], b["tokens_before"], b["tokens_after"], b["compacted"]] for b in run["boundaries"]
         ]
+        console.print()
+        console.print(f"{run['strategy']} strategy: {STRATEGIES.get(run['strategy'], '')}", markup=False)
         console.print(
             table(
-                f"phase workflow, {run['strategy']} strategy",
-                ("boundary", "tokens before", "tokens after", "compacted"),
+                f"session {run['session_id']}",
+                ("phase ended", "tokens before", "tokens after", "compacted"),
                 rows,
             )
         )
-    console.print(
-        f"stored on {document['store']}; audit it with: compaction audit {document['session_id'][:8]}",
-        markup=False,
-    )
+
+
+def _turns(document: Document) -> str:
+    turns, steps = document.get("turns"), document.get("steps_per_turn")
+    if turns is None or steps is None:
+        return f"{document['events']} events"
+    return f"{turns} user turn{'s' if turns != 1 else ''} of {steps} model steps"
+
+
+def comment(document: Document, err: Console) -> None:
+    """On stderr, what happened to the sessions and what to run next (true for this store)."""
+    stored = [(document["session_id"], "the demo session")] + [
+        (run["session_id"], f"the phase workflow, {run['strategy']} strategy")
+        for run in document["strategies"]
+    ]
+    count = f"{len(stored)} session{'s' if len(stored) != 1 else ''}"
+    store = document["store"]
+    if store.startswith("memory:"):
+        err.print(
+            f"The demo stored {count} in {store}, a store that lives only while the command runs: "
+            "they are gone now. To keep them and look at them afterwards, give a persistent store:\n"
+            "  compaction --store sqlite:///demo.db demo\n"
+            "  compaction --store sqlite:///demo.db audit --all",
+            markup=False,
+            soft_wrap=True,
+        )
+        return
+    option = "" if store == default_url() else f"--store {store} "
+    lines = [f"The demo stored {count} in {store}:"]
+    lines += [f"  {session_id}  {what}" for session_id, what in stored]
+    lines += [
+        "Next:",
+        f"  compaction {option}audit {document['session_id']}   re-check every compaction from the log",
+        f"  compaction {option}show {document['session_id']}    what the model sees now",
+        f"  compaction {option}sessions   every stored session",
+    ]
+    err.print("\n".join(lines), markup=False, soft_wrap=True)
 
 
 COMMAND = Command(
@@ -191,5 +261,6 @@ COMMAND = Command(
     configure=configure,
     run=run,
     render=render,
+    comment=comment,
     exit_status=lambda document: 0 if document["checks_passed"] else 1,
 )

@@ -1,10 +1,17 @@
-"""``compaction import FILE... [--format auto|claude-code|pi|openhands|openai|events]``: real
-transcripts into sessions, one atomic save per session.
+"""``compaction import FILE... [--format auto|claude-code|pi|openhands|openai|codex|events]``: real
+transcripts into sessions, one atomic save per session (``swe-agent`` and ``mini-swe-agent`` name
+the ``openai`` importer too).
 
-A session already in the store (importers derive stable ids from the transcript) is reported with
-``status: "already_imported"`` and left untouched. Every file is checked to exist before anything is
-imported; an unreadable transcript stops the command with a :class:`TranscriptError` naming the file
-and line (sessions saved before it stay saved, and a re-run reports them as already imported).
+A PATH that is a directory stands for every transcript file under it (``*.jsonl``, ``*.json``,
+``*.traj``, recursively, in name order); a progress bar on stderr (only on a terminal) counts the
+files. A session already in the store (importers derive stable ids from the transcript) is reported
+with ``status: "already_imported"`` and left untouched, also when another import of the same file
+saved it first while this one ran. A session with no events (a file holding only a tool result, a
+one-line sidechain) is not saved: its row says ``status: "skipped"`` and ``reason``. Every path is
+checked before anything is imported (a missing path, a FIFO or a device is refused, saying what it
+is); an unreadable transcript stops the command with a :class:`TranscriptError` naming the file and
+line (sessions saved before it stay saved, and a re-run reports them as already imported). A forced
+``--format`` that turns the file into nothing is an error naming the format the file looks like.
 
 ``--format events`` (also auto-detected by its header) restores a native export
 (:mod:`compaction.sessions.native`, written by ``compaction export``) exactly: same id, same seqs,
@@ -12,12 +19,16 @@ same surface hash. A file whose seqs are not contiguous or whose events break a 
 naming the line; a session already stored with different events is refused too (nothing of it is written).
 
 JSON: ``{sessions: [{session_id, source, format, status, events, messages, tool_calls,
-tool_results, synthesized_results, compactions, skipped, notes}]}``.
+tool_results, synthesized_results, compactions, skipped, notes}]}`` (``reason`` too when skipped).
+``tool_calls`` counts the calls the model made, ``tool_results`` the results the tools returned and
+``synthesized_results`` the results made up for calls left unanswered, for every format alike.
 """
 
 from __future__ import annotations
 
 import argparse
+import stat
+from collections import Counter
 from pathlib import Path
 
 from rich.console import Console
@@ -25,30 +36,75 @@ from rich.text import Text
 
 from compaction.cli.command import Command, Context, Document
 from compaction.cli.output import table
-from compaction.errors import StoreError, TranscriptError
-from compaction.sessions.events import ToolResult
+from compaction.errors import ConcurrencyError, StoreError, TranscriptError
+from compaction.sessions.blocks import ToolCallBlock
+from compaction.sessions.events import AssistantMessage, ToolResult
 from compaction.sessions.hashing import surface_hash
-from compaction.sessions.importers import ImportedSession, import_path
+from compaction.sessions.importers import ALIASES, ImportedSession, import_path
+from compaction.sessions.importers import FORMATS as TRANSCRIPT_FORMATS
 from compaction.sessions.native import import_session, is_native
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
 
-FORMATS = ("auto", "claude-code", "pi", "openhands", "openai", "events")
+FORMATS = ("auto", *TRANSCRIPT_FORMATS, *ALIASES, "events")
 COUNTS = ("events", "messages", "tool_calls", "tool_results", "synthesized_results", "compactions")
+SUFFIXES = (".jsonl", ".json", ".traj")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("files", nargs="+", metavar="FILE", type=Path, help="transcript files")
+    parser.add_argument(
+        "files", nargs="+", metavar="PATH", type=Path,
+        help="transcript files, or directories holding them (searched recursively)",
+    )  # fmt: skip
     parser.add_argument(
         "--format", choices=FORMATS, default="auto", help="transcript format (default: auto-detect)"
     )
 
 
-def run(context: Context, args: argparse.Namespace) -> Document:
-    paths: list[Path] = args.files
+def transcript_files(paths: list[Path]) -> list[Path]:
+    """Every file to import: the files given, and the transcripts under each directory given.
+    Anything else (a missing path, a FIFO, a device, a directory without transcripts) is refused
+    before anything is imported, saying what it is."""
+    files: list[Path] = []
     for path in paths:
-        if not path.is_file():
-            raise TranscriptError(str(path), None, "no such file; expected a transcript file")
+        kind = _kind(path)
+        if kind == "directory":
+            found = sorted(p for p in path.rglob("*") if p.suffix in SUFFIXES and _kind(p) == "file")
+            if not found:
+                raise TranscriptError(
+                    str(path), None,
+                    f"is a directory with no transcript files ({', '.join(SUFFIXES)}) under it",
+                )  # fmt: skip
+            files.extend(found)
+        elif kind != "file":
+            raise TranscriptError(str(path), None, f"{kind}; expected a transcript file or a directory")
+        else:
+            files.append(path)
+    return files
+
+
+def _kind(path: Path) -> str:
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "no such file or directory"
+    except OSError as e:
+        return f"cannot be read ({e.strerror or e})"
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISDIR(mode):
+        return "directory"
+    if stat.S_ISFIFO(mode):
+        return "is a FIFO (named pipe), not a regular file"
+    if stat.S_ISSOCK(mode):
+        return "is a socket, not a regular file"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "is a device, not a regular file"
+    return "is not a regular file"
+
+
+def run(context: Context, args: argparse.Namespace) -> Document:
+    paths = transcript_files(args.files)
     store = context.store
     rows: list[Document] = []
     with context.progress("importing transcripts", total=len(paths)) as advance:
@@ -63,13 +119,18 @@ def run(context: Context, args: argparse.Namespace) -> Document:
 
 
 def save_imported(store: SessionStore, imported: ImportedSession) -> Document:
-    """Save one imported session unless its id is already stored; its row either way."""
+    """Save one imported session unless its id is already stored (or it has no events); its row
+    either way."""
     session = imported.session
-    status = "already_imported"
-    if not store.exists(session.id):
-        store.save(session)
+    reason: str | None = None
+    if not len(session):
+        status = "skipped"
+        reason = _empty_reason(imported)
+    elif store.exists(session.id) or not _save_first(store, session):
+        status = "already_imported"
+    else:
         status = "imported"
-    return {
+    row: Document = {
         "session_id": str(session.id),
         "source": imported.source,
         "format": imported.format,
@@ -78,17 +139,35 @@ def save_imported(store: SessionStore, imported: ImportedSession) -> Document:
         "skipped": list(imported.skipped),
         "notes": list(imported.notes),
     }
+    if reason is not None:
+        row["reason"] = reason
+    return row
+
+
+def _save_first(store: SessionStore, session: Session) -> bool:
+    """Save a new session; False when another import of the same file saved it first."""
+    try:
+        store.save(session)
+    except ConcurrencyError:
+        if store.exists(session.id):
+            return False
+        raise
+    return True
+
+
+def _empty_reason(imported: ImportedSession) -> str:
+    why = "; ".join(imported.skipped[:3]) or "the input holds no conversation"
+    more = f" (and {len(imported.skipped) - 3} more)" if len(imported.skipped) > 3 else ""
+    return f"no events to import: {why}{more}"
 
 
 def import_events(store: SessionStore, path: Path) -> Document:
     """Restore one native export; its row (counts taken from the restored log)."""
     session = import_session(path)
     status = "imported"
-    if store.exists(session.id):
+    if store.exists(session.id) or not _save_first(store, session):
         _check_same(store.get(session.id), session, path)
         status = "already_imported"
-    else:
-        store.save(session)
     return {
         "session_id": str(session.id), "source": str(path), "format": "events", "status": status,
         **_native_counts(session), "skipped": [], "notes": [],
@@ -106,37 +185,98 @@ def _check_same(stored: Session, restored: Session, path: Path) -> None:
 
 
 def _native_counts(session: Session) -> dict[str, int]:
+    """The counts an importer reports, taken from the log: calls the model made (tool-call blocks
+    of appended assistant messages), results tools returned, results synthesized for the rest."""
     counts = session.type_counts
-    results = [e for e in session.events() if isinstance(e, ToolResult) and e.surface_op == "append"]
+    calls = results = synthesized = 0
+    for event in session.events():
+        if event.surface_op != "append":
+            continue
+        if isinstance(event, AssistantMessage):
+            calls += sum(isinstance(b, ToolCallBlock) for b in event.message.content)
+        elif isinstance(event, ToolResult):
+            synthesized += event.synthesized
+            results += not event.synthesized
     messages = ("user/message", "assistant/message", "context/message", "steering/message")
     return {
         "events": len(session),
         "messages": sum(counts.get(kind, 0) for kind in messages),
-        "tool_calls": counts.get("tool/call", 0),
-        "tool_results": len(results),
-        "synthesized_results": sum(r.synthesized for r in results),
+        "tool_calls": calls,
+        "tool_results": results,
+        "synthesized_results": synthesized,
         "compactions": counts.get("compact/start", 0),
     }
 
 
 HEADERS = (
-    "session", "source", "format", "status", "events", "messages", "calls", "results", "synth",
-    "compactions", "skipped",
+    "session", "source", "format", "status", "events", "messages", "tool calls", "tool results",
+    "synthesized results", "compactions", "skipped lines",
 )  # fmt: skip
+REASONS_SHOWN = 10
+"""Skip reasons listed per session (the most frequent first); ``--json`` lists every line."""
 
 
 def render(document: Document, console: Console) -> None:
+    """The table of sessions, then for each session what was skipped, grouped by reason with
+    counts (notes go to stderr: :func:`comment`)."""
     rows = document["sessions"]
-    fresh = sum(row["status"] == "imported" for row in rows)
-    title = f"{len(rows)} sessions: {fresh} imported, {len(rows) - fresh} already imported"
+    statuses = Counter(row["status"] for row in rows)
+    title = (
+        f"{len(rows)} sessions: {statuses['imported']} imported, "
+        f"{statuses['already_imported']} already imported"
+    )
+    if statuses["skipped"]:
+        title += f", {statuses['skipped']} skipped (no events)"
     console.print(table(title, HEADERS, (_cells(row) for row in rows)))
     for row in rows:
+        if row.get("reason"):
+            console.print(Text(f"session {row['session_id']} skipped: {row['reason']}"), soft_wrap=True)
+        if row["skipped"]:
+            _print_skipped(row, console)
+
+
+def _print_skipped(row: Document, console: Console) -> None:
+    groups = skip_reasons(row["skipped"])
+    console.print(
+        Text(
+            f"{len(row['skipped'])} input lines of session {row['session_id']} "
+            f"({Path(row['source']).name}) not imported, by reason:"
+        ),
+        soft_wrap=True,
+    )
+    width = len(str(groups[0][1]))
+    for reason, count, first in groups[:REASONS_SHOWN]:
+        console.print(Text(f"  {count:>{width}}  {reason} (first: {first})"), soft_wrap=True)
+    if len(groups) > REASONS_SHOWN:
+        rest = sum(count for _, count, _ in groups[REASONS_SHOWN:])
+        others = len(groups) - REASONS_SHOWN
+        line = f"  {rest:>{width}}  lines for {others} other reasons (--json lists every line)"
+        console.print(Text(line), soft_wrap=True)
+
+
+def skip_reasons(skipped: list[str]) -> list[tuple[str, int, str]]:
+    """``(reason, count, first place)`` for each distinct reason, the most frequent first. An entry
+    reads ``PLACE: REASON`` (``line 12: progress line: not a conversation message``)."""
+    counts: Counter[str] = Counter()
+    first: dict[str, str] = {}
+    for entry in skipped:
+        place, separator, reason = entry.partition(": ")
+        if not separator:
+            place, reason = "?", entry
+        counts[reason] += 1
+        first.setdefault(reason, place)
+    return [(reason, count, first[reason]) for reason, count in counts.most_common()]
+
+
+def comment(document: Document, err: Console) -> None:
+    """The importers' notes, on stderr."""
+    for row in document["sessions"]:
         for note in row["notes"]:
-            console.print(Text(f"{row['session_id'][:8]} note: {note}", style="dim"))
+            err.print(Text(f"session {row['session_id']} note: {note}", style="dim"), soft_wrap=True)
 
 
 def _cells(row: Document) -> list[object]:
-    head = [row["session_id"][:8], Path(row["source"]).name, row["format"], row["status"]]
+    head = [row["session_id"], Path(row["source"]).name, row["format"], row["status"]]
     return [*head, *(row[name] for name in COUNTS), len(row["skipped"])]
 
 
@@ -146,4 +286,5 @@ COMMAND = Command(
     configure=configure,
     run=run,
     render=render,
+    comment=comment,
 )

@@ -1,9 +1,14 @@
 """``compaction show SESSION [--at SEQ] [--format openai|anthropic|text]``: the surface as the
 model saw it, now or right after event SEQ.
 
-JSON: ``{session_id, at, format, surface: [seq...], messages: [...]}``. ``messages`` is in the
-provider's shape; for ``text`` it is the OpenAI shape with a ``text`` rendering added (on the first
-item of each message; any further items a message expands to carry ``""``).
+JSON: ``{session_id, at, format, surface: [seq...], messages: [...], system}`` (``system``: the
+system prompt on the latest ``request/header``, or null; the text format prints it first).
+``messages`` is in the provider's shape; for ``text`` it is the OpenAI shape with a ``text``
+rendering added (on the first item of each message; any further items a message expands to carry
+``""``).
+
+``tokens`` is the request total at that point, the figure ``sessions`` and ``compact`` report
+(:meth:`HeuristicMeter.measure <compaction.meters.Meter.measure>`, calibrated on provider usage).
 
 ``--diff A B`` compares what the model saw right after seqs A and B instead (see
 :mod:`compaction.audit.diff`): ``{kind: "diff", session_id, a, b, surface_a, surface_b, removed,
@@ -21,8 +26,11 @@ from rich.text import Text
 from compaction.audit.diff import render_diff, surface_diff
 from compaction.audit.report import load_log
 from compaction.cli.command import Command, Context, Document
+from compaction.cli.output import write_json_lines, write_text
+from compaction.meters import HeuristicMeter
 from compaction.sessions.blocks import Message
 from compaction.sessions.render import to_anthropic, to_openai, to_text
+from compaction.sessions.session import Session
 
 SHAPES = ("text", "openai", "anthropic")
 
@@ -55,8 +63,17 @@ def run(context: Context, args: argparse.Namespace) -> Document:
         "at": len(session) - 1,
         "format": args.shape,
         "surface": list(session.nodes),
+        "tokens": HeuristicMeter().measure(session).total_tokens,
         "messages": provider_messages(session.derive_messages(), args.shape),
+        "system": _system_prompt(session),
     }
+
+
+def _system_prompt(session: Session) -> str | None:
+    """The system prompt the latest request/header carries (what the model was given besides the
+    surface), or None."""
+    header = session.latest_header()
+    return header.system if header is not None else None
 
 
 def provider_messages(messages: list[Message], shape: str) -> list[dict[str, Any]]:
@@ -74,28 +91,45 @@ def provider_messages(messages: list[Message], shape: str) -> list[dict[str, Any
 
 
 def render(document: Document, console: Console) -> None:
+    """The data alone on stdout (the header goes to stderr, :func:`comment`): the text rendering,
+    or the messages as one JSON array, one message per line. Written message by message, straight
+    to the stream (no rich layout), so a huge message costs one encoded copy at most."""
     if document.get("kind") == "diff":
         render_diff(document, console)
         return
-    console.print(
-        Text(
-            f"session {document['session_id']} at seq {document['at']}: "
-            f"{len(document['surface'])} surface nodes, {len(document['messages'])} messages",
-            style="bold",
-        )
-    )
+    out = console.file
     if document["format"] == "text":
+        if document.get("system"):
+            out.write("system prompt (request/header):\n")
+            write_text(document["system"], out)
         for item in document["messages"]:
             if item["text"]:
-                console.print(Text(item["text"]))
+                write_text(item["text"], out)
+        out.flush()
     else:
-        console.print_json(data=document["messages"])
+        write_json_lines(document["messages"], out)
+
+
+def comment(document: Document, err: Console) -> None:
+    if document.get("kind") == "diff":
+        return
+    err.print(
+        Text(
+            f"session {document['session_id']} at seq {document['at']}: "
+            f"{len(document['surface'])} surface nodes, {len(document['messages'])} messages, "
+            f"{document['tokens']} tokens ({document['format']} format on stdout)",
+            style="bold",
+        ),
+        soft_wrap=True,
+    )
 
 
 COMMAND = Command(
     name="show",
+    read_only=True,
     help="the surface of a session as the model saw it",
     configure=configure,
     run=run,
     render=render,
+    comment=comment,
 )

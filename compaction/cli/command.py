@@ -1,7 +1,9 @@
 """What every command is made of: a :class:`Command` entry and the :class:`Context` it runs in.
 
 A command computes one JSON-ready :data:`Document` (``run``); the same document is either printed
-as JSON (``--json``) or handed to the command's ``render`` for people. To add a command, write a
+as JSON (``--json``) or handed to the command's ``render`` for people, which prints the data alone on
+stdout, and then to its ``comment``, which says what there is to say about it on stderr (headers,
+notes, hints), so ``> file`` keeps only the data. To add a command, write a
 ``cmd_NAME.py`` module exporting ``COMMAND = Command(...)`` and add it to the table in
 :mod:`compaction.cli.main`.
 """
@@ -18,7 +20,7 @@ from uuid import UUID
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from compaction.errors import AmbiguousSessionError, SessionNotFoundError
+from compaction.errors import AmbiguousSessionError, SessionNotFoundError, UsageError
 from compaction.sessions.store import SessionStore
 
 Document = dict[str, Any]
@@ -27,6 +29,10 @@ Document = dict[str, Any]
 
 def _succeeded(document: Document) -> int:
     return 0
+
+
+def _no_comment(document: Document, err: Console) -> None:
+    """Nothing to say besides the data."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,10 @@ class Command:
     run: Callable[[Context, argparse.Namespace], Document]
     render: Callable[[Document, Console], None]
     exit_status: Callable[[Document], int] = _succeeded
+    comment: Callable[[Document, Console], None] = _no_comment
+    """What people are told besides the data (headers, notes, hints, where a file went): printed
+    on stderr after ``render`` has printed the data on stdout; never under ``--json``."""
+    read_only: bool = False  # refuses a store that does not exist instead of creating it
 
 
 @dataclass
@@ -48,12 +58,16 @@ class Context:
     store_url: str
     json: bool
     err: Console = field(default_factory=lambda: Console(stderr=True))
+    read_only: bool = False  # the command only reads: a SQLite store must exist already
     _store: SessionStore | None = None
 
     @property
     def store(self) -> SessionStore:
+        """The store, opened on first use; a read-only command's open refuses a SQLite store that
+        does not exist (:class:`~compaction.errors.StoreNotFoundError`) instead of creating its
+        folders and an empty database."""
         if self._store is None:
-            self._store = SessionStore.open(self.store_url)
+            self._store = SessionStore.open(self.store_url, create=not self.read_only)
         return self._store
 
     def close(self) -> None:
@@ -82,8 +96,14 @@ class Context:
 
 
 def resolve_session(store: SessionStore, text: str) -> UUID:
-    """Resolve a full session id or a unique prefix of one (hyphens optional, case-insensitive)."""
+    """Resolve a full session id or a unique prefix of one (hyphens optional, case-insensitive).
+    An empty one is a :class:`UsageError`: it would match every session."""
     wanted = text.strip().lower()
+    if not wanted:
+        raise UsageError(
+            f"expected a session id or a unique prefix of one (see `compaction sessions`), "
+            f"got {'an empty' if not text else 'a blank'} SESSION argument {text!r}"
+        )
     try:
         exact = UUID(wanted)
     except ValueError:

@@ -1,9 +1,11 @@
 """``compaction [--store URL] COMMAND ... [--json]``: parse, run one command, print its document.
 
-Exit status: 0 on success, 1 when the library reports an error (any
-:class:`~compaction.errors.EventCompactionError`), 2 for a command line that does not parse, 130 on
-Ctrl-C. Expected errors never print a traceback: one line on stderr, or under ``--json`` the
-document ``{"error": {"type": ..., "message": ...}}`` on stdout.
+Data on stdout, commentary on stderr (:data:`EPILOG`, printed by ``compaction --help``): stdout
+holds the result alone (the one JSON document under ``--json``); headers, notes, hints, progress and
+errors go to stderr. Exit status: 0 on success, 1 when the library reports an error (any
+:class:`~compaction.errors.EventCompactionError`) or a command's check fails, 2 for a command line
+that does not parse, 130 on Ctrl-C. Expected errors never print a traceback: one line on stderr, or
+under ``--json`` the document ``{"error": {"type": ..., "message": ...}}`` on stdout.
 
 To add a core command: write ``cmd_NAME.py`` exporting ``COMMAND`` and add it to :data:`COMMANDS`.
 Other packages add theirs through the ``compaction.commands`` entry points (:mod:`.plugins`).
@@ -29,8 +31,14 @@ from compaction.cli import (
     cmd_sessions,
     cmd_show,
 )
-from compaction.cli.command import Command, Context
-from compaction.cli.output import report_crash, report_error, stdout_console, write_json
+from compaction.cli.command import Command, Context, Document
+from compaction.cli.output import (
+    report_crash,
+    report_error,
+    silence_stdout,
+    stdout_console,
+    write_json,
+)
 from compaction.cli.plugins import plugin_commands
 from compaction.errors import EventCompactionError, UsageError
 from compaction.sessions.store import DEFAULT_URL, default_url
@@ -56,6 +64,26 @@ def all_commands() -> list[Command]:
 FAILURE = 1
 USAGE = 2
 INTERRUPTED = 130
+
+EPILOG = """\
+output:
+  stdout holds the result and nothing else: with --json exactly one JSON document (also on
+  failure: {"error": {"type": ..., "message": ...}}); without it the data itself (show's
+  messages, audit --request's request, export --out -'s events) or the command's tables, so
+  `> file` and `| jq` get only that. Headers, notes, hints, progress bars and error messages
+  go to stderr.
+
+exit status:
+  0    success
+  1    an error from the library (one line on stderr, or the error document), or a check
+       that failed: audit with a failed check, demo with checks_passed false, copy with a
+       session not verified, recover with an orphan not inert, compact leaving a session
+       above its context window
+  2    a command line that does not parse (UsageError), e.g. an unknown option or an empty
+       SESSION
+  130  interrupted (Ctrl-C)
+
+docs/cli.md describes every command and its JSON document."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -88,6 +116,8 @@ def build_parser(commands: Sequence[Command] | None = None) -> argparse.Argument
     parser = _Parser(
         prog="compaction",
         description="Event-sourced context compaction for LLM agent sessions.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_common(parser, in_command=False)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
@@ -111,7 +141,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as done:  # --help and --version
         return 0 if done.code is None else done.code if isinstance(done.code, int) else FAILURE
     command = next(c for c in commands if c.name == args.command)
-    context = Context(store_url=args.store or default_url(), json=args.json, err=err)
+    context = Context(
+        store_url=args.store or default_url(), json=args.json, err=err, read_only=command.read_only
+    )
     return _execute(command, context, args)
 
 
@@ -133,10 +165,22 @@ def _execute(command: Command, context: Context, args: argparse.Namespace) -> in
         return FAILURE
     finally:
         context.close()
-    if context.json:
-        write_json(document)
-    else:
-        command.render(document, stdout_console())
+    return _output(command, context, document)
+
+
+def _output(command: Command, context: Context, document: Document) -> int:
+    """The document on stdout (JSON, or rendered for people, then the comment on stderr)."""
+    try:
+        if context.json:
+            write_json(document)
+        else:
+            command.render(document, stdout_console())
+            command.comment(document, context.err)
+    except BrokenPipeError:  # the reader went away (``| head``): what it read is all it wanted
+        silence_stdout()
+    except KeyboardInterrupt:
+        context.err.print("compaction: interrupted")
+        return INTERRUPTED
     return command.exit_status(document)
 
 

@@ -1,26 +1,35 @@
-"""How results and errors leave the process: one JSON document on stdout, or rich text for people.
+"""How results and errors leave the process: data on stdout, everything said about it on stderr.
 
-Logs, progress and human-mode errors go to stderr, so stdout under ``--json`` holds exactly one
-JSON document, success or failure.
+Under ``--json`` stdout holds exactly one JSON document, success or failure. Without it stdout holds
+the command's result alone (the messages of ``show``, the request of ``audit --request``, the tables
+of the other commands), so ``> file`` or ``| jq`` gets nothing else; headers, notes, hints, progress
+and errors go to stderr.
+
+Large values are written piece by piece (:func:`write_json`, :func:`write_text`), so a 50 MB message
+is never held as one more string, nor as a string and its encoded bytes at once. Tables never cut a
+value (:class:`~compaction.terminal.FittedTable`).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import sys
 import traceback
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import IO, Any
 
+import msgspec
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from compaction.cli.command import Document
 from compaction.errors import UsageError
+from compaction.terminal import FittedTable
 
 PIPED_WIDTH = 200
+CHUNK = 1 << 20
+"""Characters written at a time: a long string leaves the process in pieces of this size."""
 
 
 def positive_int(text: str) -> int:
@@ -35,14 +44,90 @@ def positive_int(text: str) -> int:
 
 
 def stdout_console() -> Console:
-    """The console for human output; piped output gets wide lines instead of squeezed tables."""
+    """The console for human output; piped output gets wide lines instead of squeezed tables,
+    unless ``COLUMNS`` says how wide."""
     console = Console()
-    return console if console.is_terminal else Console(width=PIPED_WIDTH)
+    if console.is_terminal or os.environ.get("COLUMNS", "").isdecimal():
+        return console
+    return Console(width=PIPED_WIDTH)
 
 
-def write_json(document: Document) -> None:
-    sys.stdout.write(json.dumps(document, ensure_ascii=False) + "\n")
-    sys.stdout.flush()
+# ---------------------------------------------------------------- data on stdout
+
+
+def write_json(document: Document, stream: IO[str] | None = None) -> None:
+    """One JSON document on one line. Each item of a top-level list is encoded and written on its
+    own, so the document never exists whole as one string (``show`` of a huge message)."""
+    out = sys.stdout if stream is None else stream
+    _write_bytes(out, _json_pieces(document))
+    out.flush()
+
+
+def write_json_value(value: Any, stream: IO[str], *, indent: int = 2) -> None:
+    """One JSON value, indented for people to read (``indent=0``: on one line)."""
+    encoded = msgspec.json.encode(value)
+    _write_bytes(stream, (msgspec.json.format(encoded, indent=indent) if indent else encoded, b"\n"))
+    stream.flush()
+
+
+def write_json_lines(items: Iterable[Any], stream: IO[str]) -> None:
+    """A JSON array with one item per line, each item encoded and written on its own."""
+    _write_bytes(stream, _array_lines(items))
+    stream.flush()
+
+
+def write_text(text: str, stream: IO[str]) -> None:
+    """``text`` and a newline, in pieces of :data:`CHUNK` characters."""
+    for start in range(0, len(text), CHUNK):
+        stream.write(text[start : start + CHUNK])
+    stream.write("\n")
+
+
+def _json_pieces(document: Document) -> Iterator[bytes]:
+    yield b"{"
+    for index, (key, value) in enumerate(document.items()):
+        yield (b"," if index else b"") + msgspec.json.encode(key) + b":"
+        if isinstance(value, list):
+            yield b"["
+            for position, item in enumerate(value):
+                if position:
+                    yield b","
+                yield msgspec.json.encode(item)  # on its own: joining would copy it
+            yield b"]"
+        else:
+            yield msgspec.json.encode(value)
+    yield b"}\n"
+
+
+def _array_lines(items: Iterable[Any]) -> Iterator[bytes]:
+    yield b"["
+    for position, item in enumerate(items):
+        yield b",\n" if position else b"\n"
+        yield msgspec.json.encode(item)  # on its own: joining would copy it
+    yield b"\n]\n"
+
+
+def _write_bytes(stream: IO[str], pieces: Iterable[bytes]) -> None:
+    """UTF-8 pieces to a text stream: straight to its binary buffer when it has one (no decoded
+    copy), else decoded piece by piece (an ``io.StringIO`` in tests)."""
+    buffer = getattr(stream, "buffer", None)
+    if buffer is not None:
+        stream.flush()  # what was written as text goes first
+        for piece in pieces:
+            buffer.write(piece)
+        buffer.flush()
+        return
+    for piece in pieces:
+        stream.write(piece.decode("utf-8"))
+
+
+def silence_stdout() -> None:
+    """The reader closed stdout (``| head``): send the rest to /dev/null so the exit is quiet."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+# ---------------------------------------------------------------- errors on stderr (or the document)
 
 
 def error_document(error: BaseException) -> Document:
@@ -65,16 +150,21 @@ def report_crash(error: BaseException, *, err: Console) -> None:
     err.print(Text("".join(traceback.format_exception(error))), soft_wrap=True)
 
 
-def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
-    """A rich table; numeric columns (every value an int) are right-aligned."""
+# ---------------------------------------------------------------- tables
+
+
+def table(
+    title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]], *, caption: str | None = None
+) -> FittedTable:
+    """A table that never cuts a value; numeric columns (every value an int) are right-aligned.
+    ``caption`` (printed under the table) says what it shows."""
     materialized = [list(row) for row in rows]
-    grid = Table(title=title, title_justify="left")
-    for index, name in enumerate(columns):
-        numeric = bool(materialized) and all(_is_count(r[index]) for r in materialized)
-        grid.add_column(name, justify="right" if numeric else "left")
-    for row in materialized:
-        grid.add_row(*(Text(_cell(value)) for value in row))
-    return grid
+    numeric = tuple(
+        bool(materialized) and all(_is_count(row[index]) for row in materialized)
+        for index in range(len(columns))
+    )
+    cells = [[Text(_cell(value)) for value in row] for row in materialized]
+    return FittedTable(title, tuple(columns), cells, numeric, caption)
 
 
 def _is_count(value: Any) -> bool:

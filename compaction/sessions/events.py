@@ -12,10 +12,12 @@ nobody registered raises :class:`~compaction.errors.UnknownEventTypeError`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, Literal, NoReturn, TypeVar
 
 import msgspec
+import msgspec.inspect as mi
 
 from compaction.errors import UnknownEventTypeError
 from compaction.sessions.blocks import Message, ToolCallBlock
@@ -275,3 +277,246 @@ def tool_call_count(event: SessionEvent) -> int:
 
 def now_utc() -> datetime:
     return datetime.now(UTC)
+
+
+# ---------------------------------------------------------------- deep immutability
+#
+# msgspec Structs are frozen, but a field may still hold the caller's list or dict. ``freeze``
+# returns the event with every container replaced by an immutable one (tuples where the field is a
+# tuple, read-only list/dict subclasses in free-form data such as ``meta``), so later changes to
+# the caller's objects never reach the log. It costs almost nothing for events that are already
+# frozen: each Struct class gets a plan naming only the fields whose type can hold a container.
+
+
+def _read_only(self: object, *args: object, **kwargs: object) -> NoReturn:
+    raise TypeError(f"{type(self).__name__} is read-only: logged events are immutable")
+
+
+class FrozenDict(dict[str, Any]):
+    """A read-only ``dict`` (equal to, and encoded like, a plain dict)."""
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _read_only
+    __ior__ = _read_only
+
+    def __copy__(self) -> FrozenDict:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, object]) -> FrozenDict:
+        return self
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_frozen_dict, (dict(self),))
+
+
+class FrozenList(list[Any]):
+    """A read-only ``list`` (equal to, and encoded like, a plain list)."""
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = append = extend = insert = pop = remove = clear = _read_only
+    sort = reverse = _read_only
+    __iadd__ = __imul__ = _read_only
+
+    def __copy__(self) -> FrozenList:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, object]) -> FrozenList:
+        return self
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_frozen_list, (list(self),))
+
+
+def _frozen_dict(data: dict[str, Any]) -> FrozenDict:
+    return FrozenDict(data)
+
+
+def _frozen_list(data: list[Any]) -> FrozenList:
+    return FrozenList(data)
+
+
+_ATOMS = frozenset({str, int, float, bool, bytes, datetime, type(None)})
+_SCALARS, _ITEMS, _ANY = 0, 1, 2  # how a plan freezes a field: tuple(), per item, generic
+_PLANS: dict[type, tuple[tuple[str, int], ...]] = {}
+
+
+def freeze(value: Any) -> Any:
+    """``value`` with every list, dict and tuple inside it made immutable (itself when it is)."""
+    kind = type(value)
+    if kind in _ATOMS or kind is FrozenDict or kind is FrozenList:
+        return value
+    if isinstance(value, msgspec.Struct):
+        return freeze_struct(value)
+    if kind is tuple:
+        return _freeze_items(value)
+    if isinstance(value, dict):
+        return FrozenDict({k: freeze(v) for k, v in value.items()})
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return FrozenList(map(freeze, value))
+    return value
+
+
+def _freeze_items(value: Any) -> Any:
+    """A tuple of frozen items (``value`` itself when it already is one)."""
+    if type(value) is tuple:
+        for item in value:
+            kind = type(item)
+            if kind not in _ATOMS and _PLANS.get(kind) != ():
+                break
+        else:
+            return value
+    items = tuple(map(freeze, value))
+    if type(value) is tuple and all(a is b for a, b in zip(items, value, strict=True)):
+        return value
+    return items
+
+
+def freeze_struct(value: msgspec.Struct) -> Any:
+    """A Struct whose fields hold no mutable container (the same object when none did)."""
+    cls = type(value)
+    check = FROZEN_CHECKS.get(cls)
+    if check is None:
+        check = _checker(cls)
+    if check(value):
+        return value
+    plan = _PLANS[cls]
+    changes: dict[str, Any] | None = None
+    for name, how in plan:
+        current = getattr(value, name)
+        if current is None:
+            continue
+        if how != _ANY and not isinstance(current, (list, tuple)):
+            continue  # not a sequence at all: left for the rules to refuse, never guessed at
+        if how == _SCALARS:
+            if type(current) is tuple:
+                continue
+            frozen = tuple(current)
+        elif how == _ITEMS:
+            frozen = _freeze_items(current)
+        else:
+            frozen = freeze(current)
+        if frozen is not current:
+            if changes is None:
+                changes = {}
+            changes[name] = frozen
+    return msgspec.structs.replace(value, **changes) if changes else value
+
+
+FROZEN_CHECKS: dict[type, Callable[[Any], bool]] = {}
+"""Per Struct class, a generated test that an instance is already deeply frozen (the fast path:
+events decoded from a store or built from tuples pass it without a copy)."""
+
+
+def _checker(cls: type) -> Callable[[Any], bool]:
+    """Compile the frozen-test of ``cls`` from its plan (a few attribute reads and type checks)."""
+    plan = _PLANS.get(cls)
+    if plan is None:
+        plan = _PLANS[cls] = _plan(cls)
+    lines = ["def check(v):"]
+    for index, (name, how) in enumerate(plan):
+        x = f"x{index}"
+        lines.append(f"    {x} = v.{name}")
+        if how == _SCALARS:
+            lines.append(f"    if {x} is not None and type({x}) is not tuple: return False")
+        elif how == _ITEMS:
+            lines += [
+                f"    if {x} is not None:",
+                f"        if type({x}) is not tuple: return False",
+                f"        for i in {x}:",
+                "            if type(i) not in plain and not settled(i): return False",
+            ]
+        else:
+            lines.append(f"    if type({x}) not in plain and not settled({x}): return False")
+    lines.append("    return True")
+    namespace: dict[str, Any] = {"settled": _settled, "plain": _PLAIN}
+    exec("\n".join(lines), namespace)  # source built from field names only
+    check: Callable[[Any], bool] = namespace["check"]
+    FROZEN_CHECKS[cls] = check
+    return check
+
+
+def _settled(value: Any) -> bool:
+    """Whether ``value`` is already immutable all the way down."""
+    kind = type(value)
+    if kind in _ATOMS or kind is FrozenDict or kind is FrozenList:
+        return True
+    check = FROZEN_CHECKS.get(kind)
+    if check is None:
+        if not isinstance(value, msgspec.Struct):
+            return False
+        check = _checker(kind)
+    return check(value)
+
+
+_PLAIN: set[type] = {*_ATOMS, FrozenDict, FrozenList}
+"""Types whose values never hold a mutable container: atoms, frozen containers, and the Struct
+classes whose plan is empty (added as they are planned)."""
+
+
+def _plan(cls: type) -> tuple[tuple[str, int], ...]:
+    plan = _plan_fields(cls)
+    if not plan:
+        _PLAIN.add(cls)
+    return plan
+
+
+def _plan_fields(cls: type) -> tuple[tuple[str, int], ...]:
+    try:
+        info = mi.type_info(cls)
+    except Exception:  # an annotation msgspec cannot resolve: check every field
+        return tuple((name, _ANY) for name in getattr(cls, "__struct_fields__", ()))
+    if not isinstance(info, mi.StructType):
+        return ()
+    plan: list[tuple[str, int]] = []
+    for field in info.fields:
+        if _is_atomic(field.type):
+            continue
+        if _is_tuple(field.type, atomic_items=True):
+            plan.append((field.name, _SCALARS))
+        elif _is_tuple(field.type, atomic_items=False):
+            plan.append((field.name, _ITEMS))
+            _plan_items(field.type)
+        else:
+            plan.append((field.name, _ANY))
+    return tuple(plan)
+
+
+def _plan_items(kind: mi.Type) -> None:
+    """Plan the Struct classes a tuple field may hold, so frozen items are recognised at once."""
+    if isinstance(kind, mi.UnionType):
+        for member in kind.types:
+            _plan_items(member)
+    elif isinstance(kind, mi.VarTupleType):
+        _plan_items(kind.item_type)
+    elif isinstance(kind, mi.StructType) and kind.cls not in _PLANS:
+        _PLANS[kind.cls] = ()  # recursion guard
+        _PLANS[kind.cls] = _plan(kind.cls)
+
+
+_ATOMIC_TYPES = (
+    mi.StrType, mi.IntType, mi.FloatType, mi.BoolType, mi.NoneType, mi.DateTimeType,
+    mi.LiteralType, mi.BytesType, mi.UUIDType, mi.DateType, mi.TimeType, mi.DecimalType,
+    mi.EnumType,
+)  # fmt: skip
+
+
+def _is_atomic(kind: mi.Type, seen: frozenset[type] = frozenset()) -> bool:
+    """A value of this type can hold no mutable container (plain values, all-atomic Structs)."""
+    if isinstance(kind, _ATOMIC_TYPES):
+        return True
+    if isinstance(kind, mi.UnionType):
+        return all(_is_atomic(t, seen) for t in kind.types)
+    if isinstance(kind, mi.StructType) and kind.cls not in seen:
+        inner = seen | {kind.cls}
+        return all(_is_atomic(f.type, inner) for f in kind.fields)
+    return False
+
+
+def _is_tuple(kind: mi.Type, *, atomic_items: bool) -> bool:
+    """A tuple (or None); with ``atomic_items``, of items that hold no container."""
+    if isinstance(kind, mi.UnionType):
+        others = [t for t in kind.types if not isinstance(t, mi.NoneType)]
+        return len(others) == 1 and _is_tuple(others[0], atomic_items=atomic_items)
+    if not isinstance(kind, mi.VarTupleType):
+        return False
+    return _is_atomic(kind.item_type) if atomic_items else True

@@ -1,9 +1,12 @@
 """The native event format: one session as JSONL, restorable exactly (same seqs, same surface).
 
-Line 1 is a header ``{"format": "compaction-events", "version": 1, "session_id", "library_version",
+Line 1 is a header ``{"format": "compaction-events", "version": 2, "session_id", "library_version",
 "events", "surface_hash"}``; each further line is one event ``{"seq", "type", "time", "payload",
-"surface_op", "source_event_seqs"}`` where ``payload`` holds the event's own fields. Reading refuses a
-file whose seqs are not contiguous or whose events break a rule, naming the line.
+"surface_op", "source_event_seqs", "hash"}`` where ``payload`` holds the event's own fields and
+``hash`` (since version 2) is the event's content hash (:func:`event_hash`). Reading refuses a file
+whose seqs are not contiguous, whose events break a rule or whose event does not match its hash
+(an edited shadowed event changes no surface hash, so the surface hash alone would not notice),
+naming the line and the seq. Version 1 files (no per-event hash) still import.
 
 Format evolution rules (docs/formats.md): new fields get defaults; a type name is never reused for a
 different shape; where a shape must change, an upcaster keyed by (type, version) rewrites old payloads
@@ -12,6 +15,7 @@ before decoding.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Iterable, Iterator
 from importlib.metadata import PackageNotFoundError, version
@@ -29,12 +33,14 @@ from compaction.errors import (
 )
 from compaction.sessions.events import SessionEvent
 from compaction.sessions.hashing import surface_hash
-from compaction.sessions.mapper import decode_event
+from compaction.sessions.mapper import decode_event, encode_event
 from compaction.sessions.session import Session
 
 FORMAT = "compaction-events"
-VERSION = 1
+VERSION = 2
+HASHED_SINCE = 2  # the first version whose event lines carry ``hash``
 _ENVELOPE = ("seq", "type", "time", "surface_op", "source_event_seqs")
+TOO_DEEP = "JSON nested too deeply to read (more levels than the decoder's recursion limit)"
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 UPCASTERS: dict[tuple[str, int], Upcaster] = {}
@@ -51,6 +57,12 @@ def library_version() -> str:
 # ---------------------------------------------------------------- writing
 
 
+def event_hash(event: SessionEvent) -> str:
+    """The content hash of one event: lowercase hex sha256 of its msgspec JSON (the bytes the store
+    keeps as its payload), so any change to any field, envelope included, changes it."""
+    return hashlib.sha256(encode_event(event)).hexdigest()
+
+
 def event_line(event: SessionEvent) -> dict[str, Any]:
     data = msgspec.to_builtins(event)
     envelope = {key: data.pop(key, None) for key in _ENVELOPE}
@@ -62,6 +74,7 @@ def event_line(event: SessionEvent) -> dict[str, Any]:
         "payload": data,
         "surface_op": envelope["surface_op"],
         "source_event_seqs": envelope["source_event_seqs"],
+        "hash": event_hash(event),
     }
 
 
@@ -96,9 +109,9 @@ def _fail(path: str, line: int, message: str) -> TranscriptError:
 def is_native(path: Path) -> bool:
     """Whether the file starts with a native export header (any version)."""
     try:
-        with path.open(encoding="utf-8") as handle:
+        with path.open(encoding="utf-8-sig") as handle:
             header = json.loads(handle.readline())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return False
     return isinstance(header, dict) and header.get("format") == FORMAT
 
@@ -109,6 +122,8 @@ def read_header(path: Path) -> dict[str, Any]:
         header = json.loads(first)
     except json.JSONDecodeError as e:
         raise _fail(str(path), 1, f"the header line is not JSON: {e}") from e
+    except RecursionError:
+        raise _fail(str(path), 1, f"the header line is not JSON: {TOO_DEEP}") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise _fail(str(path), 1, f"not a native event export (expected format {FORMAT!r})")
     file_version = header.get("version")
@@ -127,7 +142,7 @@ def _numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
     try:
         with path.open("rb") as handle:
             for number, raw in enumerate(handle, start=1):
-                yield number, raw.decode("utf-8")
+                yield number, raw.decode("utf-8-sig" if number == 1 else "utf-8")
     except UnicodeDecodeError as e:
         raise _fail(str(path), number, f"expected UTF-8 text: {e}") from e
     except OSError as e:
@@ -138,10 +153,13 @@ def import_session(path: Path) -> Session:
     """Rebuild the exported session exactly; every rule is re-checked, errors name the line."""
     header = read_header(path)
     session = Session(_session_id(str(path), header))
+    hashes: list[tuple[int, str]] = []  # (line number, line) of every event line to hash-check
     for number, raw in _numbered_lines(path):
         if number == 1 or not raw.strip():
             continue
         event = _decode_line(str(path), number, raw, header["version"])
+        if header["version"] >= HASHED_SINCE:
+            hashes.append((number, raw))
         if event.time.tzinfo is None:
             raise _fail(
                 str(path), number, f"time {event.time.isoformat()} has no timezone; expected UTC"
@@ -157,6 +175,9 @@ def import_session(path: Path) -> Session:
     if not len(session):
         raise _fail(str(path), 2, "expected at least one event line after the header, found none")
     _verify(str(path), header, session)
+    if header["version"] >= HASHED_SINCE:
+        for (number, raw), event in zip(hashes, session.events(), strict=True):
+            _check_hash(str(path), number, raw, event)
     return session
 
 
@@ -184,10 +205,31 @@ def _decode_line(path: str, number: int, raw: str, file_version: int) -> Session
         return decode_event(kind, msgspec.json.encode(payload), f"{path}:{number}")
     except UnknownEventTypeError as e:
         raise _fail(path, number, str(e)) from e
+    except RecursionError:
+        raise _fail(path, number, f"not an event line: {TOO_DEEP}") from None
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise _fail(path, number, f"not an event line ({type(e).__name__}: {e})") from e
     except Exception as e:  # decode errors from msgspec come wrapped in StoreError
         raise _fail(path, number, str(e)) from e
+
+
+def _check_hash(path: str, number: int, raw: str, event: SessionEvent) -> None:
+    """The line's recorded content hash against the event it decoded to. Checked after the count
+    and the surface hash, so an edit the surface shows is reported as such (line 1); this finds
+    the rest: an edited event that is no longer on the surface (a shadowed one)."""
+    recorded = json.loads(raw).get("hash")
+    if not isinstance(recorded, str):
+        raise _fail(
+            path, number, f"event seq {event.seq} has no content hash; expected \"hash\": a sha256"
+        )
+    actual = event_hash(event)
+    if recorded != actual:
+        raise _fail(
+            path,
+            number,
+            f"event seq {event.seq} ({event.TYPE}) does not match its content hash (expected "
+            f"{recorded[:16]}..., found {actual[:16]}...): the event was edited after export",
+        )
 
 
 def _verify(path: str, header: dict[str, Any], session: Session) -> None:

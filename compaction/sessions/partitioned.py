@@ -30,11 +30,10 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode
 from uuid import UUID
 
-from eventsourcing.postgres import PostgresApplicationRecorder
-
 from compaction.errors import ConfigurationError, StoreError
 from compaction.sessions.events import SessionEvent
 from compaction.sessions.mapper import StoredRow
+from compaction.sessions.pgrecorder import SessionPostgresRecorder
 from compaction.sessions.polling import PollingRecorder
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore, StoreLocation, parse_store_url
@@ -101,7 +100,7 @@ def partition_of(session_id: UUID, partitions: int) -> int:
     return int.from_bytes(digest, "big") % partitions
 
 
-class UnannouncedPostgresRecorder(PollingRecorder, PostgresApplicationRecorder):
+class UnannouncedPostgresRecorder(PollingRecorder, SessionPostgresRecorder):
     """Appends without ``NOTIFY``. PostgreSQL serialises the commits of every transaction that
     issued a NOTIFY, server-wide (a lock held from pre-commit until after the WAL flush), so a
     NOTIFY per append would serialise the partitions' commits again. Readers poll instead (its
@@ -201,6 +200,10 @@ class PartitionedSessionStore:
     def session_ids(self) -> list[UUID]:
         """Every session id: partition by partition, each in order of first notification."""
         return [sid for part in self.parts for sid in part.session_ids()]
+
+    def all_session_ids(self) -> list[UUID]:
+        """:meth:`SessionStore.all_session_ids` of every partition, partition by partition."""
+        return [sid for part in self.parts for sid in part.all_session_ids()]
 
     def iter_sessions(self) -> Iterator[Session]:
         for session_id in self.session_ids():

@@ -24,6 +24,7 @@ from compaction.errors import SessionStateError, StoreError
 from compaction.sessions.blocks import Message
 from compaction.sessions.events import (
     APPEND,
+    FROZEN_CHECKS,
     UNSET_SEQ,
     UNSET_TIME,
     AssistantMessage,
@@ -31,10 +32,11 @@ from compaction.sessions.events import (
     RequestHeader,
     SessionEvent,
     UserMessage,
+    freeze_struct,
     now_utc,
 )
 from compaction.sessions.structure import Structure, StructureState
-from compaction.sessions.surface import Mark, Plan, Surface
+from compaction.sessions.surface import Mark, Plan, Surface, check_message_shape
 
 Validator = Callable[["Session", SessionEvent], None]
 """An extra pre-commit rule: raise an :class:`EventRuleError` subclass to reject the event."""
@@ -153,7 +155,7 @@ class Session:
             lo += 1
         hi = min(self._base, lo + LOAD_CHUNK)
         for event in self._loader(lo, hi):
-            self._older.setdefault(event.seq, event)
+            self._older.setdefault(event.seq, freeze_struct(event))
 
     def last_of(self, event_type: str) -> int | None:
         """Seq of the latest event of ``event_type``, or None."""
@@ -227,6 +229,11 @@ class Session:
         del self._derived[len(self.surface.nodes) :]
 
     def _stamp(self, event: SessionEvent, seq: int) -> SessionEvent:
+        """The event as logged: seq and time assigned, and deeply immutable (no list or dict of
+        the caller's stays reachable from the log)."""
+        frozen = FROZEN_CHECKS.get(type(event))
+        if frozen is None or not frozen(event):
+            event = freeze_struct(event)
         updates: dict[str, object] = {}
         if event.seq == UNSET_SEQ:
             updates["seq"] = seq
@@ -236,6 +243,8 @@ class Session:
 
     def _check(self, event: SessionEvent) -> Plan:
         plan = self.surface.plan(event, self.event)
+        if event.SURFACE:
+            check_message_shape(event)
         if self.strict_structure:
             self.structure.check(event)
         for validator in self.validators:

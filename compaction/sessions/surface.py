@@ -13,13 +13,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 import msgspec
 
-from compaction.errors import CorruptSurfaceError, SurfaceRuleError
-from compaction.sessions.blocks import ToolResultBlock
-from compaction.sessions.events import Replace, SessionEvent, ToolResult, tool_call_count
+from compaction.errors import CorruptSurfaceError, MessageShapeError, SurfaceRuleError
+from compaction.sessions.blocks import (
+    ImageBlock,
+    Message,
+    ReasoningBlock,
+    Source,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+)
+from compaction.sessions.events import (
+    AssistantMessage,
+    Replace,
+    SessionEvent,
+    ToolResult,
+    tool_call_count,
+)
 
 EventLookup = Callable[[int], SessionEvent]
 
@@ -379,4 +393,76 @@ def _blank_content(event: ToolResult) -> tuple[object, ...]:
         message.source,
         head,
         message.content[1:],
+    )
+
+
+# ---------------------------------------------------------------- message shape (spec §a.2)
+
+_BLOCKS = frozenset({TextBlock, ReasoningBlock, ImageBlock, ToolCallBlock, ToolResultBlock})
+
+
+def check_message_shape(event: SessionEvent) -> None:
+    """Reject a surface event whose message has the wrong shape for its type (the reference's
+    seed/load rules, applied here on every path into a session). ``user/message``,
+    ``context/message`` and ``steering/message`` carry a user-role message; ``assistant/message`` an
+    assistant-role message with a model source naming provider and model; ``tool/result`` a
+    user-role message with a tool source and exactly one tool-result block for the same call id.
+    Errors use the reference's texts (subject ``session event at seq <s>``), then what was found."""
+    if not event.SURFACE:
+        return
+    message = getattr(event, "message", None)
+    if not isinstance(message, Message) or not isinstance(message.id, str) or not message.id:
+        _shape(event, "lacks an identified message", "a message with a non-empty id", message)
+    source = message.source
+    if not isinstance(source, Source) or not isinstance(source.kind, str) or not source.kind:
+        _shape(event, "message has invalid source", "a source with a kind", source)
+    content = message.content
+    if type(content) is not tuple:
+        _shape(event, "message has invalid content", "a tuple of content blocks", content)
+    for block in content:
+        if type(block) not in _BLOCKS:
+            _shape(event, "message has invalid content", "content blocks", block)
+    if isinstance(event, AssistantMessage):
+        _check_assistant(event, message)
+    elif isinstance(event, ToolResult):
+        _check_tool_result(event, message)
+    elif message.role != "user":
+        _shape(event, 'message must have role "user"', "user", message.role)
+
+
+def _check_assistant(event: SessionEvent, message: Message) -> None:
+    if message.role != "assistant":
+        _shape(event, 'message must have role "assistant"', "assistant", message.role)
+    source = message.source
+    if source.kind != "model" or not source.provider or not source.model:
+        found = f"{source.kind} source (provider {source.provider!r}, model {source.model!r})"
+        _shape(event, "message must have model source", "model source with provider and model", found)
+
+
+def _check_tool_result(event: SessionEvent, message: Message) -> None:
+    if message.role != "user":
+        _shape(event, 'message must have role "user"', "user", message.role)
+    source = message.source
+    if source.kind != "tool" or not source.call_id:
+        found = f"{source.kind} source (call id {source.call_id!r})"
+        _shape(event, "message must have tool source", "tool source with a call id", found)
+    blocks = message.content
+    if len(blocks) != 1 or not isinstance(blocks[0], ToolResultBlock):
+        found = ", ".join(type(b).__name__ for b in blocks) or "no blocks"
+        _shape(event, "message must contain one tool-result block", "one ToolResultBlock", found)
+    block = blocks[0]
+    assert isinstance(block, ToolResultBlock)
+    if block.tool_call_id != source.call_id:
+        found = f"block tool call id {block.tool_call_id!r}"
+        _shape(event, "message has mismatched tool call ids", f"source call id {source.call_id!r}", found)
+
+
+def _shape(event: SessionEvent, rule_text: str, expected: object, found: object) -> NoReturn:
+    """``session event at seq <s> <rule_text>`` (the reference's text), then type and values."""
+    text = (
+        f"session event at seq {event.seq} {rule_text} ({event.TYPE}: expected {expected}, "
+        f"found {found})"
+    )
+    raise MessageShapeError(
+        "message-shape", event.seq, text, event_type=event.TYPE, expected=expected, found=found
     )

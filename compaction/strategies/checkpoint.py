@@ -98,8 +98,11 @@ class CheckpointCompactService(CompactService):
 
     def __init__(self, config: BasicConfig | None = None, *, meter: Meter | None = None) -> None:
         base = config or BasicConfig()
-        # The rebuild keeps decisions and drops evidence by design: the summary gates do not apply.
-        self.config = replace(base, min_identifier_ratio=0.0, require_sections=False)
+        # The rebuild keeps decisions and drops evidence by design: the summary gates do not apply,
+        # and nothing is completed from the evidence.
+        self.config = replace(
+            base, min_identifier_ratio=0.0, require_sections=False, completion="off"
+        )
         self.meter = meter or HeuristicMeter()
         self.next_instruction = "Continue with the next phase."
 

@@ -6,12 +6,19 @@ chunks at tool-unit boundaries: an assistant message with tool calls and every m
 last result stay together. Each chunk is summarized with the same system, tools and instruction;
 one more call merges the partial summaries, given as user messages framed in
 ``<compacted-summary>`` tags (the instruction already says how to merge such blocks). A chunk the
-server still rejects as too long is split again; a unit that alone exceeds the budget raises
-:class:`~compaction.errors.ContextLengthError`.
+server still rejects as too long is split again. A unit that alone exceeds the budget raises
+:class:`~compaction.errors.ContextLengthError` naming the window to raise, unless ``elide=True``:
+then its longest texts (tool output, file contents in tool arguments) are cut to their head and
+tail, the elision marked, until it fits. The log keeps every message whole; only what this one
+summarization request shows is shortened (and the completion step, ``compaction.completion``,
+restores the span's verbatim identifiers in the checkpoint). ``keep_header=False`` leaves the
+conversation's system prompt and tools out of the requests (a small local model gains nothing
+from them: no prompt cache to share, and they can fill its whole window).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Self
 
@@ -19,7 +26,15 @@ import msgspec
 
 from compaction.errors import ContextLengthError
 from compaction.instruction import CLOSE_TAG, INSTRUCTION_PLUGIN, OPEN_TAG
-from compaction.sessions.blocks import Message, Source, TextBlock, ToolResultBlock, tool_calls_of
+from compaction.sessions.blocks import (
+    Block,
+    Message,
+    Source,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    tool_calls_of,
+)
 from compaction.sessions.events import Usage
 from compaction.summarizers.base import Summarizer, SummaryOutput, SummaryRequest
 from compaction.summarizers.payloads import instruction_message
@@ -29,6 +44,14 @@ Unit = tuple[Message, ...]
 
 MAX_DEPTH = 4
 """Nested chunk-then-merge levels allowed before giving up with ContextLengthError."""
+
+WINDOW_HINT = (
+    "raise the summarizer window (--summarizer-window N on the command line, window_tokens= in "
+    "Python) or lower max_tokens (--max-tokens N)"
+)
+MIN_KEPT = 120
+"""Characters an elided text keeps at least (head and tail together)."""
+ELISION = "\n[... {n} characters elided to fit the summarizer window ...]\n"
 
 
 def tool_units(messages: Sequence[Message]) -> list[Unit]:
@@ -103,18 +126,90 @@ def total_usage(outputs: Sequence[SummaryOutput]) -> Usage | None:
     )
 
 
+def elide_text(text: str, keep: int) -> str:
+    """``text`` cut to about ``keep`` characters: its head and tail, the elision marked."""
+    keep = max(keep, MIN_KEPT)
+    if len(text) <= keep + len(ELISION) + 8:
+        return text
+    head = keep // 2
+    tail = keep - head
+    return text[:head] + ELISION.format(n=len(text) - keep) + text[-tail:]
+
+
+def _elide_value(value: object, factor: float) -> object:
+    if isinstance(value, str):
+        return elide_text(value, int(len(value) * factor))
+    if isinstance(value, dict):
+        return {k: _elide_value(v, factor) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_elide_value(v, factor) for v in value]
+    return value
+
+
+def _elide_arguments(arguments: str, factor: float) -> str:
+    """Tool-call arguments with their long strings cut, still valid JSON when they were."""
+    try:
+        value = json.loads(arguments)
+    except json.JSONDecodeError:
+        return elide_text(arguments, int(len(arguments) * factor))
+    return json.dumps(_elide_value(value, factor), ensure_ascii=False)
+
+
+def _elide_block(block: Block, factor: float) -> Block:
+    if isinstance(block, TextBlock):
+        return TextBlock(elide_text(block.text, int(len(block.text) * factor)))
+    if isinstance(block, ToolCallBlock):
+        return msgspec.structs.replace(block, arguments=_elide_arguments(block.arguments, factor))
+    if isinstance(block, ToolResultBlock):
+        content = tuple(
+            TextBlock(elide_text(b.text, int(len(b.text) * factor))) if isinstance(b, TextBlock) else b
+            for b in block.content
+        )
+        return msgspec.structs.replace(block, content=content)
+    return block
+
+
+def fit_unit(unit: Unit, budget: int, estimate: Estimate) -> Unit:
+    """``unit`` with its long texts cut (head and tail kept) until it fits ``budget``, or as
+    short as :data:`MIN_KEPT` allows (the caller checks)."""
+    size = sum(estimate(m) for m in unit)
+    factor = 1.0
+    for _ in range(6):
+        if size <= budget:
+            break
+        factor *= max(0.05, 0.9 * budget / size)
+        unit = tuple(
+            msgspec.structs.replace(m, content=tuple(_elide_block(b, factor) for b in m.content))
+            for m in unit
+        )
+        size = sum(estimate(m) for m in unit)
+    return unit
+
+
 class ChunkingSummarizer(Summarizer):
     """Wraps ``inner`` so spans larger than its ``window_tokens`` are summarized in chunks.
 
     ``estimate`` prices one message in tokens (for example ``HeuristicMeter().message``).
     ``SummaryOutput.chunks`` is the number of chunk calls (1 when the span fit in one call);
     usage is the sum over every call, the model the one that wrote the merged summary.
+    ``elide``: cut a unit that alone exceeds the budget instead of raising; ``keep_header``:
+    send the conversation's system prompt and tools (see the module's docstring).
     """
 
-    def __init__(self, inner: Summarizer, window_tokens: int, estimate: Estimate) -> None:
+    def __init__(
+        self,
+        inner: Summarizer,
+        window_tokens: int,
+        estimate: Estimate,
+        *,
+        elide: bool = False,
+        keep_header: bool = True,
+    ) -> None:
         self.inner = inner
         self.window_tokens = window_tokens
         self.estimate = estimate
+        self.elide = elide
+        self.keep_header = keep_header
         self.provider = inner.provider
         self.model = inner.model
 
@@ -129,6 +224,8 @@ class ChunkingSummarizer(Summarizer):
         return self.window_tokens - request.max_tokens - sum(self.estimate(m) for m in fixed)
 
     async def summarize(self, request: SummaryRequest) -> SummaryOutput:
+        if not self.keep_header:
+            request = msgspec.structs.replace(request, system=None, tools=())
         return await self._summarize(request, self.budget(request), 0)
 
     async def aclose(self) -> None:
@@ -147,10 +244,21 @@ class ChunkingSummarizer(Summarizer):
             try:
                 return await self.inner.summarize(request)
             except ContextLengthError:
-                if len(units) < 2 or depth >= MAX_DEPTH:
+                if depth >= MAX_DEPTH or (len(units) < 2 and not self.elide):
                     raise
+                if len(units) < 2:  # the estimate was too low for one unit: cut it further
+                    return await self._summarize(request, min(budget, sum(sizes)) * 2 // 3, depth + 1)
                 count = 2  # the estimate was too low: split this span in two and try again
         else:
+            if self.elide and budget > 0:
+                units = [
+                    u if n <= budget else fit_unit(u, budget, self.estimate)
+                    for u, n in zip(units, sizes, strict=True)
+                ]
+                sizes = [sum(self.estimate(m) for m in unit) for unit in units]
+                if sum(sizes) <= budget:  # cut to fit: one call, no merge
+                    cut = msgspec.structs.replace(request, messages=tuple(m for u in units for m in u))
+                    return await self._summarize(cut, budget, depth + 1)
             self._check_fits(request, units, sizes, budget, depth)
             count = chunk_count(sizes, budget)
         starts = balanced_chunks(sizes, count)
@@ -189,18 +297,17 @@ class ChunkingSummarizer(Summarizer):
             raise ContextLengthError(
                 f"compaction {request.compaction_id}: the span still does not fit after "
                 f"{MAX_DEPTH} chunk-and-merge levels ({sum(sizes)} estimated tokens; {window}); "
-                "raise window_tokens or lower max_tokens"
+                f"{WINDOW_HINT}"
             )
         if budget <= 0:
-            raise ContextLengthError(
-                f"compaction {request.compaction_id}: {window}; raise window_tokens or lower "
-                "max_tokens"
-            )
+            raise ContextLengthError(f"compaction {request.compaction_id}: {window}; {WINDOW_HINT}")
         largest = max(sizes, default=0)
         if largest > budget:
             unit = units[sizes.index(largest)]
             raise ContextLengthError(
                 f"compaction {request.compaction_id}: messages {unit[0].id}..{unit[-1].id} form "
                 f"one unsplittable unit (a message with its tool calls and results) of {largest} "
-                f"estimated tokens, but {window}; raise window_tokens or lower max_tokens"
+                f"estimated tokens, but {window}"
+                + ("" if not self.elide else ", even with its long texts cut")
+                + f"; {WINDOW_HINT}"
             )

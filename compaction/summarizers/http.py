@@ -187,10 +187,22 @@ def redacted(error: SummarizerError, key: ApiKey | None) -> SummarizerError:
 
 def endpoint_url(base_url: str, path: str) -> str:
     """``base_url`` + ``/v1`` + ``path``, accepting base URLs with or without the ``/v1`` suffix."""
-    parts = urlsplit(base_url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+    try:
+        parts = urlsplit(base_url)
+        parts.port  # noqa: B018  (raises ValueError for a port out of range or not a number)
+    except ValueError as e:
+        raise CompactionConfigError(
+            f"summarizer base URL must be http(s)://HOST[:PORT][/PATH], got {base_url!r} ({e})"
+        ) from e
+    if parts.scheme not in ("http", "https") or not parts.hostname:
         raise CompactionConfigError(
             f"summarizer base URL must be http(s)://HOST[:PORT][/PATH], got {base_url!r}"
+        )
+    if parts.username is not None or parts.password is not None:
+        shown = f"{parts.scheme}://***@{parts.netloc.rpartition('@')[2]}{parts.path}"
+        raise CompactionConfigError(
+            f"summarizer base URL {shown!r} carries credentials (USER:PASSWORD@); expected "
+            "http(s)://HOST[:PORT][/PATH], with the API key in the provider's environment variable"
         )
     base = base_url.rstrip("/")
     return f"{base}{path}" if base.endswith("/v1") else f"{base}/v1{path}"

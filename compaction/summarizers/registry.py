@@ -8,6 +8,11 @@ audit when it rebuilds a recorded request.
     local       openai               LocalModelServer (SmolLM2, held to the checkpoint grammar)
                                      + ChunkingSummarizer over its OpenAI-compatible endpoint
 
+``SummarizerOptions.window_tokens`` (``--summarizer-window N``) is the summarizer's own context
+window: ``local`` starts its server with that context (default :data:`LOCAL_CONTEXT_TOKENS`) and
+chunks to it; ``openai`` and ``anthropic`` are wrapped in a ChunkingSummarizer of that window when
+it is given (unbounded otherwise).
+
 A :class:`SummarizerSpec` names a summarizer, the request shape it sends (so the audit knows
 which payload builder rebuilt the body recorded under that provider name), and an opener: given
 :class:`SummarizerOptions`, an async context manager that yields a ready summarizer and releases
@@ -33,7 +38,7 @@ from compaction.summarizers.anthropic import AnthropicSummarizer
 from compaction.summarizers.base import Summarizer
 from compaction.summarizers.chunking import ChunkingSummarizer
 from compaction.summarizers.http import HttpSummarizer
-from compaction.summarizers.local import LocalModelServer, checkpoint_grammar
+from compaction.summarizers.local import LocalModelServer, checkpoint_grammar, local_estimate
 from compaction.summarizers.openai import OpenAISummarizer
 from compaction.summarizers.template import TemplateSummarizer
 from compaction.summarizers.transport import Transport
@@ -50,12 +55,22 @@ LOCAL_MAX_TOKENS = 512
 @dataclass(frozen=True, kw_only=True)
 class SummarizerOptions:
     """What a caller may choose: ``base_url`` and ``model`` (a GGUF path for ``local``), an
-    ``api_key`` (else the provider's environment variable), a ``transport`` (tests)."""
+    ``api_key`` (else the provider's environment variable), a ``transport`` (tests), and
+    ``window_tokens``: the summarizer's context window (spans larger are chunked to it)."""
 
     base_url: str | None = None
     model: str | None = None
     api_key: str | None = None
     transport: Transport | None = None
+    window_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        window = self.window_tokens
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window <= 0):
+            raise CompactionConfigError(
+                f"the summarizer window (window_tokens, --summarizer-window) must be a positive "
+                f"number of tokens, got {window!r}"
+            )
 
 
 Opener = Callable[[SummarizerOptions], AbstractAsyncContextManager[Summarizer]]
@@ -137,35 +152,50 @@ def _open_template(options: SummarizerOptions) -> AbstractAsyncContextManager[Su
     return _closing(TemplateSummarizer())
 
 
+def _windowed(summarizer: Summarizer, options: SummarizerOptions) -> Summarizer:
+    """``summarizer`` chunked to ``options.window_tokens`` when one is given."""
+    if options.window_tokens is None:
+        return summarizer
+    return ChunkingSummarizer(summarizer, options.window_tokens, HeuristicMeter().message)
+
+
 def _open_openai(options: SummarizerOptions) -> AbstractAsyncContextManager[Summarizer]:
     summarizer: HttpSummarizer = OpenAISummarizer(
         options.base_url, _model("openai", options), api_key=options.api_key, transport=options.transport
     )
-    return _closing(summarizer)
+    return _closing(_windowed(summarizer, options))
 
 
 def _open_anthropic(options: SummarizerOptions) -> AbstractAsyncContextManager[Summarizer]:
     summarizer: HttpSummarizer = AnthropicSummarizer(
         options.base_url, _model("anthropic", options), api_key=options.api_key, transport=options.transport
     )
-    return _closing(summarizer)
+    return _closing(_windowed(summarizer, options))
 
 
 @asynccontextmanager
 async def _open_local(options: SummarizerOptions) -> AsyncIterator[Summarizer]:
     # A grammar holds the small embedded model to the eight-section checkpoint structure, short
-    # enough (8 one-line bullets of <= 40 characters) that it always ends under the default cap.
+    # enough (8 one-line bullets of <= 40 characters) that it always ends under the default cap;
+    # greedy sampling makes a run repeatable.
     server = LocalModelServer(
         options.model,
-        context_tokens=LOCAL_CONTEXT_TOKENS,
+        context_tokens=options.window_tokens or LOCAL_CONTEXT_TOKENS,
         grammar=checkpoint_grammar(bullets=1, bullet_chars=40),
         sampling={"temp": 0.0, "seed": 7},
-        threads=1,
     )
     async with server:
-        # The embedded model's window is small: summarize oversize spans in balanced chunks.
-        inner = server.summarizer(transport=options.transport)
-        async with _closing(ChunkingSummarizer(inner, server.context_tokens, HeuristicMeter().message)) as s:
+        # The embedded model's window is small: summarize oversize spans in balanced chunks priced
+        # by its own tokenizer's ratio, cut a unit that alone cannot fit (tool output, file
+        # contents), and leave out the conversation's system prompt and tools (no cache to share).
+        chunked = ChunkingSummarizer(
+            server.summarizer(transport=options.transport),
+            server.context_tokens,
+            local_estimate(HeuristicMeter().message),
+            elide=True,
+            keep_header=False,
+        )
+        async with _closing(chunked) as s:
             yield s
 
 

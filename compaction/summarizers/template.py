@@ -1,30 +1,54 @@
 """The deterministic template summarizer: offline, extractive, the default.
 
-It builds the eight sections of the instruction from the shadowed messages: the first user request
-verbatim, the paths, commands, error strings and ids the agent touched, unanswered tool calls, and the
-latest assistant text. A prior ``<compacted-summary>`` in the span is merged section by section
-instead of being copied. The output is budgeted to a fraction of the input so it always shrinks
-spans of any real size.
+It renders the handover facts of the shadowed span (:func:`compaction.facts.span_facts`) into the
+eight sections of the instruction: every natural-language user message (verbatim up to a budget,
+then head and tail with the elision marked) apart from slash commands and interruptions; the errors
+with their first informative line, the command that produced them and whether a later run fixed
+them; the agent's own todo/plan state as Pending Jobs; Current Work and Next Step from the agent's
+latest statement of intent and its last steps; the files edited, created and read (from tool inputs
+and tool reports only); and the verbatim identifiers (paths, commands, error names, ids). A prior
+``<compacted-summary>`` in the span is merged section by section instead of being copied. The output
+is bounded so it shrinks spans of any real size.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable
 
-from compaction.checkpoint import framed_summary
+from compaction.checkpoint import framed_summary, is_checkpoint
 from compaction.errors import EmptySummaryError
+from compaction.facts import ErrorFact, SpanFacts, mentions, normalized, span_facts
 from compaction.fidelity import section_bodies
-from compaction.identifiers import Identifiers, extract
-from compaction.instruction import SECTIONS
-from compaction.sessions.blocks import Message, ToolCallBlock, ToolResultBlock, text_of
+from compaction.instruction import CLOSE_TAG, OPEN_TAG, PREAMBLE, SECTIONS
+from compaction.sessions.blocks import Message, TextBlock, ToolCallBlock, ToolResultBlock, text_of
 from compaction.summarizers.base import Summarizer, SummaryOutput, SummaryRequest
 
-REQUEST_CHARS = 600
+ASK_CHARS = 800
+"""An ask longer than this is kept as head and tail."""
+MIN_ASK_CHARS = 240
+ASKS_BUDGET = 24_000
+"""Characters for all of a span's asks together: with many asks, each gets a smaller share."""
 CURRENT_CHARS = 400
+FOREIGN_CHARS = 300
+STATE_CHARS = 300
+"""An ask, task or intent quoted in Current Work or Next Step."""
+TERSE_FRACTION = 0.4
+CHARS_PER_TOKEN = 4
+TIGHT_ASK_CHARS = 100
+"""The shortest an ask gets (head and tail): its head still holds the 60 characters matched."""
+HEAD_ASK_CHARS = 72
+"""Below :data:`TIGHT_ASK_CHARS` an ask keeps its head only (more than the 60 characters matched)."""
+LEVELS = ((ASK_CHARS, False), (MIN_ASK_CHARS, True), (TIGHT_ASK_CHARS, True), (HEAD_ASK_CHARS, True))
+FRAME_CHARS = len(PREAMBLE) + len(OPEN_TAG) + len(CLOSE_TAG)
+"""A full rendering above this share of the span's characters is replaced by the terse one."""
 MAX_ITEMS = 400
-MAX_ERROR_LINES = 40
+MAX_ERRORS = 40
+MAX_ERROR_LINES = 20
 TOOLS_USED = "- Tools used: "
+ORIGINAL = "- Original request: "
+TASK_MARK = "- [ ] "
 CURRENT_STATE = ("Current Work", "Next Step")  # replaced, not merged, by a fresh span's state
 
 
@@ -33,7 +57,7 @@ class TemplateSummarizer(Summarizer):
     model = "template-v1"
 
     async def summarize(self, request: SummaryRequest) -> SummaryOutput:
-        text = render_summary(request.messages)
+        text = render_summary(request.messages, request.max_tokens)
         if not text.strip():
             raise EmptySummaryError("template summarizer produced no text (empty span)")
         return SummaryOutput(
@@ -41,26 +65,60 @@ class TemplateSummarizer(Summarizer):
         )
 
 
-def render_summary(messages: Iterable[Message]) -> str:
+def render_summary(messages: Iterable[Message], max_tokens: int | None = None) -> str:
+    """The checkpoint text. On a span so small that the full rendering would not be well under its
+    size, or when the full rendering exceeds ``max_tokens`` (priced at 4 characters a token), a
+    terse one: no last steps or latest agent message, shorter asks; then tighter asks still."""
     messages = list(messages)
+    facts = span_facts(messages)
+    budget = None if max_tokens is None else max_tokens * CHARS_PER_TOKEN
+    # The request leads with the protected task statement, which stays on the surface: the span
+    # that shrinks is what follows it.
+    lead = 1 if messages and messages[0].role == "user" and messages[0].source.kind == "user" else 0
+    small = TERSE_FRACTION * _span_chars(messages[lead:]) - FRAME_CHARS
+    text = ""
+    for level, (ask_chars, terse) in enumerate(LEVELS):
+        text = _render(messages, facts, ask_chars=ask_chars, terse=terse)
+        if (level or len(text) <= small) and (budget is None or len(text) <= budget):
+            break
+    return text
+
+
+def _span_chars(messages: list[Message]) -> int:
+    total = 0
+    for message in messages:
+        for block in message.content:
+            if isinstance(block, ToolCallBlock):
+                total += len(block.name) + len(block.arguments)
+            elif isinstance(block, ToolResultBlock):
+                total += len(text_of(block.content))
+            elif isinstance(block, TextBlock):
+                total += len(block.text)
+    return total
+
+
+def _render(messages: list[Message], facts: SpanFacts, *, ask_chars: int, terse: bool) -> str:
     prior = _prior_sections(messages)
     fresh = [m for m in messages if framed_summary(m) is None]
-    found = extract(fresh)
     prior_tools = _tool_counts(prior.pop("Key Technical Concepts", []))
+    if facts.todo_seen:  # the agent's current todo list supersedes the prior one
+        prior["Pending Jobs"] = [b for b in prior.get("Pending Jobs", []) if not b.startswith(TASK_MARK)]
+    requested = prior.get("Primary Request and Intent", [])
     sections = {
-        "Primary Request and Intent": _requests(fresh),
+        "Primary Request and Intent": _requests(facts, requested, ask_chars),
         "Key Technical Concepts": _concepts(fresh, prior_tools),
-        "Files and Code": _files(fresh, found),
-        "Errors and Fixes": _errors(fresh, found),
-        "Pending Jobs": _pending(fresh),
-        "Current Work": _current(fresh),
-        "Next Step": _next_step(fresh),
-        "Critical Context": _critical(found),
+        "Files and Code": _files(facts),
+        "Errors and Fixes": _errors(facts),
+        "Pending Jobs": _pending(facts),
+        "Current Work": _current(facts, terse, min(ask_chars, STATE_CHARS)),
+        "Next Step": _next_step(facts, min(ask_chars, STATE_CHARS)),
+        "Critical Context": _critical(facts),
     }
     lines: list[str] = []
     for name in SECTIONS:
         stale = name in CURRENT_STATE and bool(sections[name])  # the fresh span supersedes it
-        bullets = _merge([] if stale else prior.get(name, []), sections[name])
+        merge = _merge_files if name == "Files and Code" else _merge
+        bullets = merge([] if stale else prior.get(name, []), sections[name])
         lines.append(f"## {name}")
         lines.extend(bullets or ["- (none)"])
         lines.append("")
@@ -71,24 +129,59 @@ def render_summary(messages: Iterable[Message]) -> str:
 
 
 def _prior_sections(messages: list[Message]) -> dict[str, list[str]]:
+    """The bullets of the prior checkpoints in the span, by section: ours (framed), and another
+    harness's imported one (Claude Code's numbered sections, nested bullets flattened)."""
     merged: dict[str, list[str]] = {}
     for message in messages:
         body = framed_summary(message)
-        if body is None:
-            continue
-        for name, section in section_bodies(body).items():
-            bullets = [
-                ln for ln in section.splitlines() if ln.startswith("- ") and ln != "- (none)"
-            ]
-            merged.setdefault(name, []).extend(bullets)
+        if body is not None:
+            for name, section in section_bodies(body).items():
+                bullets = [ln for ln in section.splitlines() if ln.startswith("- ") and ln != "- (none)"]
+                merged.setdefault(name, []).extend(bullets)
+        elif is_checkpoint(message):
+            for name, section in section_bodies(text_of(message.content)).items():
+                merged.setdefault(name, []).extend(_foreign_bullets(section))
     return merged
+
+
+def _foreign_bullets(section: str) -> list[str]:
+    """A foreign checkpoint's top-level list items as our one-line bullets (its nested details,
+    code blocks and prose are not carried: the span's own facts are rendered beside them)."""
+    items = [
+        (len(line) - len(line.lstrip()), line.strip()[2:].strip())
+        for line in section.splitlines()
+        if line.strip().startswith(("- ", "* "))
+    ]
+    # A body's opening line lost its indentation (0): the shallowest indented item is top level;
+    # deeper ones are nested details, which stay in the log.
+    top = min((indent for indent, _ in items if indent > 0), default=0)
+    return [
+        f"- {_clip(text, FOREIGN_CHARS)}"
+        for indent, text in items
+        if indent <= top and text not in ("", "(none)")
+    ]
 
 
 def _merge(old: list[str], new: list[str]) -> list[str]:
     return list(dict.fromkeys([*old, *new]))[:MAX_ITEMS]
 
 
-# ---------------------------------------------------------------- sections
+FILE_BULLET = re.compile(r"^- (?:(Edited|Created|Read) )?`([^`]+)`$")
+FILE_RANK = {"": 0, "Read": 1, "Created": 2, "Edited": 3}
+
+
+def _merge_files(old: list[str], new: list[str]) -> list[str]:
+    """One bullet per path across a merge: edited or created beats read, read beats named."""
+    best: dict[str, tuple[str, str]] = {}  # path or bullet -> (kind, bullet)
+    for bullet in [*old, *new]:
+        found = FILE_BULLET.match(bullet)
+        key, kind = (found.group(2), found.group(1) or "") if found else (bullet, "")
+        if key not in best or FILE_RANK[kind] > FILE_RANK[best[key][0]]:
+            best[key] = (kind, bullet)
+    return [bullet for _, bullet in best.values()][:MAX_ITEMS]
+
+
+# ---------------------------------------------------------------- text shaping
 
 
 def _clip(text: str, limit: int) -> str:
@@ -96,22 +189,41 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
-def _user_texts(messages: list[Message]) -> list[str]:
-    return [
-        text_of(m.content)
-        for m in messages
-        if m.role == "user" and m.source.kind != "tool" and text_of(m.content).strip()
+def head_and_tail(text: str, limit: int) -> str:
+    """``text`` on one line; beyond ``limit`` characters its head and tail with the elision marked."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    if limit < TIGHT_ASK_CHARS:
+        return _clip(text, limit)
+    head = text[: limit * 2 // 3].rstrip()
+    tail = text[len(text) - limit // 3 :].lstrip()
+    return f"{head} […{len(text) - len(head) - len(tail):,} characters elided…] {tail}"
+
+
+def _code(text: str) -> str:
+    """Inline code that survives backticks inside ``text``."""
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
+
+
+# ---------------------------------------------------------------- sections
+
+
+def _requests(facts: SpanFacts, prior: list[str], most: int) -> list[str]:
+    """The span's asks (those a prior checkpoint already lists are not repeated), the slash
+    commands and the interruptions."""
+    listed = normalized("\n".join(prior))
+    asks = [a for a in dict.fromkeys(facts.user_asks) if not mentions(listed, a, prepared=True)]
+    has_original = bool(prior)  # a prior checkpoint stated the original request
+    limit = max(min(most, MIN_ASK_CHARS), min(most, ASKS_BUDGET // max(1, len(asks))))
+    bullets = [
+        f"{ORIGINAL if index == 0 and not has_original else '- User: '}{head_and_tail(ask, limit)}"
+        for index, ask in enumerate(asks)
     ]
-
-
-def _requests(messages: list[Message]) -> list[str]:
-    texts = _user_texts(messages)
-    if not texts:
-        return []
-    bullets = [f"- Original request: {_clip(texts[0], REQUEST_CHARS)}"]
-    bullets += [f"- Later instruction: {_clip(t, 200)}" for t in texts[1:4]]
-    if len(texts) > 4:
-        bullets.append(f"- ({len(texts) - 4} further user messages in this span)")
+    if facts.slash_commands:
+        bullets.append("- Slash commands run: " + ", ".join(_code(c) for c in facts.slash_commands))
+    if facts.interruptions:
+        bullets.append(f"- The user interrupted or rejected {facts.interruptions} agent action(s)")
     return bullets
 
 
@@ -139,71 +251,96 @@ def _tool_counts(bullets: list[str]) -> Counter[str]:
     return counts
 
 
-def _files(messages: list[Message], found: Identifiers) -> list[str]:
-    edited = {
-        path
-        for call in _tool_calls(messages)
-        if any(w in call.name.lower() for w in ("edit", "write", "create", "patch", "replace"))
-        for path in found.paths
-        if path in call.arguments
-    }
-    return [f"- `{p}`{' (edited)' if p in edited else ''}" for p in found.paths][:MAX_ITEMS]
+def _files(facts: SpanFacts) -> list[str]:
+    classified = (
+        [("Edited", p) for p in facts.files_edited]
+        + [("Created", p) for p in facts.files_created]
+        + [("Read", p) for p in facts.files_read]
+    )
+    named = {p for _, p in classified}
+    bullets = [f"- {kind} `{path}`" for kind, path in classified]
+    bullets += [f"- `{p}`" for p in facts.identifiers.paths if p not in named]  # named, not touched
+    return bullets[:MAX_ITEMS]
 
 
-def _errors(messages: list[Message], found: Identifiers) -> list[str]:
-    bullets = [f"- `{line}`" for line in list(found.error_lines)[:MAX_ERROR_LINES]]
+def _errors(facts: SpanFacts) -> list[str]:
+    """One bullet per failing call (tool and command or path): each distinct first line, how many
+    times, and whether the same call later succeeded; then error lines and names seen elsewhere."""
+    by_call: dict[tuple[str, str], dict[str, list[ErrorFact]]] = {}
+    for error in facts.errors:
+        by_call.setdefault((error.tool, error.command), {}).setdefault(error.first_line, []).append(error)
+    bullets = [_error_bullet(tool, command, lines) for (tool, command), lines in by_call.items()]
+    bullets = bullets[-MAX_ERRORS:]
     listed = " ".join(bullets)
-    names = [n for n in found.errors if n not in listed]
+    lines = [ln for ln in facts.identifiers.error_lines if ln not in listed][:MAX_ERROR_LINES]
+    bullets += [f"- Error seen: {_code(ln)}" for ln in lines]
+    listed = " ".join(bullets)
+    names = [n for n in facts.identifiers.errors if n not in listed]
     if names:
         bullets.append("- Error names seen: " + ", ".join(f"`{n}`" for n in names))
-    failed = _failed_calls(messages)
-    if failed:
-        bullets.append(f"- {len(failed)} tool calls returned errors: " + ", ".join(failed[:12]))
     return bullets
 
 
-def _failed_calls(messages: list[Message]) -> list[str]:
-    names = {c.id: c.name for c in _tool_calls(messages)}
-    return [
-        f"{names.get(b.tool_call_id, 'tool')} ({b.tool_call_id})"
-        for m in messages
-        for b in m.content
-        if isinstance(b, ToolResultBlock) and b.is_error
+def _error_bullet(tool: str, command: str, lines: dict[str, list[ErrorFact]]) -> str:
+    parts = []
+    for line, errors in lines.items():
+        times = f" ×{len(errors)}" if len(errors) > 1 else ""
+        outcome = "fixed: the same call later succeeded" if errors[-1].fixed else "unfixed"
+        parts.append(f"{line}{times} ({outcome})")
+    return f"- {tool} {_code(_clip(command, 160))}: " + "; ".join(parts)
+
+
+def _pending(facts: SpanFacts) -> list[str]:
+    bullets = [
+        f"{TASK_MARK}{_clip(task, 300)}{' (in progress)' if task == facts.active_task else ''}"
+        for task in facts.open_tasks
     ]
-
-
-def _pending(messages: list[Message]) -> list[str]:
-    answered = {
-        b.tool_call_id for m in messages for b in m.content if isinstance(b, ToolResultBlock)
-    }
-    return [
-        f"- Unanswered tool call {c.id}: {c.name} {_clip(c.arguments, 160)}"
-        for c in _tool_calls(messages)
-        if c.id not in answered
+    bullets += [f"- Unanswered tool call: {call}" for call in facts.unanswered]
+    bullets += [
+        f"- Resolve the error of {e.tool} {_code(_clip(e.command, 120))} (see Errors and Fixes)"
+        for e in facts.errors[-3:]
+        if not e.fixed
     ]
+    return list(dict.fromkeys(bullets))
 
 
-def _assistant_texts(messages: list[Message]) -> list[str]:
-    return [
-        text_of(m.content) for m in messages if m.role == "assistant" and text_of(m.content).strip()
-    ]
+def _current(facts: SpanFacts, terse: bool, limit: int) -> list[str]:
+    bullets: list[str] = []
+    if facts.active_task:
+        bullets.append(f"- Task in progress: {_clip(facts.active_task, limit)}")
+    if len(facts.user_asks) > 1:  # a single ask is the original request, listed above
+        bullets.append(f"- Latest user request: {_clip(facts.user_asks[-1], limit)}")
+    if terse:
+        if not bullets and facts.last_steps:
+            bullets.append(f"- Last step: {facts.last_steps[-1]}")
+        return bullets
+    if facts.last_steps:
+        bullets.append("- Last steps: " + "; ".join(facts.last_steps))
+    if facts.last_agent_text:
+        bullets.append(f"- The agent's latest message: {_clip(facts.last_agent_text, CURRENT_CHARS)}")
+    return bullets
 
 
-def _current(messages: list[Message]) -> list[str]:
-    texts = _assistant_texts(messages)
-    return [f"- {_clip(texts[-1], CURRENT_CHARS)}"] if texts else []
-
-
-def _next_step(messages: list[Message]) -> list[str]:
-    calls = _tool_calls(messages)
-    if calls:
-        last = calls[-1]
-        return [f"- Continue after the last action: {last.name} {_clip(last.arguments, 160)}"]
+def _next_step(facts: SpanFacts, limit: int) -> list[str]:
+    """One bullet: what the agent is to do next, from the state the span ends in."""
+    if facts.unanswered:
+        return [f"- Obtain the result of the unanswered call {facts.unanswered[0]}, then continue"]
+    if facts.ends_with_ask:
+        return [f"- Answer the user's latest message: {_clip(facts.user_asks[-1], limit)}"]
+    if facts.intent:
+        return [f"- As the agent last stated: {_clip(facts.intent, limit)}"]
+    if facts.active_task:
+        return [f"- Continue the task in progress: {_clip(facts.active_task, limit)}"]
+    if facts.open_tasks:
+        return [f"- Start the next open task: {_clip(facts.open_tasks[0], limit)}"]
+    if facts.user_asks:
+        return [f"- Check the latest user request is complete: {_clip(facts.user_asks[-1], limit)}"]
     return []
 
 
-def _critical(found: Identifiers) -> list[str]:
-    bullets = [f"- Command: `{c}`" for c in found.commands]
+def _critical(facts: SpanFacts) -> list[str]:
+    found = facts.identifiers
+    bullets = [f"- Command: {_code(c)}" for c in found.commands]
     if found.ids:
         bullets.append("- Identifiers: " + ", ".join(f"`{i}`" for i in found.ids))
     return bullets[:MAX_ITEMS]

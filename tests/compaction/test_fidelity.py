@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from compaction.fidelity import section_bodies
+from compaction.fidelity import missing_sections, normalized_title, section_bodies, section_named
 from compaction.identifiers import extract
 from compaction.instruction import SECTIONS
 from compaction.sessions.blocks import Message, TextBlock, ToolResultBlock
@@ -67,3 +67,62 @@ def test_error_line_extraction_is_linear_on_blank_runs() -> None:
         found = extract([message])
     assert list(found.error_lines) == ["KeyError: 'k'", "TypeError"]
     assert list(found.errors) == ["KeyError", "TypeError"]
+
+
+CLAUDE_CODE_STYLE = """Analysis: the user wants the parser ported.
+
+Summary:
+1. Primary Request and Intent:
+   The user asked to port the parser.
+2. Key Technical Concepts:
+   - Rust, nom
+3. Files and Code Sections:
+   - src/parser.rs
+4. Errors and fixes:
+   - E0308 mismatched types: fixed by a cast
+5. Problem Solving:
+   Worked around the lifetime issue.
+6. All user messages:
+   - "port the parser"
+7. Pending Tasks:
+   - write the docs
+8. Current Work:
+   Porting the lexer.
+9. Optional Next Step:
+   Port the error type.
+"""
+
+
+def test_sections_are_matched_tolerantly() -> None:
+    """Heading level, numbering, case, bold, a trailing parenthesis and common synonyms."""
+    summary = "\n\n".join(
+        [
+            "# 1. primary request and intent\n- port it",
+            "**Key Concepts:**\n- nom",
+            "### Files & Code (edited)\n- src/parser.rs",
+            "## Errors\n- E0308",
+            "## PENDING TASKS\n- docs",
+            "__Current State:__\n- lexer",
+            "## Next Steps\n- error type",
+            "#### 8) Notes\n- keep MSRV 1.70",
+        ]
+    )
+    bodies = section_bodies(summary)
+    assert list(bodies) == list(SECTIONS) and missing_sections(summary) == ()
+    assert bodies["Pending Jobs"] == "- docs" and bodies["Critical Context"] == "- keep MSRV 1.70"
+    assert normalized_title("**3. Files & Code:**") == "files and code"
+    assert section_named("Optional Next Step") == "Next Step"
+    assert section_named("Lunch plans") is None
+
+
+def test_claude_codes_own_summary_shape_has_every_section_but_critical_context() -> None:
+    bodies = section_bodies(CLAUDE_CODE_STYLE)
+    assert missing_sections(CLAUDE_CODE_STYLE) == ("Critical Context",)
+    assert "E0308" in bodies["Errors and Fixes"] and "lifetime" in bodies["Errors and Fixes"]
+    assert '"port the parser"' in bodies["Primary Request and Intent"]
+    assert bodies["Next Step"] == "Port the error type."
+
+
+def test_a_partly_bold_line_or_a_list_item_synonym_does_not_start_a_section() -> None:
+    summary = "## Pending Jobs\n**Errors** were all fixed\n1. Errors\n- more"
+    assert list(section_bodies(summary)) == ["Pending Jobs"]

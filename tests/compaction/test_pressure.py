@@ -34,7 +34,7 @@ from tests.compaction.test_support import (
     text_of_price,
 )
 
-RELAXED = {"require_sections": False, "min_identifier_ratio": 0.0}
+RELAXED = {"require_sections": False, "min_identifier_ratio": 0.0, "completion": "off"}
 OUTPUT = "Traceback (most recent call last):\n" + '  File "src/app/core.py", line 7\n' * 12
 
 
@@ -83,6 +83,15 @@ async def test_no_window_is_a_configuration_error() -> None:
     start_turn(session, window=None)
     with pytest.raises(CompactionConfigError, match="no context capacity for test/test-model"):
         await BasicCompactService().compact_if_needed(session)
+
+
+async def test_no_request_header_means_no_pressure() -> None:
+    """Issue 14.3: nothing has been routed yet, so there is nothing to compact (as the reference)."""
+    session = Session()
+    user(session, "task " * 5000)
+    length = len(session)
+    assert await BasicCompactService().compact_if_needed(session) is None
+    assert len(session) == length
 
 
 async def test_two_automatic_compactions_leave_one_checkpoint_after_the_task() -> None:

@@ -34,7 +34,9 @@ from compaction.sessions.session import Session, project
 from tests.compaction.test_support import assert_committed, bracket, checkpoints_on_surface
 from tests.conftest import PUBLIC_TRANSCRIPTS
 
-ALLOWANCE = 1200  # room for the checkpoint when choosing the smallest window that can fit
+ALLOWANCE = 1600  # room for the checkpoint when choosing the smallest window that can fit
+# (the handover checkpoint of issue 12 lists every error and user message: ~1,450 tokens after the
+# seven merged compactions of the third OpenHands session)
 RATIOS: dict[str, list[float]] = {}
 
 

@@ -642,3 +642,54 @@ def test_an_unreadable_session_is_reported_and_the_others_are_still_recovered(tm
         assert actions == {str(good.id): "repaired", str(bad.id): "unreadable"}
         assert report.passed is False  # the operator is told (exit status 1)
         assert inspect_lock(store.get(good.id)).start_seq is None
+
+
+@pytest.mark.parametrize(
+    "durable_store_url",
+    ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)],
+    indirect=True,
+)
+def test_an_undecodable_lock_record_does_not_stop_the_recovery_of_other_sessions(
+    durable_store_url: str,
+) -> None:
+    """Issue 15.2: a compact/start row that does not decode used to fail the whole scan
+    (StoreError), so the healthy orphan of another session stayed busy."""
+    from tests.reliability import tamper
+
+    url = durable_store_url
+    with SessionStore.open(url) as store:
+        good = saved_session(store, lease(dead_pid()))
+        bad = saved_session(store, lease(dead_pid()), cid="c-bad")
+    bad_seq = len(bad) - 1  # the bad session's compact/start
+    tamper.set_state(url, bad.id, bad_seq, b'{"type":"compact/start","seq":')
+    with SessionStore.open(url) as store:
+        report = recover(store, repair())
+        assert [(o.session_id, o.action) for o in report.orphans] == [(str(good.id), "repaired")]
+        assert [(u.session_id, u.seq, u.event_type) for u in report.unreadable] == [
+            (str(bad.id), bad_seq, "compact/start")
+        ]
+        assert report.passed is False
+        assert inspect_lock(store.get(good.id)).start_seq is None
+        document = report.to_json()
+        assert document["unreadable"][0]["action"] == "unreadable"
+    code, cli = run_json("--store", url, "recover", "--repair")
+    assert code == 1
+    assert [u["session_id"] for u in cli["unreadable"]] == [str(bad.id)]
+    assert cli["orphans"] == []  # the good one was closed by the first pass
+
+
+def test_the_follow_scan_reports_an_undecodable_lock_record_once_and_goes_on(tmp_path: Path) -> None:
+    from tests.reliability import tamper
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    with SessionStore.open(url) as store:
+        bad = saved_session(store, lease(dead_pid()), cid="c-bad")
+        tamper.set_topic(url, bad.id, len(bad) - 1, "compact/start")
+        tamper.set_state(url, bad.id, len(bad) - 1, b"[]")
+        process = Recovery(store, repair())
+        first = process.run_once()
+        good = saved_session(store, lease(dead_pid()))
+        second = process.run_once()
+    assert [u.session_id for u in first.unreadable] == [str(bad.id)]
+    assert [u.session_id for u in second.unreadable] == [str(bad.id)]
+    assert [(o.session_id, o.action) for o in second.orphans] == [(str(good.id), "repaired")]

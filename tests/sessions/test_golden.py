@@ -92,7 +92,7 @@ def test_golden_kinds_hold_what_they_are_named_for() -> None:
 
 
 def test_golden_files_load_from_every_backend(store_url: str) -> None:
-    sessions = [import_session(p) for p in FILES]
+    sessions = [import_session(p) for p in CURRENT]  # each version's files share session ids
     with SessionStore.open(store_url) as store:
         for session in sessions:
             store.save(session)
@@ -102,5 +102,5 @@ def test_golden_files_load_from_every_backend(store_url: str) -> None:
             assert surface_hash(stored) == surface_hash(session)
         scanner = OrphanScanner(store)
         scanner.poll()
-        orphan = next(s for p, s in zip(FILES, sessions, strict=True) if kind_of(p) == "orphan")
+        orphan = next(s for p, s in zip(CURRENT, sessions, strict=True) if kind_of(p) == "orphan")
         assert [(o.session_id, o.start_seq) for o in scanner.orphans] == [(orphan.id, len(orphan) - 1)]

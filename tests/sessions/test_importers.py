@@ -110,11 +110,21 @@ def count_openai(path: Path) -> tuple[int, int]:
     return calls, results
 
 
+def count_codex(path: Path) -> tuple[int, int]:
+    """Codex rollouts (tests/sessions/test_codex_import.py imports the ones in tests/data/codex)."""
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    items = [line["payload"] for line in lines if line["type"] == "response_item"]
+    kinds = Counter(item.get("type") for item in items)
+    calls = kinds["function_call"] + kinds["local_shell_call"] + kinds["custom_tool_call"]
+    return calls, kinds["function_call_output"] + kinds["custom_tool_call_output"]
+
+
 COUNTERS = {
     "claude-code": count_claude_code,
     "pi": count_pi,
     "openhands": count_openhands,
     "openai": count_openai,
+    "codex": count_codex,
 }
 
 

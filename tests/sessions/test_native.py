@@ -151,7 +151,8 @@ def test_header_and_event_lines(exported: list[Exported]) -> None:
     assert isinstance(header["library_version"], str) and header["library_version"]
     for seq, line in enumerate(lines[1:]):
         event = json.loads(line)
-        assert list(event) == ["seq", "type", "time", "payload", "surface_op", "source_event_seqs"]
+        keys = ["seq", "type", "time", "payload", "surface_op", "source_event_seqs", "hash"]
+        assert list(event) == keys
         assert event["seq"] == seq and event["type"] == one.events[seq].type
 
 
@@ -352,8 +353,9 @@ def test_the_same_id_with_other_events_is_refused(
 def test_an_upcaster_rewrites_an_old_payload(
     tmp_path: Path, exported: list[Exported], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A shape change: version-1 files wrote ``turn/start`` as ``{"number": N}`` (hypothetically);
-    the upcaster for (type, 1) rewrites it before decoding, and the session restores exactly."""
+    """A shape change: files of this version wrote ``turn/start`` as ``{"number": N}``
+    (hypothetically); the upcaster for (type, version) rewrites it before decoding, and the session
+    restores exactly (its content hash included)."""
     one = small_export(exported)
     lines = one.path.read_text(encoding="utf-8").splitlines()
     number = first_line_of(lines, "turn/start")
@@ -370,7 +372,7 @@ def test_an_upcaster_rewrites_an_old_payload(
             payload["turn"] = payload.pop("number")
         return payload
 
-    monkeypatch.setitem(UPCASTERS, ("turn/start", 1), upcast)
+    monkeypatch.setitem(UPCASTERS, ("turn/start", VERSION), upcast)
     restored = import_session(path)
     assert list(restored.events()) == one.events
     assert surface_hash(restored) == one.surface_hash

@@ -83,9 +83,7 @@ def test_notifications_are_decoded_with_their_id_and_session(store: SessionStore
     after = store.notifications(notes[1].notification_id, 2)
     assert after == notes[2:4]
     starts = store.notifications(0, 1000, topics=("turn/start",), upto=notes[-2].notification_id)
-    assert [(n.session_id, n.event.TYPE) for n in starts] == [
-        (first, "turn/start"), (second, "turn/start")
-    ]
+    assert [(n.session_id, n.event.TYPE) for n in starts] == [(first, "turn/start"), (second, "turn/start")]
 
 
 def test_a_notification_that_does_not_decode_names_session_seq_and_id(store: SessionStore) -> None:
@@ -112,8 +110,11 @@ def test_append_events_refuses_a_taken_seq(store: SessionStore) -> None:
 
 
 def test_each_backend_subscribes_through_its_recorder(store: SessionStore) -> None:
-    expected = {"memory": POPOSubscription, "sqlite": PollingSubscription,
-                "postgresql": PostgresSubscription}[store.backend]
+    expected = {
+        "memory": POPOSubscription,
+        "sqlite": PollingSubscription,
+        "postgresql": PostgresSubscription,
+    }[store.backend]
     with store.follow() as feed:
         assert isinstance(feed.subscription, expected)
 
@@ -153,3 +154,31 @@ def test_unannounced_partitions_poll_and_the_wrapper_routes_row_reads(pg_url: st
         session_id = _saved(store)
         assert store.stream_length(session_id) == len(store.load_events(session_id)) > 0
         assert store.read_rows(session_id) == store.load_events(session_id)
+
+
+def test_a_listening_follower_with_a_poll_interval_never_misses_an_unannounced_append(pg_url: str) -> None:
+    """A NOTIFY lost between the subscription's first select and its LISTEN (or never sent, as
+    here: a second handle appends with notify=off) is caught by the re-check every poll interval;
+    the LISTEN-only subscription would wait for the next notification forever."""
+    with (
+        PartitionedSessionStore.open(f"{pg_url}?partitions=1") as listening,
+        PartitionedSessionStore.open(f"{pg_url}?partitions=1&notify=off") as silent,
+    ):
+        (part,) = listening.parts
+        seen: list[int] = []
+        arrived = threading.Event()
+        with part.follow(0, poll_interval=0.1) as feed:
+            assert isinstance(feed.subscription, PostgresSubscription)
+
+            def read() -> None:
+                for notification in feed:
+                    seen.append(notification.notification_id)
+                    arrived.set()
+
+            reader = threading.Thread(target=read)
+            reader.start()
+            _saved(silent)
+            assert arrived.wait(timeout=10), "the unannounced append never reached the follower"
+            feed.stop()
+            reader.join(timeout=10)
+        assert not reader.is_alive() and seen

@@ -42,6 +42,7 @@ from compaction.sessions.events import (
     ContextMessage,
     RequestHeader,
     SessionEvent,
+    SteeringMessage,
     StepEnd,
     StepStart,
     ToolCall,
@@ -175,6 +176,17 @@ class SessionBuilder:
         self.at(time)
         self._close_step(origin)
         self._append(ContextMessage(message=message, surface_op="append", origin=origin))
+        self.messages += 1
+
+    def steering(self, message: Message, origin: str, *, time: datetime | None = None) -> None:
+        """A user message delivered while a turn is under way (typed while the agent worked):
+        closes the open step, keeps the turn open; a plain prompt when no turn is open."""
+        if not self._turn_open:
+            self.user(message, origin, time=time)
+            return
+        self.at(time)
+        self._close_step(origin)
+        self._append(SteeringMessage(message=message, surface_op="append", origin=origin))
         self.messages += 1
 
     def assistant(

@@ -13,7 +13,12 @@ blocks. Lines sharing ``message.id`` are merged into one assistant message (one 
   one sidechain thread (a ``subagents/agent-*.jsonl`` file) imports as a plain session.
 * Claude Code's own compaction: the ``system``/``compact_boundary`` line is counted in
   ``compactions`` and the ``isCompactSummary`` user line is imported as a user message whose origin
-  says so. ``summary``, ``system``, ``progress``, snapshot and queue lines are reported as skipped.
+  says so. ``summary``, ``system``, ``progress`` and snapshot lines are reported as skipped.
+* ``queue-operation`` ``enqueue`` lines hold what the user typed while the agent worked; Claude Code
+  hands it to the model at its next call. It becomes a ``steering/message`` after the results of
+  the step under way (a user prompt when no turn is open). A queued text that later arrives as a
+  user line of its own (task notifications) is imported there; ``remove``/``dequeue`` lines are
+  queue bookkeeping and reported as skipped.
 """
 
 from __future__ import annotations
@@ -125,15 +130,17 @@ class _Step:
     call_origins: dict[str, str] = field(default_factory=dict)
     usage: Usage | None = None
     results: list[_Result] = field(default_factory=list)
-    after: list[tuple[str, Message, datetime | None]] = field(default_factory=list)  # user text
+    after: list[tuple[str, Message, datetime | None, bool]] = field(default_factory=list)
+    """User text that arrived during the step: (origin, message, time, steering)."""
 
 
 class _ChainImporter:
-    def __init__(self, builder: SessionBuilder) -> None:
+    def __init__(self, builder: SessionBuilder, user_lines: dict[str, list[int]]) -> None:
         self.b = builder
         self.step: _Step | None = None
         self.seen_ids: dict[str, int] = {}
         self.last_model: str | None = None
+        self.user_lines = user_lines  # text of each plain user line -> its line numbers
 
     def line(self, number: int, line: JSON) -> None:
         kind = as_str(line.get("type"))
@@ -154,6 +161,8 @@ class _ChainImporter:
             self.b.skip(origin, f"system line ({subtype}): harness metadata, not sent to the model")
         elif kind == "summary":
             self.b.skip(origin, "summary line: a session title, not part of the conversation")
+        elif kind == "queue-operation":
+            self.queued(number, line, origin)
         else:
             self.b.skip(origin, f"{kind or 'untyped'} line: not a conversation message")
 
@@ -209,6 +218,25 @@ class _ChainImporter:
         else:
             self.b.user(message, origin)
 
+    def queued(self, number: int, line: JSON, origin: str) -> None:
+        """A message typed while the agent worked: delivered to the model at its next call."""
+        operation = as_str(line.get("operation"))
+        text = as_str(line.get("content"))
+        if operation != "enqueue" or not text.strip():
+            self.b.skip(origin, f"queue-operation {operation or '?'}: queue bookkeeping, no message")
+            return
+        later = [n for n in self.user_lines.get(text, []) if n > number]
+        if later:
+            self.b.skip(origin, f"queued message delivered as the user line {later[0]}: imported there")
+            return
+        message = user_message(f"queued-line-{number}", (TextBlock(text),))
+        queued_origin = f"{origin} queued while the agent worked"
+        time = parse_time(line.get("timestamp"))
+        if self.step is None:
+            self.b.steering(message, queued_origin, time=time)
+        else:
+            self.step.after.append((queued_origin, message, time, True))
+
     def tool_results(self, number: int, line: JSON, origin: str, parts: list[Any]) -> None:
         others: list[Any] = []
         for index, raw in enumerate(parts):
@@ -227,7 +255,7 @@ class _ChainImporter:
         if self.step is None:
             self.b.user(extra, f"{origin} text sent with tool results")
         else:
-            self.step.after.append((origin, extra, parse_time(line.get("timestamp"))))
+            self.step.after.append((origin, extra, parse_time(line.get("timestamp")), False))
 
     def user_blocks(self, origin: str, parts: list[Any]) -> tuple[Block, ...]:
         blocks: list[Block] = []
@@ -280,13 +308,22 @@ class _ChainImporter:
                 message_id=result.message_id,
                 time=result.time,
             )
-        for after_origin, extra, time in step.after:
-            self.b.user(extra, f"{after_origin} text sent with tool results", time=time)
+        for after_origin, extra, time, steering in step.after:
+            if steering:
+                self.b.steering(extra, after_origin, time=time)
+            else:
+                self.b.user(extra, f"{after_origin} text sent with tool results", time=time)
 
 
 def _import_lines(lines: list[Line], session_id: UUID, source: str) -> ImportedSession:
     builder = SessionBuilder(session_id, source=source, format=FORMAT)
-    importer = _ChainImporter(builder)
+    user_lines: dict[str, list[int]] = {}
+    for number, line in lines:
+        if as_str(line.get("type")) == "user":
+            content = as_dict(line.get("message")).get("content")
+            if isinstance(content, str):
+                user_lines.setdefault(content, []).append(number)
+    importer = _ChainImporter(builder, user_lines)
     for number, line in lines:
         importer.line(number, line)
     importer.flush()

@@ -92,11 +92,27 @@ def file_digest(data: bytes) -> str:
 # ---------------------------------------------------------------- reading input
 
 
+BOM = b"\xef\xbb\xbf"
+
+
 def read_bytes(path: Path) -> bytes:
+    """The file's bytes, without a leading UTF-8 byte order mark (editors on Windows write one)."""
     try:
-        return path.read_bytes()
+        data = path.read_bytes()
     except OSError as e:
         raise TranscriptError(str(path), None, f"cannot read the transcript: {e}") from e
+    return data[len(BOM) :] if data.startswith(BOM) else data
+
+
+def decode_json(raw: bytes | str) -> Any:
+    """``msgspec.json.decode`` that reports JSON nested too deeply to decode (a RecursionError
+    inside the decoder) as a :class:`msgspec.DecodeError`, so callers name the line."""
+    try:
+        return msgspec.json.decode(raw)
+    except RecursionError:
+        raise msgspec.DecodeError(
+            "JSON nested too deeply to read (more levels than the decoder's recursion limit)"
+        ) from None
 
 
 def json_lines(path: Path, data: bytes) -> tuple[list[tuple[int, JSON]], list[str]]:
@@ -114,9 +130,9 @@ def json_lines(path: Path, data: bytes) -> tuple[list[tuple[int, JSON]], list[st
         if not raw.strip():
             continue
         try:
-            value = msgspec.json.decode(raw)
+            value = decode_json(raw)
         except msgspec.DecodeError as e:
-            if number == len(raw_lines):
+            if number == len(raw_lines) and "nested too deeply" not in str(e):
                 skipped.append(f"line {number}: truncated JSON at the end of the file ({e})")
                 continue
             raise TranscriptError(
@@ -137,7 +153,7 @@ def whole_document(data: bytes) -> Any:
     if data.lstrip()[:1] not in (b"[", b"{"):
         return None
     try:
-        return msgspec.json.decode(data)
+        return decode_json(data)
     except msgspec.DecodeError:
         return None
 

@@ -13,7 +13,16 @@ from typing import Any
 import msgspec
 
 from compaction.errors import TranscriptError
-from compaction.sessions.importers.common import JSON, as_dict, as_list, as_str, read_bytes, whole_document
+from compaction.sessions.importers.codex import is_rollout_line
+from compaction.sessions.importers.common import (
+    JSON,
+    as_dict,
+    as_list,
+    as_str,
+    decode_json,
+    read_bytes,
+    whole_document,
+)
 
 CLAUDE_CODE_TYPES = frozenset(
     {
@@ -33,7 +42,8 @@ LOOKAHEAD = 50
 EXPECTED = (
     "expected Claude Code JSONL (lines with `type` and `uuid`), pi session JSONL (a `session` "
     "header, `message` entries), OpenHands output (runs with a `history` of actions and "
-    "observations) or OpenAI-style chat messages (`role`/`content`, a SWE-agent `history`)"
+    "observations), OpenAI-style chat messages (`role`/`content`, a SWE-agent `history`) or a "
+    "Codex CLI rollout (lines with `timestamp`, `type` and `payload`)"
 )
 
 
@@ -72,7 +82,7 @@ def _lines_format(path: Path, data: bytes) -> str:
         if not raw.strip():
             continue
         try:
-            record = msgspec.json.decode(raw)
+            record = decode_json(raw)
         except msgspec.DecodeError as e:
             raise TranscriptError(
                 str(path), number, f"expected JSON or JSONL, found invalid JSON ({e}); {EXPECTED}"
@@ -95,9 +105,12 @@ def _lines_format(path: Path, data: bytes) -> str:
 
 def _record_format(record: JSON) -> str | None:
     kind = as_str(record.get("type"))
+    if is_rollout_line(record):
+        return "codex"
     history = record.get("history")
     if isinstance(history, list):
-        events = [as_dict(e) for e in history[:LOOKAHEAD]]
+        # older OpenHands evaluation output holds [action, observation] pairs
+        events = [as_dict(x) for e in history[:LOOKAHEAD] for x in (e if isinstance(e, list) else [e])]
         if any("action" in e or "observation" in e for e in events) and not any(
             "role" in e for e in events
         ):

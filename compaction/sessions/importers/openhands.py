@@ -11,6 +11,15 @@ Each run becomes a session (source ``FILE#run-N``). History events are actions a
   as a rejected tool argument) is harness feedback: a ``context/message`` inside the turn;
 * ``recall`` actions/observations (workspace context retrieval) are reported as skipped;
 * the run's ``error`` (for example the iteration limit) ends the turn with reason ``error``.
+
+The older output (resolver and evaluation runs before OpenHands' V1 event model, from agents that
+did not use function calling) has no ``tool_call_metadata`` anywhere: flat event dicts (the resolver's,
+often without ``id`` or ``source``, the arguments at the top level instead of under ``args``) or
+``[action, observation]`` pairs (evaluation output). Such a run is read by :class:`_LegacyRun`: the
+user's (or else the first) ``message`` action is the task, each other action (``run``,
+``run_ipython``, ``browse``...) one model call whose tool call (named after the action, id
+``legacy-R-E``) is answered by the observation that follows it, ``finish`` the final answer, and
+``null`` events are reported as skipped.
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ from typing import Any
 import msgspec
 
 from compaction.errors import TranscriptError
-from compaction.sessions.blocks import Block, Message, ReasoningBlock, TextBlock, ToolCallBlock
+from compaction.sessions.blocks import Block, Message, ReasoningBlock, Source, TextBlock, ToolCallBlock
 from compaction.sessions.events import ToolSpec, TurnEndReason, Usage
 from compaction.sessions.importers.builder import SessionBuilder
 from compaction.sessions.importers.common import (
@@ -33,6 +42,7 @@ from compaction.sessions.importers.common import (
     as_list,
     as_str,
     compact_json,
+    decode_json,
     file_digest,
     json_lines,
     model_source,
@@ -57,8 +67,11 @@ def import_file(path: Path, data: bytes) -> list[ImportedSession]:
         builder = SessionBuilder(
             session_id_for(FORMAT, digest, run - 1), source=f"{path}#run-{run}", format=FORMAT
         )
-        _RunImporter(builder, run, record).run()
-        builder.note(f"line {number}: instance {record.get('instance_id')}")
+        if _is_legacy(_history(record)):
+            _LegacyRun(builder, run, record).run()
+        else:
+            _RunImporter(builder, run, record).run()
+        builder.note(f"line {number}: instance {_instance(record)}")
         sessions.append(builder.finish())
     if sessions:
         sessions[-1].skipped[:0] = truncated
@@ -69,7 +82,7 @@ def _runs(path: Path, data: bytes) -> tuple[list[tuple[int, JSON]], list[str]]:
     """JSONL of runs, or one run written as a single (possibly pretty-printed) JSON object."""
     if data.lstrip()[:1] == b"{":
         try:
-            document = msgspec.json.decode(data)
+            document = decode_json(data)
         except msgspec.DecodeError:
             document = None
         if isinstance(document, dict):
@@ -95,7 +108,7 @@ class _RunImporter:
         self.step: _Step | None = None
 
     def run(self) -> None:
-        for event in as_list(self.record.get("history")):
+        for event in _history(self.record):
             self.event(as_dict(event))
         self.flush()
         error = self.record.get("error")
@@ -283,3 +296,124 @@ def _usage(raw: JSON) -> Usage | None:
         input_tokens=as_int(raw.get("prompt_tokens")),
         output_tokens=as_int(raw.get("completion_tokens")),
     )
+
+
+# ---------------------------------------------------------------- the older flat format
+
+_ENVELOPE_KEYS = frozenset(
+    {
+        "id", "source", "args", "extras", "llm_metrics", "tool_call_metadata",
+        "action", "observation", "thought", "message", "timestamp", "cause", "is_confirmed",
+        "action_risk", "security_risk", "confirmation_state", "keep_prompt", "kernel_init_code",
+        "images_urls", "wait_for_response",
+    }
+)  # fmt: skip
+
+
+def _history(record: JSON) -> list[Any]:
+    """The run's events in order (``[action, observation]`` pairs of older output flattened)."""
+    events: list[Any] = []
+    for item in as_list(record.get("history")):
+        events.extend(item if isinstance(item, list) else [item])
+    return events
+
+
+def _is_legacy(history: list[Any]) -> bool:
+    """Older output: actions and observations, none with ``tool_call_metadata``."""
+    events = [e for e in history if isinstance(e, dict) and ("action" in e or "observation" in e)]
+    return bool(events) and not any("tool_call_metadata" in e for e in events)
+
+
+class _LegacyRun:
+    """One run of the older output: actions paired with the observations that follow them."""
+
+    def __init__(self, builder: SessionBuilder, run: int, record: JSON) -> None:
+        self.b = builder
+        self.run_no = run
+        self.record = record
+        self.model = as_str(as_dict(as_dict(record.get("metadata")).get("llm_config")).get("model"))
+        self.pending: str | None = None  # the call id the next observation answers
+        self.task_seen = False
+        self.synthesized_ids = 0
+
+    def run(self) -> None:
+        for index, raw in enumerate(_history(self.record)):
+            event = as_dict(raw)
+            origin = f"run {self.run_no} event {index}"
+            self.b.at(parse_time(event.get("timestamp")))
+            if "observation" in event:
+                self.observation(event, origin)
+            elif "action" in event:
+                self.action(event, origin, index)
+            else:
+                self.b.skip(origin, "history item with neither `action` nor `observation`")
+        if self.synthesized_ids:
+            self.b.note(
+                f"run {self.run_no}: older OpenHands output (no event ids): {self.synthesized_ids} "
+                "actions imported as tool calls with made-up ids (legacy-RUN-EVENT), each answered "
+                "by the observation that follows it"
+            )
+        error = self.record.get("error")
+        if error:
+            self.b.turn_reason(TurnEndReason(kind="error", message=str(error)))
+
+    def source(self) -> Source:
+        return model_source(_provider(self.model), self.model)
+
+    def action(self, event: JSON, origin: str, index: int) -> None:
+        kind = as_str(event.get("action"))
+        fields = as_dict(event.get("args")) or event  # flat resolver dicts: no `args` object
+        thought = as_str(fields.get("thought")) or as_str(event.get("thought"))
+        source = as_str(event.get("source"))
+        self.pending = None
+        if kind == "system":
+            self.b.header(
+                _provider(self.model), self.model or "unknown",
+                system=as_str(fields.get("content")), tools=_tools(fields.get("tools")), origin=origin,
+            )  # fmt: skip
+        elif kind == "message" and (source == "user" or (not source and not self.task_seen)):
+            self.task_seen = True
+            text = as_str(fields.get("content")) or as_str(event.get("message"))
+            if not text:
+                text = as_str(self.record.get("instruction"))
+            self.b.user(user_message(_id(origin), (TextBlock(text),)), f"{origin} {source or 'task'} message")
+        elif kind in ("message", "finish"):
+            text = as_str(fields.get("content")) or thought or as_str(fields.get("final_thought"))
+            message = Message(_id(origin), "assistant", (TextBlock(text),), self.source())
+            self.b.assistant(message, f"{origin} {kind} action")
+        elif kind in ("null", "change_agent_state", "recall", ""):
+            self.b.skip(origin, f"{kind or 'untyped'} action: not a model message")
+        else:
+            call_id = f"legacy-{self.run_no}-{index}"
+            arguments = {k: v for k, v in fields.items() if k not in _ENVELOPE_KEYS}
+            blocks: list[Block] = [TextBlock(thought)] if thought else []
+            blocks.append(ToolCallBlock(call_id, kind, compact_json(arguments)))
+            message = Message(_id(origin), "assistant", tuple(blocks), self.source())
+            self.b.assistant(message, f"{origin} {kind} action")
+            self.synthesized_ids += 1
+            self.pending = call_id
+
+    def observation(self, event: JSON, origin: str) -> None:
+        kind = as_str(event.get("observation"))
+        call_id, self.pending = self.pending, None
+        text = as_str(event.get("content")) or as_str(event.get("message"))
+        if call_id is not None:
+            self.b.result(
+                call_id, (TextBlock(text),), f"{origin} {kind} observation",
+                is_error=kind == "error", message_id=_id(origin),
+            )  # fmt: skip
+        elif kind == "error" and text:
+            self.b.context(user_message(_id(origin), (TextBlock(text),)), f"{origin} error observation")
+        else:
+            self.b.skip(origin, f"{kind or 'untyped'} observation that answers no action")
+
+
+def _instance(record: JSON) -> str:
+    """The run's instance id, or the issue a resolver run worked on (``owner/repo#number``)."""
+    instance = record.get("instance_id")
+    if instance is not None:
+        return str(instance)
+    issue = as_dict(record.get("issue"))
+    if issue:
+        return f"{issue.get('owner')}/{issue.get('repo')}#{issue.get('number')}"
+    return "unknown"

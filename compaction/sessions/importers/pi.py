@@ -11,6 +11,9 @@ A ``session`` header line, then entries: ``message`` (roles ``user``, ``assistan
   turn ends with that reason. (A call the file nevertheless answers gets its ``tool/call`` right
   before that result, and a note.)
 * A ``compaction`` entry is counted and its summary imported as a user message (origin says so).
+* A ``bashExecution`` message (a command the user ran with ``!``) is user text, rendered as pi
+  renders it for the model (``bashExecutionToText``); with ``excludeFromContext`` (``!!``) pi keeps
+  it out of the model's context, so it is reported as skipped.
 """
 
 from __future__ import annotations
@@ -101,8 +104,29 @@ def _message(b: SessionBuilder, origin: str, message: JSON) -> None:
             is_error=message.get("isError") is True,
             message_id=message_id,
         )
+    elif role == "bashExecution":
+        if message.get("excludeFromContext") is True:
+            b.skip(origin, "bashExecution with excludeFromContext: pi keeps it out of the context")
+        else:
+            b.user(user_message(message_id, (TextBlock(bash_execution_text(message)),)), origin)
     else:
         b.skip(origin, f"message with role {role!r}: not sent to the model as a chat message")
+
+
+def bash_execution_text(message: JSON) -> str:
+    """The user text pi sends the model for a ``bashExecution`` message."""
+    text = f"Ran `{as_str(message.get('command'))}`\n"
+    output = as_str(message.get("output"))
+    text += f"```\n{output}\n```" if output else "(no output)"
+    exit_code = message.get("exitCode")
+    if message.get("cancelled") is True:
+        text += "\n\n(command cancelled)"
+    elif isinstance(exit_code, int) and exit_code != 0:
+        text += f"\n\nCommand exited with code {exit_code}"
+    full_output = as_str(message.get("fullOutputPath"))
+    if message.get("truncated") is True and full_output:
+        text += f"\n\n[Output truncated. Full output: {full_output}]"
+    return text
 
 
 def _assistant(b: SessionBuilder, origin: str, message_id: str, message: JSON) -> None:

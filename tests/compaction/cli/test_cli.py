@@ -18,7 +18,7 @@ import pytest
 
 from compaction.cli.command import resolve_session
 from compaction.cli.main import main
-from compaction.errors import AmbiguousSessionError, SessionNotFoundError
+from compaction.errors import AmbiguousSessionError, SessionNotFoundError, UsageError
 from compaction.sessions.blocks import Message, TextBlock
 from compaction.sessions.events import UserMessage
 from compaction.sessions.store import SessionStore
@@ -223,8 +223,8 @@ def test_show_human_output_is_the_text_rendering(imported: tuple[str, list[Doc]]
     row = richest(rows)
     code, out, err = run_human("--store", url, "show", row["session_id"])
     assert code == 0, err
-    assert f"session {row['session_id']}" in out
-    assert "--- user" in out and "[tool-result " in out
+    assert f"session {row['session_id']}" in err  # the header: stdout holds the rendering alone
+    assert out.startswith(("--- ", "system prompt")) and "[tool-result " in out
 
 
 def test_resolve_session_prefixes() -> None:
@@ -241,7 +241,7 @@ def test_resolve_session_prefixes() -> None:
         assert resolve_session(store, str(ids[0])) == ids[0]
         with pytest.raises(SessionNotFoundError):
             resolve_session(store, "bbbb")
-        with pytest.raises(SessionNotFoundError):
+        with pytest.raises(UsageError, match="expected a session id or a unique prefix"):
             resolve_session(store, "")
 
 

@@ -222,3 +222,50 @@ def test_a_second_server_in_one_process_is_refused_not_hung() -> None:
         assert not second.running and first.running
     with LocalModelServer(threads=1) as again:  # the first one's stop released the claim
         assert again.running
+
+
+def test_start_returns_only_once_the_task_loop_answers() -> None:
+    """`_wait_ready` waits through 503 (model loading) on /health, then needs /slots to answer:
+    a server stopped before its loop runs would hang in xllamacpp's destructor."""
+    import http.server
+    import threading
+
+    from compaction.summarizers import local
+
+    asked: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            loading = self.path == "/health" and asked.count("/health") < 4
+            self.send_response(503 if loading else 200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        local._wait_ready(f"http://127.0.0.1:{httpd.server_port}", 30, object())
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert asked == ["/health"] * 4 + ["/slots"]
+
+
+def test_a_server_that_never_gets_ready_is_reported_not_stopped_into_a_hang() -> None:
+    from compaction.summarizers import local
+
+    marker = object()
+    with pytest.raises(LocalServerError, match="did not answer GET /health"):
+        local._wait_ready("http://127.0.0.1:9", 0.2, marker)  # nothing listens on port 9
+    assert local._UNSTOPPABLE[-1] is marker
+    local._UNSTOPPABLE.remove(marker)
+
+
+def test_start_and_stop_right_away_never_hangs() -> None:
+    require_local_model()
+    for _ in range(3):
+        with LocalModelServer(threads=1) as server:
+            assert server.running

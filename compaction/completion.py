@@ -1,0 +1,314 @@
+"""Completing a summary before the fidelity gate, so model summaries pass by construction.
+
+A model (or a user's own :class:`~compaction.summarizers.base.Summarizer`) answers with whatever it
+wrote. Before the gate, the compaction measures what that text missed of the shadowed span (the
+eight sections, the verbatim identifiers, and, from :mod:`compaction.facts`, the user's asks, the
+open tasks and the errors met) and completes it, as ``BasicConfig.completion`` says:
+
+    appendix   (default) a deterministic "Verbatim references" block appended inside the same
+               checkpoint, plus a heading for every section the text lacks; no model call
+    repair     one more request to the summarizer: its draft, and the list of what is missing
+    both       the repair, then the appendix for whatever the repaired text still misses
+    off        the text as written (the gate may refuse it)
+
+The result records what the model wrote and what was added (:class:`~compaction.events.Completion`
+on ``compact/summary``), so the audit shows both.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import msgspec
+
+from compaction.checkpoint import is_checkpoint
+from compaction.config import CompletionMode
+from compaction.errors import SummarizerError, error_chain
+from compaction.events import Completion
+from compaction.facts import ErrorFact, SpanFacts, missing_from, span_facts
+from compaction.fidelity import measure_fidelity, missing_sections
+from compaction.identifiers import Identifiers, extract, retained
+from compaction.instruction import CLOSE_TAG, INSTRUCTION, INSTRUCTION_PLUGIN, OPEN_TAG, SECTIONS
+from compaction.sessions.blocks import Message, Source, TextBlock, text_of
+from compaction.summarizers.base import Summarizer, SummaryOutput, SummaryRequest
+
+log = logging.getLogger("compaction")
+
+APPENDIX_TITLE = "Verbatim references"
+APPENDIX_NOTE = (
+    "(added by the compaction, not the summarizer: what the summary above left out, verbatim from "
+    "the compacted span)"
+)
+MAX_ITEM = 300
+"""Characters of one user ask, open task or error line kept in the appendix (head ... tail)."""
+
+_UNSTATED = "(not stated by the summarizer; see Verbatim references)"
+
+
+@dataclass(frozen=True)
+class Gaps:
+    """What a summary lacks of its span."""
+
+    sections: tuple[str, ...] = ()
+    identifiers: tuple[str, ...] = ()
+    user_asks: tuple[str, ...] = ()
+    open_tasks: tuple[str, ...] = ()
+    errors: tuple[ErrorFact, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(
+            self.sections or self.identifiers or self.user_asks or self.open_tasks or self.errors
+        )
+
+
+@dataclass(frozen=True)
+class Completed:
+    """The completed text, what the summarizer wrote, and the record for ``compact/summary``."""
+
+    text: str
+    model_text: str
+    record: Completion | None
+    output: SummaryOutput
+
+
+def merged(*groups: Identifiers) -> Identifiers:
+    """The identifiers of every group, by kind, in order, each once."""
+    out = Identifiers()
+    for group in groups:
+        for kind in ("paths", "commands", "errors", "error_lines", "ids"):
+            getattr(out, kind).update(getattr(group, kind))
+    return out
+
+
+_KINDS = {"Paths": "paths", "Commands": "commands", "Error names": "errors", "Ids": "ids", "Other": "ids"}
+_LISTED = re.compile(r"^- (Paths|Commands|Error names|Ids|Other): (.+)$", re.MULTILINE)
+_CODE = re.compile(r"``[ ]?(.+?)[ ]?``|`([^`]+)`")
+
+
+def listed(text: str) -> Identifiers:
+    """The identifiers a "Verbatim references" block in ``text`` lists (as :func:`appendix` wrote)."""
+    found = Identifiers()
+    start = text.find(f"## {APPENDIX_TITLE}\n")
+    if start < 0:
+        return found
+    for kind, items in _LISTED.findall(text[start:]):
+        group = getattr(found, _KINDS[kind])
+        for double, single in _CODE.findall(items):
+            group[double or single] = None
+    return found
+
+
+def carried(messages: Sequence[Message]) -> Identifiers:
+    """The identifiers a prior checkpoint in the span carries: its text read as the agent's (so its
+    paths count) and its own "Verbatim references". A summary that merges it must keep them, or
+    the completion carries them on."""
+    prior = [m for m in messages if is_checkpoint(m)]
+    agent = extract(msgspec.structs.replace(m, role="assistant") for m in prior)
+    return merged(agent, *(listed(text_of(m.content)) for m in prior))
+
+
+def span_identifiers(messages: Sequence[Message], facts: SpanFacts | None = None) -> Identifiers:
+    """Every identifier the completion may add for ``messages``: the gate's (:func:`extract`), the
+    span facts', and those prior checkpoints carry. The audit checks appendices against this."""
+    found = facts if facts is not None else span_facts(messages)
+    return merged(extract(messages), found.identifiers, carried(messages))
+
+
+def gaps(summary: str, facts: SpanFacts, wanted: Identifiers | None = None) -> Gaps:
+    """What ``summary`` misses: sections (by the gate's tolerant reading), identifiers (verbatim, as
+    the gate counts them: ``wanted``, default the span facts'), and the user asks, open tasks and
+    errors :func:`~compaction.facts.missing_from` reports."""
+    missing = missing_from(summary, facts)
+    _, lost = retained((wanted if wanted is not None else facts.identifiers).all(), summary)
+    identifiers = tuple(dict.fromkeys([*missing.identifiers, *lost]))
+    return Gaps(
+        sections=missing_sections(summary),
+        identifiers=tuple(i for i in identifiers if i not in summary),
+        user_asks=missing.user_asks,
+        open_tasks=missing.open_tasks,
+        errors=missing.errors,
+    )
+
+
+def clip(text: str, limit: int = MAX_ITEM) -> str:
+    """One line of at most about ``limit`` characters: head and tail with the elision marked."""
+    line = " ".join(text.split())
+    if len(line) <= limit:
+        return line
+    half = limit // 2
+    return f"{line[:half]} [...] {line[-half:]}"
+
+
+def error_line(error: ErrorFact) -> str:
+    where = f"{error.tool}: {clip(error.command, 160)}" if error.command else error.tool
+    state = "fixed later" if error.fixed else "not fixed"
+    return f"{where} -> {clip(error.first_line)} ({state})"
+
+
+def _identifier_lines(wanted: Sequence[str], identifiers: Identifiers) -> list[str]:
+    """Missing identifiers grouped by kind, each in backticks (verbatim, so the gate finds it)."""
+    kinds = (
+        ("Paths", identifiers.paths),
+        ("Commands", identifiers.commands),
+        ("Error names", identifiers.errors),
+        ("Ids", identifiers.ids),
+    )
+    left = dict.fromkeys(wanted)
+    lines: list[str] = []
+    for label, known in kinds:
+        group = [i for i in left if i in known]
+        for i in group:
+            del left[i]
+        if group:
+            lines.append(f"- {label}: " + ", ".join(_code(i) for i in group))
+    if left:
+        lines.append("- Other: " + ", ".join(_code(i) for i in left))
+    return lines
+
+
+def _code(text: str) -> str:
+    fence = "``" if "`" in text else "`"
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def appendix(found: Gaps, facts: SpanFacts, wanted: Identifiers | None = None) -> str:
+    """The block appended to the summary: the verbatim references it missed, then a heading for
+    every missing section (with the span's facts for that section when there are any)."""
+    if not found:
+        return ""
+    parts: list[str] = []
+    references: list[str] = []
+    if found.user_asks:
+        references.append("- User asks:")
+        references += [f"  - {clip(ask)}" for ask in found.user_asks]
+    if found.open_tasks:
+        references.append("- Open tasks:")
+        references += [f"  - {clip(task)}" for task in found.open_tasks]
+    if found.errors:
+        references.append("- Errors:")
+        references += [f"  - {error_line(e)}" for e in found.errors]
+    references += _identifier_lines(found.identifiers, wanted if wanted is not None else facts.identifiers)
+    if references:
+        parts.append("\n".join([f"## {APPENDIX_TITLE}", APPENDIX_NOTE, *references]))
+    for section in found.sections:
+        parts.append(f"## {section}\n" + _section_body(section, facts))
+    return "\n\n".join(parts)
+
+
+def _section_body(section: str, facts: SpanFacts) -> str:
+    """A missing section's body, from what the span shows (never invented)."""
+    lines: list[str] = []
+    if section == SECTIONS[0] and facts.user_asks:
+        lines = [f"- {clip(a)}" for a in facts.user_asks]
+    elif section == "Files and Code":
+        lines = [
+            f"- {_code(path)} ({how})"
+            for how, paths in (
+                ("edited", facts.files_edited),
+                ("created", facts.files_created),
+                ("read", facts.files_read),
+            )
+            for path in paths
+        ]
+    elif section == "Errors and Fixes":
+        lines = [f"- {error_line(e)}" for e in facts.errors]
+    elif section == "Pending Jobs":
+        lines = [f"- {clip(t)}" for t in facts.open_tasks]
+    elif section in ("Current Work", "Next Step") and facts.intent:
+        lines = [f"- {clip(facts.intent)}"]
+    return "\n".join(lines) or f"- {_UNSTATED}"
+
+
+def appended(text: str, block: str) -> str:
+    """The summary with the appendix after a blank line (the appendix alone when it is empty)."""
+    return f"{text}\n\n{block}" if block else text
+
+
+def model_text(summary: str, record: Completion | None) -> str:
+    """What the summarizer wrote, given the recorded summary text and its completion record."""
+    if record is None or not record.appendix:
+        return summary
+    return summary.removesuffix(record.appendix).removesuffix("\n\n")
+
+
+REPAIR_INSTRUCTION = (
+    "The {open}...{close} block above is your checkpoint of the conversation. It leaves out the "
+    "items listed below. Rewrite the whole checkpoint under the same eight-section structure, "
+    "keeping everything it says and adding each item below verbatim (exact paths, commands and "
+    "error strings) in the section it belongs to. Output only the checkpoint.\n\nMissing:\n"
+)
+
+
+def repair_request(request: SummaryRequest, draft: str, found: Gaps) -> SummaryRequest:
+    """One more request: the draft as a framed checkpoint, and the instruction listing what is
+    missing. Small by construction (no shadowed messages), so it fits any summarizer's window."""
+    framed = Message(
+        id=f"{request.compaction_id}/draft",
+        role="user",
+        content=(TextBlock(f"{OPEN_TAG}\n{draft}\n{CLOSE_TAG}"),),
+        source=Source(kind="plugin", plugin=INSTRUCTION_PLUGIN, compaction_id=request.compaction_id),
+    )
+    items = [f"- section: ## {s}" for s in found.sections]
+    items += [f"- user ask: {clip(a)}" for a in found.user_asks]
+    items += [f"- open task: {clip(t)}" for t in found.open_tasks]
+    items += [f"- error: {error_line(e)}" for e in found.errors]
+    items += [f"- identifier: {i}" for i in found.identifiers]
+    header = REPAIR_INSTRUCTION.format(open=OPEN_TAG, close=CLOSE_TAG)
+    instruction = f"{INSTRUCTION}\n\n{header}" + "\n".join(items)
+    return msgspec.structs.replace(request, messages=(framed,), instruction=instruction)
+
+
+async def complete(
+    output: SummaryOutput,
+    request: SummaryRequest,
+    shadowed: Sequence[Message],
+    summarizer: Summarizer,
+    mode: CompletionMode,
+    *,
+    identifiers: Identifiers | None = None,
+    required_ratio: float = 0.0,
+) -> Completed:
+    """Complete ``output`` against the ``shadowed`` messages as ``mode`` says (see the module).
+    ``identifiers``: the ones the gate will count (default: the span's own)."""
+    text = output.text.strip()
+    if mode == "off":
+        return Completed(text, text, None, output)
+    facts = span_facts(shadowed)
+    counted = identifiers if identifiers is not None else extract(shadowed)
+    wanted = merged(counted, span_identifiers(shadowed, facts))
+    model_fidelity = measure_fidelity(text, counted, required_ratio)
+    found = gaps(text, facts, wanted)
+    draft: str | None = None
+    repair_error: str | None = None
+    repair_usage = None
+    if found and mode in ("repair", "both"):
+        try:
+            repaired = await summarizer.summarize(repair_request(request, text, found))
+        except SummarizerError as e:
+            repair_error = error_chain(e)
+            log.warning("compaction %s: the repair request failed: %s", request.compaction_id, e)
+        else:
+            if repaired.text.strip():
+                draft, text = text, repaired.text.strip()
+                repair_usage = repaired.usage
+                found = gaps(text, facts, wanted)
+                model_fidelity = measure_fidelity(text, counted, required_ratio)
+    block = appendix(found, facts, wanted) if mode in ("appendix", "both") else ""
+    record = Completion(
+        mode=mode,
+        appendix=block,
+        added_identifiers=found.identifiers if block else (),
+        added_user_asks=tuple(clip(a) for a in found.user_asks) if block else (),
+        added_open_tasks=tuple(clip(t) for t in found.open_tasks) if block else (),
+        added_errors=tuple(error_line(e) for e in found.errors) if block else (),
+        added_sections=found.sections if block else (),
+        model_fidelity=model_fidelity,
+        draft=draft,
+        repair_usage=repair_usage,
+        repair_error=repair_error,
+    )
+    return Completed(appended(text, block), text, record, output)

@@ -1,0 +1,695 @@
+"""What a handover needs from a span: the user's asks, the errors met, the open tasks, the agent's
+stated intent, the files touched, and the verbatim identifiers.
+
+:func:`span_facts` extracts them from the shadowed messages (the template summarizer renders them;
+the completion of model summaries checks them); :func:`missing_from` lists which of them a summary
+text lacks, by a tolerant match (whitespace and case normalized, a distinctive prefix).
+
+Sources, never arbitrary strings:
+
+- user asks: the user's own messages with harness wrappers (``<command-name>``, ``<system-reminder>``,
+  ``<local-command-stdout>``, ``<task-notification>``, IDE notices, ANSI codes) and interruption
+  markers removed; slash commands are kept apart; in a harness without tool calls (mini-swe-agent,
+  SWE-agent text mode) a "user" message that answers the agent's fenced command is an observation;
+- errors: failed tool results (``is_error``, or OpenHands' ``ERROR:`` text, or a non-zero
+  ``<returncode>`` observation), with the call's command or path and whether a later call with the
+  same command or path succeeded; harness-synthesized results of interrupted calls and the user's
+  rejections of a tool call are not errors;
+- open tasks: the latest todo/plan tool input (Claude Code ``TodoWrite`` / ``TaskCreate`` /
+  ``TaskUpdate``, Codex ``update_plan``, OpenHands ``task_tracker``, any tool with a list of items that
+  carry a ``status``), its unfinished items;
+- files: the path arguments of file tools, refined by the paths the tool reported
+  ("File created successfully at: ...").
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from compaction.checkpoint import framed_summary
+from compaction.identifiers import ERROR_LINE_RE, Identifiers, extract, retained
+from compaction.sessions.blocks import (
+    Message,
+    ToolCallBlock,
+    ToolResultBlock,
+    text_of,
+)
+from compaction.sessions.interrupted import NOT_STARTED_TEXT, OUTCOME_UNKNOWN_TEXT
+
+MATCH_PREFIX = 60
+"""Characters of a normalized ask, task or error line that must appear in a summary to count."""
+LINE_CHARS = 160
+LAST_STEPS = 3
+COMMAND_CHARS = 160
+CALL_KEY_CACHE = 1 << 17
+"""Tool calls whose :func:`call_key` is kept (a pure function of the call)."""
+
+# ---------------------------------------------------------------- public shapes
+
+
+@dataclass(frozen=True)
+class ErrorFact:
+    """A failed tool result: the tool, the command or input that produced it, its first
+    informative line, and whether a later call with the same command or path succeeded."""
+
+    tool: str
+    command: str
+    first_line: str
+    fixed: bool
+
+
+@dataclass(frozen=True)
+class SpanFacts:
+    user_asks: tuple[str, ...] = ()
+    errors: tuple[ErrorFact, ...] = ()
+    open_tasks: tuple[str, ...] = ()
+    intent: str | None = None
+    files_edited: tuple[str, ...] = ()
+    files_created: tuple[str, ...] = ()
+    files_read: tuple[str, ...] = ()
+    identifiers: Identifiers = field(default_factory=Identifiers)
+    slash_commands: tuple[str, ...] = ()
+    interruptions: int = 0
+    active_task: str | None = None
+    """The todo item marked in progress, if any (also in ``open_tasks``)."""
+    todo_seen: bool = False
+    """A todo/plan tool was used in the span (so ``open_tasks`` is the agent's own state)."""
+    last_steps: tuple[str, ...] = ()
+    """The last tool calls, each ``Tool `command or path``` with its outcome."""
+    last_agent_text: str | None = None
+    unanswered: tuple[str, ...] = ()
+    ends_with_ask: bool = False
+    """The span ends with a user ask the agent has not answered yet."""
+
+
+@dataclass(frozen=True)
+class Missing:
+    user_asks: tuple[str, ...] = ()
+    identifiers: tuple[str, ...] = ()
+    open_tasks: tuple[str, ...] = ()
+    errors: tuple[ErrorFact, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.user_asks or self.identifiers or self.open_tasks or self.errors)
+
+
+# ---------------------------------------------------------------- matching
+
+
+def normalized(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def mentions(summary: str, text: str, *, prepared: bool = False) -> bool:
+    """Whether ``text`` (an ask, task or error line) is in ``summary``: whitespace and case
+    normalized, its first :data:`MATCH_PREFIX` characters (the whole text when shorter)."""
+    haystack = summary if prepared else normalized(summary)
+    needle = normalized(text)[:MATCH_PREFIX].rstrip()
+    return bool(needle) and needle in haystack
+
+
+def missing_from(summary: str, facts: SpanFacts, *, last_errors: int = 5) -> Missing:
+    """What ``summary`` lacks of ``facts``: user asks, identifiers (verbatim, as the gate counts
+    them), open tasks, and the errors that matter for a handover (the unfixed ones and the last
+    ``last_errors``)."""
+    haystack = normalized(summary)
+    _, identifiers = retained(facts.identifiers.all(), summary)
+    wanted = [e for e in facts.errors if not e.fixed] + list(facts.errors[-last_errors:])
+    errors = [e for e in dict.fromkeys(wanted) if not mentions(haystack, e.first_line, prepared=True)]
+    return Missing(
+        user_asks=tuple(a for a in facts.user_asks if not mentions(haystack, a, prepared=True)),
+        identifiers=tuple(identifiers),
+        open_tasks=tuple(t for t in facts.open_tasks if not mentions(haystack, t, prepared=True)),
+        errors=tuple(errors),
+    )
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How much of a span's facts a summary keeps: ``(kept, total)`` per kind."""
+
+    identifiers: tuple[int, int]
+    user_asks: tuple[int, int]
+    errors: tuple[int, int]
+    open_tasks: tuple[int, int]
+
+    @staticmethod
+    def ratio(pair: tuple[int, int]) -> float:
+        kept, total = pair
+        return 1.0 if not total else kept / total
+
+
+def retention(summary: str, facts: SpanFacts) -> Retention:
+    """The fidelity measures of the benchmark and the handover tests, one function for every
+    summary: verbatim identifiers (as the gate counts them); user asks, failed tool results (each
+    one, by its first informative line) and unfinished todo items by the tolerant match."""
+    haystack = normalized(summary)
+    wanted = facts.identifiers.all()
+    kept, _ = retained(wanted, summary)
+
+    def share(items: Sequence[str]) -> tuple[int, int]:
+        return sum(mentions(haystack, i, prepared=True) for i in items), len(items)
+
+    return Retention(
+        identifiers=(len(kept), len(wanted)),
+        user_asks=share(facts.user_asks),
+        errors=share([e.first_line for e in facts.errors]),
+        open_tasks=share(facts.open_tasks),
+    )
+
+
+# ---------------------------------------------------------------- user text
+
+ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")
+HARNESS_TAGS = (
+    "system-reminder",
+    "local-command-stdout",
+    "local-command-stderr",
+    "task-notification",
+    "bash-stdout",
+    "bash-stderr",
+    "ide_opened_file",
+    "ide_selection",
+    "ide_diagnostics",
+    "user-prompt-submit-hook",
+    "command-message",
+)
+HARNESS_BLOCK_RE = re.compile(
+    r"<(" + "|".join(re.escape(t) for t in HARNESS_TAGS) + r")\b[^>]*>.*?(?:</\1>|\Z)", re.DOTALL
+)
+COMMAND_NAME_RE = re.compile(r"<command-name>\s*(.*?)\s*</command-name>", re.DOTALL)
+COMMAND_ARGS_RE = re.compile(r"<command-args>\s*(.*?)\s*</command-args>", re.DOTALL)
+BASH_INPUT_RE = re.compile(r"<bash-input>\s*(.*?)\s*</bash-input>", re.DOTALL)
+INTERRUPTED_RE = re.compile(r"\[Request interrupted by user[^\]]*\]")
+HARNESS_LINES_RE = re.compile(
+    r"^(?:Caveat: The messages below were generated by the user while running local commands\..*"
+    r"|Read the output file to retrieve the result: .*)$",
+    re.MULTILINE,
+)
+HARNESS_PREFIXES = ("Here is a demonstration of how to correctly accomplish this task.",)
+SLASH_RE = re.compile(r"^/[A-Za-z][\w:.-]*(?:\s|$)")
+REJECTED = "The user doesn't want to proceed with this tool use."
+USER_SAID = "the user said:"
+
+
+@dataclass(frozen=True)
+class UserText:
+    """A user message split into what the user asked, the slash commands, and interruptions."""
+
+    ask: str
+    slash_commands: tuple[str, ...] = ()
+    interrupted: bool = False
+
+
+def clean_user_text(text: str) -> UserText:
+    """Separate the natural-language ask from harness wrappers, slash commands and interruption
+    markers (Claude Code, pi, Codex conventions)."""
+    text = ANSI_RE.sub("", text)
+    commands = [
+        " ".join(part for part in (name, _args(text)) if part) for name in COMMAND_NAME_RE.findall(text)
+    ]
+    commands += [f"!{c}" for c in BASH_INPUT_RE.findall(text)]
+    text = COMMAND_NAME_RE.sub("", COMMAND_ARGS_RE.sub("", BASH_INPUT_RE.sub("", text)))
+    text = HARNESS_BLOCK_RE.sub("", text)
+    interrupted = bool(INTERRUPTED_RE.search(text))
+    text = HARNESS_LINES_RE.sub("", INTERRUPTED_RE.sub("", text)).strip()
+    if text.startswith(HARNESS_PREFIXES):
+        text = ""
+    if SLASH_RE.match(text) and "\n" not in text.strip():
+        commands.append(text.strip())
+        text = ""
+    return UserText(ask=text, slash_commands=tuple(commands), interrupted=interrupted)
+
+
+def _args(text: str) -> str:
+    found = COMMAND_ARGS_RE.search(text)
+    return found.group(1).strip() if found else ""
+
+
+# ---------------------------------------------------------------- tool calls
+
+COMMAND_KEYS = ("command", "cmd", "script")
+PATH_KEYS = ("file_path", "path", "notebook_path", "filename", "file")
+OTHER_KEYS = ("pattern", "query", "url", "file_name", "search", "task_id", "description", "prompt")
+EDIT_WORDS = ("edit", "replace", "patch", "insert", "str_replace")
+READ_TOOLS = {"read", "view", "open", "cat", "read_file", "readfile"}
+WRITE_TOOLS = {"write", "create", "write_file", "create_file", "writefile"}
+CREATED_RE = re.compile(
+    r"(?:File created successfully at|created (?:a )?(?:new )?file(?: at)?):?\s+(\S+)", re.I
+)
+UPDATED_RE = re.compile(
+    r"The file (\S+) has been (?:updated|edited)|Successfully replaced text in (\S+?)\.?\s"
+)
+OPEN_FILE_RE = re.compile(r"\[File: (\S+) \(\d+ lines total\)\]")
+PATCH_RE = re.compile(r"^\*\*\* (Add|Update|Delete) File: (.+)$", re.MULTILINE)
+DONE_STATUSES = {"completed", "complete", "done", "cancelled", "canceled", "deleted", "skipped"}
+TASK_TEXT_KEYS = ("content", "step", "title", "subject", "task", "description", "text")
+
+
+def arguments_of(call: ToolCallBlock) -> dict[str, object]:
+    """The call's arguments as a JSON object (empty when they are not one)."""
+    return dict(_arguments(call))
+
+
+@lru_cache(maxsize=CALL_KEY_CACHE)
+def _arguments(call: ToolCallBlock) -> dict[str, object]:
+    """:func:`arguments_of`, parsed once per call and shared: never mutate the result."""
+    try:
+        value = json.loads(call.arguments) if call.arguments.strip() else {}
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _string(args: dict[str, object], keys: tuple[str, ...]) -> str:
+    for key in keys:
+        value = args.get(key)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+        if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            return " ".join(str(v) for v in value)  # Codex: ["bash", "-lc", "..."]
+    return ""
+
+
+@lru_cache(maxsize=CALL_KEY_CACHE)
+def call_key(call: ToolCallBlock) -> str:
+    """What a call acted on: its command, else its path, else its compact arguments (cached per
+    call: a span's facts ask for it once per step, and the same calls again at every compaction)."""
+    args = _arguments(call)
+    command = _string(args, COMMAND_KEYS)
+    if command and not _is_editor(call, args):
+        return command.splitlines()[0][:COMMAND_CHARS]
+    path = _string(args, PATH_KEYS)
+    if path and command:  # an editor's sub-command and its path
+        return f"{command} {path}"
+    if path:
+        return path
+    other = _string(args, OTHER_KEYS)
+    return _clip(other or " ".join(call.arguments.split()), COMMAND_CHARS)
+
+
+def _is_editor(call: ToolCallBlock, args: dict[str, object]) -> bool:
+    """OpenHands ``str_replace_editor``: ``command`` is a sub-command (view, create, ...)."""
+    return "editor" in call.name.lower() and isinstance(args.get("path"), str)
+
+
+@lru_cache(maxsize=CALL_KEY_CACHE)
+def result_text(block: ToolResultBlock) -> str:
+    text = text_of(block.content)
+    return ANSI_RE.sub("", text) if "\x1b" in text else text
+
+
+@lru_cache(maxsize=CALL_KEY_CACHE)
+def failed(block: ToolResultBlock) -> bool:
+    text = result_text(block)
+    if is_synthesized(text) or text.startswith(REJECTED):
+        return False
+    return block.is_error or text.lstrip().startswith("ERROR:")
+
+
+def is_synthesized(text: str) -> bool:
+    return text.startswith((OUTCOME_UNKNOWN_TEXT[:60], NOT_STARTED_TEXT[:60]))
+
+
+# ---------------------------------------------------------------- first informative line
+
+BOILERPLATE_RE = re.compile(
+    r"^(?:Exit code -?\d+|Command exited with code -?\d+|</?returncode>.*|</?output>|ERROR:"
+    r"|Traceback \(most recent call last\):|File \".*\", line \d+.*|Debugger attached\.?"
+    r"|Waiting for the debugger to disconnect\.*)$"
+)
+DECORATION_RE = re.compile(r"[=\-─━│┃|^~*#_>]{3,}|[│└├┌┐┘─]+")
+STRONG_RE = re.compile(
+    r"\b(?:error|ERROR|fatal|FATAL|panic|exception)\b|[a-z]Error\b|Error:|Exception\b"
+)  # case-sensitive on purpose: ``RuntimeError`` and ``error:`` count, ``test_exception_handling`` not
+WEAK_RE = re.compile(
+    r"\b(?:fail(?:ed|ure|s)?|not found|no such|denied|cannot|can't|could not|unable|invalid|missing"
+    r"|undefined|refused|aborted|timed? ?out|not allowed|rejected)\b",
+    re.I,
+)
+TAG_RE = re.compile(r"</?(?:tool_use_error|error|returncode|output)>")
+
+
+@lru_cache(maxsize=CALL_KEY_CACHE)
+def first_informative_line(text: str) -> str:
+    """The line of an error output a reader needs: an exception line, else the first line naming
+    an error, else the first naming a failure, else the last substantive line."""
+    lines = []
+    for raw in TAG_RE.sub("\n", ANSI_RE.sub("", text)).splitlines():
+        line = raw.strip()
+        if line and DECORATION_RE.sub("", line).strip():
+            lines.append(line)
+    useful = [ln for ln in lines if not BOILERPLATE_RE.match(ln)]
+    for pattern in (ERROR_LINE_RE, STRONG_RE, WEAK_RE):
+        for line in useful:
+            if pattern.search(line):
+                return _clip(line, LINE_CHARS)
+    banners = [ln for ln in useful if DECORATION_RE.search(ln)]
+    if banners:  # a test runner's closing banner ("=== 205 deselected in 0.58s ===")
+        return _clip(DECORATION_RE.sub("", banners[-1]).strip(), LINE_CHARS)
+    return _clip((useful or lines or [""])[0], LINE_CHARS)
+
+
+def _clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+# ---------------------------------------------------------------- the walk
+
+
+@dataclass
+class _Step:
+    call: ToolCallBlock
+    result: ToolResultBlock | None = None
+
+
+@dataclass
+class _Walk:
+    asks: list[str] = field(default_factory=list)
+    slash: list[str] = field(default_factory=list)
+    interruptions: int = 0
+    steps: list[_Step] = field(default_factory=list)
+    by_id: dict[str, _Step] = field(default_factory=dict)
+    observations: list[tuple[str, str]] = field(default_factory=list)  # (command, text)
+    agent_texts: list[tuple[int, str]] = field(default_factory=list)  # (position, text)
+    last_ask_at: int = -1
+    checkpoint_at: int = -1
+
+
+def _walk(messages: Sequence[Message]) -> _Walk:
+    walk = _Walk()
+    text_harness = not any(isinstance(b, ToolCallBlock) for m in messages for b in m.content)
+    previous: Message | None = None
+    for position, message in enumerate(messages):
+        if framed_summary(message) is None:
+            _visit(walk, message, previous if text_harness else None, position)
+        else:
+            walk.checkpoint_at = position  # a prior checkpoint carries the agent's later state
+        previous = message
+    return walk
+
+
+def _visit(walk: _Walk, message: Message, previous: Message | None, position: int) -> None:
+    for block in message.content:
+        if isinstance(block, ToolCallBlock):
+            step = _Step(block)
+            walk.steps.append(step)
+            walk.by_id[block.id] = step
+        elif isinstance(block, ToolResultBlock):
+            _result(walk, block, position)
+    if message.role == "assistant":
+        text = text_of(message.content).strip()
+        if text:
+            walk.agent_texts.append((position, text))
+    elif message.role == "user" and message.source.kind == "user":
+        command = _fenced_command(previous)
+        if command is not None:
+            walk.observations.append((command, text_of(message.content)))
+        else:
+            _user(walk, text_of(message.content), position)
+
+
+def _result(walk: _Walk, block: ToolResultBlock, position: int) -> None:
+    step = walk.by_id.get(block.tool_call_id)
+    if step is not None:
+        step.result = block
+    text = result_text(block)
+    if text.startswith(REJECTED):
+        walk.interruptions += 1
+        said = text.split(USER_SAID, 1)
+        if len(said) == 2 and said[1].strip():
+            _user(walk, said[1], position)
+
+
+def _user(walk: _Walk, text: str, position: int) -> None:
+    cleaned = clean_user_text(text)
+    walk.slash.extend(cleaned.slash_commands)
+    walk.interruptions += cleaned.interrupted
+    if cleaned.ask:
+        walk.asks.append(cleaned.ask)
+        walk.last_ask_at = position
+
+
+FENCE_RE = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)
+
+
+def _fenced_command(previous: Message | None) -> str | None:
+    """In a harness without tool calls, the command of the agent message a user message answers."""
+    if previous is None or previous.role != "assistant":
+        return None
+    blocks = FENCE_RE.findall(text_of(previous.content))
+    if not blocks:
+        return None
+    lines = blocks[-1].strip().splitlines()
+    return lines[0][:COMMAND_CHARS] if lines else ""
+
+
+# ---------------------------------------------------------------- facts
+
+
+def span_facts(messages: Sequence[Message]) -> SpanFacts:
+    """The handover facts of a span (a prior framed checkpoint in it is skipped: merge it apart)."""
+    walk = _walk(messages)
+    tasks, active, seen = _tasks(walk.steps)
+    edited, created, read = _files(walk.steps)
+    fresh = [m for m in messages if framed_summary(m) is None]
+    return SpanFacts(
+        user_asks=tuple(walk.asks),
+        errors=tuple(_errors(walk)),
+        open_tasks=tuple(tasks),
+        intent=_intent(walk),
+        files_edited=tuple(edited),
+        files_created=tuple(created),
+        files_read=tuple(read),
+        identifiers=extract(fresh),
+        slash_commands=tuple(dict.fromkeys(walk.slash)),
+        interruptions=walk.interruptions,
+        active_task=active,
+        todo_seen=seen,
+        last_steps=tuple(_describe(s) for s in walk.steps[-LAST_STEPS:]),
+        last_agent_text=walk.agent_texts[-1][1] if walk.agent_texts else None,
+        unanswered=tuple(f"{s.call.name} `{call_key(s.call)}`" for s in walk.steps if s.result is None),
+        ends_with_ask=walk.last_ask_at > walk.checkpoint_at
+        and all(p < walk.last_ask_at for p, _ in walk.agent_texts)
+        and not any(s.result is None for s in walk.steps),
+    )
+
+
+def _errors(walk: _Walk) -> list[ErrorFact]:
+    """The failed results, each ``fixed`` when a later call of the same tool on the same command
+    or path succeeded: one backward pass (the succeeded ``(tool, key)`` pairs seen so far), each
+    call's key computed once."""
+    failures: list[tuple[_Step, str, bool]] = []  # newest first
+    succeeded: set[tuple[str, str]] = set()
+    for step in reversed(walk.steps):
+        if step.result is None:
+            continue
+        key = call_key(step.call)
+        if failed(step.result):
+            failures.append((step, key, (step.call.name, key) in succeeded))
+        elif not result_text(step.result).startswith(REJECTED):
+            succeeded.add((step.call.name, key))
+    errors: list[ErrorFact] = []
+    for step, key, fixed in reversed(failures):
+        assert step.result is not None
+        line = first_informative_line(result_text(step.result))
+        errors.append(ErrorFact(tool=step.call.name, command=key, first_line=line, fixed=fixed))
+    observed: list[tuple[str, str, bool]] = []  # newest first
+    passed: set[str] = set()
+    for command, text in reversed(walk.observations):
+        if _observation_failed(text):
+            observed.append((command, text, command in passed))
+        else:
+            passed.add(command)
+    for command, text, fixed in reversed(observed):
+        errors.append(ErrorFact("shell", command, first_informative_line(text), fixed))
+    return errors
+
+
+RETURNCODE_RE = re.compile(r"<returncode>\s*(-?\d+)\s*</returncode>")
+
+
+def _observation_failed(text: str) -> bool:
+    code = RETURNCODE_RE.search(text)
+    if code is not None:
+        return code.group(1) != "0"
+    head = "\n".join(text.splitlines()[:3])
+    return "Traceback (most recent call last)" in text or bool(STRONG_RE.search(head))
+
+
+def _describe(step: _Step) -> str:
+    outcome = "no result yet"
+    if step.result is not None:
+        text = result_text(step.result)
+        if failed(step.result):
+            outcome = "failed: " + first_informative_line(text)
+        elif text.startswith(REJECTED) or is_synthesized(text):
+            outcome = "interrupted"
+        else:
+            outcome = "ok"
+    return f"{step.call.name} `{_clip(call_key(step.call), 100)}` ({outcome})"
+
+
+# ---------------------------------------------------------------- todo / plan state
+
+
+def _tasks(steps: list[_Step]) -> tuple[list[str], str | None, bool]:
+    """The unfinished items of the agent's latest todo/plan state, the item in progress, and
+    whether any todo/plan tool was used."""
+    state: dict[str, tuple[str, str]] = {}  # id -> (text, status)
+    seen = False
+    for step in steps:
+        if step.result is not None and failed(step.result):
+            continue
+        args = _arguments(step.call)
+        name = step.call.name
+        items = _status_list(args)
+        if items is not None:
+            seen = True
+            state = {str(i): item for i, item in enumerate(items)}
+        elif name == "TaskCreate":
+            seen = True
+            text = _string(args, TASK_TEXT_KEYS)
+            task_id = _created_task_id(step) or str(len(state) + 1)
+            state[task_id] = (text, "pending")
+        elif name == "TaskUpdate":
+            _update_task(state, args)
+    open_items = [(text, status) for text, status in state.values() if status.lower() not in DONE_STATUSES]
+    active = next((text for text, status in open_items if status.lower() == "in_progress"), None)
+    return [text for text, _ in open_items if text], active, seen
+
+
+def _status_list(args: dict[str, object]) -> list[tuple[str, str]] | None:
+    """A list argument whose items all carry a ``status`` and a text (TodoWrite ``todos``, Codex
+    ``plan``, OpenHands ``task_list``)."""
+    for value in args.values():
+        if isinstance(value, list) and value and all(isinstance(v, dict) and "status" in v for v in value):
+            items = [(_string(v, TASK_TEXT_KEYS), str(v.get("status", ""))) for v in value]
+            return items
+    return None
+
+
+TASK_ID_RE = re.compile(r"Task #?(\w+)")
+
+
+def _created_task_id(step: _Step) -> str | None:
+    if step.result is None:
+        return None
+    found = TASK_ID_RE.search(result_text(step.result))
+    return found.group(1) if found else None
+
+
+def _update_task(state: dict[str, tuple[str, str]], args: dict[str, object]) -> None:
+    task_id = str(args.get("taskId", args.get("task_id", args.get("id", ""))))
+    if task_id not in state:
+        return
+    text, status = state[task_id]
+    new_text = _string(args, ("subject", "content", "title")) or text
+    new_status = args.get("status")
+    state[task_id] = (new_text, new_status if isinstance(new_status, str) else status)
+
+
+# ---------------------------------------------------------------- files
+
+
+def _files(steps: list[_Step]) -> tuple[list[str], list[str], list[str]]:
+    edited: dict[str, None] = {}
+    created: dict[str, None] = {}
+    read: dict[str, None] = {}
+    for step in steps:
+        if step.result is None or failed(step.result):
+            continue
+        kind, paths = _file_action_of(step.call, step.result)
+        target = {"edited": edited, "created": created, "read": read}.get(kind)
+        if target is None:
+            continue
+        for path in paths:
+            if kind == "read" and (path in edited or path in created):
+                continue
+            if kind == "edited" and path in created:
+                continue
+            if kind != "read":
+                read.pop(path, None)
+            target[path] = None
+    return list(edited), list(created), list(read)
+
+
+@lru_cache(maxsize=CALL_KEY_CACHE)
+def _file_action_of(call: ToolCallBlock, result: ToolResultBlock) -> tuple[str, tuple[str, ...]]:
+    """:func:`_file_action` of one call and its result, once per pair."""
+    kind, paths = _file_action(_Step(call, result))
+    return kind, tuple(paths)
+
+
+def _file_action(step: _Step) -> tuple[str, list[str]]:
+    """``(kind, paths)``: ``edited``, ``created``, ``read`` or ``""``, from the call's path argument
+    and the paths its result reported."""
+    assert step.result is not None
+    args = _arguments(step.call)
+    name = step.call.name.lower()
+    text = result_text(step.result)
+    if name == "apply_patch" or "*** Begin Patch" in step.call.arguments:
+        return _patch_action(args)
+    sub = str(args.get("command", "")).lower() if _is_editor(step.call, args) else ""
+    path = _string(args, PATH_KEYS)
+    created = CREATED_RE.findall(text[:400])
+    updated = [a or b for a, b in UPDATED_RE.findall(text[:400])]
+    opened = OPEN_FILE_RE.findall(text[:400])
+    if created:
+        return "created", created
+    if sub == "create":
+        return "created", [path] if path else []
+    if sub in ("view",) or name in READ_TOOLS:
+        return "read", [path] if path else opened[:1]
+    if updated or sub in ("str_replace", "insert", "undo_edit") or any(w in name for w in EDIT_WORDS):
+        return "edited", updated or ([path] if path else opened[:1])
+    if name in WRITE_TOOLS or "write" in name:
+        return ("created", [path]) if path else ("", [])
+    return "", []
+
+
+def _patch_action(args: dict[str, object]) -> tuple[str, list[str]]:
+    patch = next((v for v in args.values() if isinstance(v, str) and "*** " in v), "")
+    found = PATCH_RE.findall(patch)
+    added = [p.strip() for kind, p in found if kind == "Add"]
+    changed = [p.strip() for kind, p in found if kind != "Add"]
+    return ("created", added) if added and not changed else ("edited", changed + added)
+
+
+# ---------------------------------------------------------------- intent
+
+INTENT_RE = re.compile(
+    r"^(?:(?:now|next|then|first|finally|so|ok(?:ay)?|great|good|perfect)[,!.]?\s+)*"
+    r"(?:let me|let's|let us|i'll|i will|i'm going to|i am going to|i need to|we need to|i should"
+    r"|we should|i'm now going to|(?:the )?next step\b|now i)\b",
+    re.I,
+)
+SENTENCE_RE = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+def _intent(walk: _Walk) -> str | None:
+    """The agent's latest statement of what it does next, from its texts after the last ask."""
+    for position, text in reversed(walk.agent_texts):
+        if position < walk.last_ask_at:
+            break
+        sentences = [s.strip(" -*#") for s in SENTENCE_RE.split(FENCE_RE.sub(" ", text)) if s.strip()]
+        for sentence in reversed(sentences):
+            if INTENT_RE.match(sentence):
+                return _clip(sentence, 300)
+    return None
+
+
+def clear_caches() -> None:
+    """Empty the per-call caches (:func:`call_key`, the parsed arguments, :func:`failed`, the first
+    informative line of a text, the file action of a call and its result)."""
+    call_key.cache_clear()
+    _arguments.cache_clear()
+    failed.cache_clear()
+    first_informative_line.cache_clear()
+    _file_action_of.cache_clear()
+    result_text.cache_clear()

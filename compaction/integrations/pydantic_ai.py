@@ -1,0 +1,290 @@
+"""pydantic-ai's message history as a compacting event log (extra ``pydantic-ai``).
+
+    history = CompactingHistory("sqlite:///./.compaction/sessions.db", context_window=128_000)
+    agent = Agent(model, capabilities=[history.capability("user-42")])  # pydantic-ai 2
+    agent = Agent(model, history_processors=[history.processor("user-42")])  # pydantic-ai 1
+    result = await agent.run("Fix the failing test", message_history=await history.load("user-42"))
+    history.record("user-42", result.new_messages())
+
+The processor records every message it has not seen yet (a user prompt opens a turn; a
+``ModelResponse`` is one step with its tool calls; a ``ToolReturnPart`` answers its call, an error
+when its ``outcome`` is not ``success``; retry feedback that answers no call is context), compacts
+when the session is over its threshold, and hands pydantic-ai the surface as ``ModelRequest`` /
+``ModelResponse`` messages: tool calls and their returns stay paired, the task statement stays
+first. :meth:`CompactingHistory.record` skips what is already recorded, so recording
+``result.new_messages()`` (or ``all_messages()``) after a run adds only the final response.
+
+Messages this module hands out carry ``metadata["event_compaction"]``: the ids of the recorded
+messages they stand for; a message without it is identified by a hash of its parts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from compaction.basic import BasicCompactService
+from compaction.errors import FrameworkMissingError, IntegrationError
+from compaction.integrations.memory import (
+    AssistantItem,
+    CompactingMemory,
+    ContextItem,
+    Item,
+    ResultItem,
+    UserItem,
+)
+from compaction.sessions.blocks import (
+    Block,
+    Message,
+    ReasoningBlock,
+    Source,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    text_of,
+    tool_calls_of,
+)
+from compaction.sessions.store import SessionStore
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from pydantic_ai.messages import ModelMessage, ModelRequestPart, ModelResponse
+
+PROVIDER = "pydantic-ai"
+METADATA_KEY = "event_compaction"
+
+
+def _messages_module() -> Any:
+    try:
+        from pydantic_ai import messages
+    except ImportError as e:
+        raise FrameworkMissingError(
+            f"CompactingHistory needs pydantic-ai: pip install 'event-compaction[pydantic-ai]' ({e})"
+        ) from e
+    return messages
+
+
+class CompactingHistory:
+    """pydantic-ai message histories, one per session key, kept in a :class:`SessionStore`."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        store: SessionStore | None = None,
+        service: BasicCompactService | None = None,
+        context_window: int | None = None,
+        model: str = "unknown",
+    ) -> None:
+        _messages_module()
+        self.memory = CompactingMemory(
+            url, store=store, service=service, context_window=context_window, provider=PROVIDER, model=model
+        )
+
+    def close(self) -> None:
+        self.memory.close()
+
+    async def load(self, session_id: str) -> list[ModelMessage]:
+        """The surface of ``session_id`` as pydantic-ai messages, compacted first when over the
+        threshold (an empty list for a new session)."""
+        return to_model_messages(await self.memory.surface(session_id))
+
+    def record(self, session_id: str, messages: Sequence[ModelMessage]) -> int:
+        """Record the messages not recorded yet, in order; returns how many were new."""
+        session = self.memory.load(session_id)
+        known = self.memory.recorded_ids(session)
+        items: list[Item] = []
+        fresh = 0
+        for message in messages:
+            if _is_recorded(message, known):
+                continue
+            found = from_model_message(message)
+            known.update(_item_id(i) for i in found)
+            items.extend(found)
+            fresh += 1
+        if items:
+            self.memory.record(session_id, items, origin="pydantic-ai messages")
+        return fresh
+
+    def processor(self, session_id: str) -> Callable[[list[ModelMessage]], Awaitable[list[ModelMessage]]]:
+        """A history processor for ``Agent(history_processors=[...])``: records what is new, then
+        returns the compacted surface."""
+
+        async def process(messages: list[Any]) -> list[Any]:  # resolved at run time by pydantic-ai
+            self.record(session_id, messages)
+            return await self.load(session_id)
+
+        return process
+
+    def capability(self, session_id: str) -> Any:
+        """The processor as a pydantic-ai 2 capability: ``Agent(capabilities=[...])`` (pydantic-ai 1
+        takes :meth:`processor` as ``Agent(history_processors=[...])``)."""
+        try:
+            from pydantic_ai.capabilities import ProcessHistory
+        except ImportError as e:
+            raise FrameworkMissingError(
+                f"pydantic-ai {_version()} has no capabilities; pass processor({session_id!r}) as "
+                f"Agent(history_processors=[...]) instead ({e})"
+            ) from e
+        return ProcessHistory(self.processor(session_id))
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pydantic-ai-slim")
+    except PackageNotFoundError:
+        return "(unknown version)"
+
+
+# ---------------------------------------------------------------- pydantic-ai -> items
+
+
+def _is_recorded(message: ModelMessage, known: set[str]) -> bool:
+    tagged = (message.metadata or {}).get(METADATA_KEY)
+    if isinstance(tagged, list) and tagged and all(t in known for t in tagged):
+        return True
+    return f"{fingerprint(message)}-0" in known
+
+
+def fingerprint(message: ModelMessage) -> str:
+    """A stable id of a message from its parts (kinds, contents, call ids and timestamps)."""
+    parts = [
+        [
+            getattr(p, "part_kind", ""),
+            str(getattr(p, "content", getattr(p, "args", ""))),
+            str(getattr(p, "tool_call_id", "")),
+            str(getattr(p, "timestamp", "")),
+        ]
+        for p in message.parts
+    ]
+    raw = json.dumps([message.kind, str(getattr(message, "timestamp", "")), parts])
+    return "pai-" + hashlib.sha256(raw.encode()).hexdigest()[:24]
+
+
+def _item_id(item: Item) -> str:
+    return item.message_id if isinstance(item, ResultItem) else item.message.id
+
+
+def from_model_message(message: ModelMessage) -> list[Item]:
+    """One pydantic-ai message as items: a response is one assistant message; a request's parts
+    are user prompts, system prompts (context) and tool answers."""
+    base = fingerprint(message)
+    if message.kind == "response":
+        return [_response(message, f"{base}-0")]
+    return [_request_part(part, f"{base}-{index}") for index, part in enumerate(message.parts)]
+
+
+def _response(message: ModelResponse, message_id: str) -> AssistantItem:
+    from pydantic_ai.messages import TextPart, ThinkingPart, ToolCallPart
+
+    blocks: list[Block] = []
+    for part in message.parts:
+        if isinstance(part, TextPart):
+            blocks.append(TextBlock(part.content))
+        elif isinstance(part, ThinkingPart):
+            blocks.append(ReasoningBlock(part.content))
+        elif isinstance(part, ToolCallPart):
+            blocks.append(
+                ToolCallBlock(id=part.tool_call_id, name=part.tool_name, arguments=part.args_as_json_str())
+            )
+        else:
+            raise IntegrationError(
+                f"pydantic-ai response {message_id}: expected text, thinking or tool-call parts; "
+                f"found a {part.part_kind!r} part"
+            )
+    source = Source(kind="model", provider=PROVIDER, model=message.model_name or "unknown")
+    return AssistantItem(Message(id=message_id, role="assistant", content=tuple(blocks), source=source))
+
+
+def _request_part(part: ModelRequestPart, message_id: str) -> Item:
+    from pydantic_ai.messages import (
+        RetryFeedbackPart,
+        RetryPromptPart,
+        SystemPromptPart,
+        ToolReturnPart,
+        UserPromptPart,
+    )
+
+    if isinstance(part, UserPromptPart):
+        content = part.content
+        text = content if isinstance(content, str) else "\n".join(str(c) for c in content)
+        return UserItem(Message(id=message_id, role="user", content=(TextBlock(text),)))
+    if isinstance(part, SystemPromptPart):
+        return ContextItem(_user_text(f"system:{message_id}", part.content))
+    if isinstance(part, ToolReturnPart):
+        blocks = (TextBlock(part.model_response_str(wrap_if_error=False)),)  # the error flag says it
+        return ResultItem(part.tool_call_id, blocks, message_id, is_error=part.outcome != "success")
+    if isinstance(part, RetryFeedbackPart):
+        return ContextItem(_user_text(f"retry:{message_id}", part.model_response()))
+    if isinstance(part, RetryPromptPart):  # pydantic-ai 1 histories
+        if part.tool_name is None:
+            return ContextItem(_user_text(f"retry:{message_id}", part.model_response()))
+        return ResultItem(part.tool_call_id, (TextBlock(part.model_response()),), message_id, is_error=True)
+    raise IntegrationError(
+        f"pydantic-ai request part {message_id}: expected user-prompt, system-prompt, tool-return or "
+        f"retry-prompt; found {part.part_kind!r}"
+    )
+
+
+def _user_text(message_id: str, text: str) -> Message:
+    return Message(id=message_id, role="user", content=(TextBlock(text),))
+
+
+# ---------------------------------------------------------------- surface -> pydantic-ai
+
+
+def to_model_messages(messages: Sequence[Message]) -> list[ModelMessage]:
+    """Surface messages as pydantic-ai messages: consecutive user-role messages (prompts, context,
+    tool returns) merge into one ``ModelRequest``; each assistant message is a ``ModelResponse``."""
+    pai = _messages_module()
+    names = {call.id: call.name for m in messages if m.role == "assistant" for call in tool_calls_of(m)}
+    out: list[ModelMessage] = []
+    parts: list[Any] = []
+    ids: list[str] = []
+    for message in messages:
+        if message.role == "assistant":
+            if parts:
+                out.append(pai.ModelRequest(parts=parts, metadata={METADATA_KEY: ids}))
+                parts, ids = [], []
+            out.append(_model_response(pai, message))
+            continue
+        parts.append(_request_part_of(pai, message, names))
+        ids.append(message.id)
+    if parts:
+        out.append(pai.ModelRequest(parts=parts, metadata={METADATA_KEY: ids}))
+    return out
+
+
+def _request_part_of(pai: Any, message: Message, names: dict[str, str]) -> Any:
+    result = next((b for b in message.content if isinstance(b, ToolResultBlock)), None)
+    if result is None:
+        if message.id.startswith("system:"):
+            return pai.SystemPromptPart(content=text_of(message.content))
+        if message.id.startswith("retry:"):
+            return pai.RetryFeedbackPart(
+                content=text_of(message.content), retry=pai.RetryInfo(cause="model_retry")
+            )
+        return pai.UserPromptPart(content=text_of(message.content))
+    name = names.get(result.tool_call_id, "")
+    outcome = "failed" if result.is_error else "success"
+    return pai.ToolReturnPart(
+        tool_name=name, content=text_of(result.content), tool_call_id=result.tool_call_id, outcome=outcome
+    )
+
+
+def _model_response(pai: Any, message: Message) -> Any:
+    parts: list[Any] = []
+    for block in message.content:
+        if isinstance(block, TextBlock):
+            parts.append(pai.TextPart(content=block.text))
+        elif isinstance(block, ReasoningBlock):
+            parts.append(pai.ThinkingPart(content=block.text))
+        elif isinstance(block, ToolCallBlock):
+            parts.append(pai.ToolCallPart(tool_name=block.name, args=block.arguments, tool_call_id=block.id))
+    model = message.source.model if message.source.model not in (None, "unknown") else None
+    return pai.ModelResponse(parts=parts, model_name=model, metadata={METADATA_KEY: [message.id]})

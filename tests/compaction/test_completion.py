@@ -1,0 +1,371 @@
+"""Summaries completed before the gate (compaction.completion): a weak model's text, a user's own
+summarizer's text, an OpenAI-compatible server's text all commit with the default config; the
+checkpoint carries what they missed; ``compact/summary`` records what the model wrote and what was
+added, and the audit shows both and still passes."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compaction.audit.checks import audit_events
+from compaction.audit.report import audit_document, audit_log, load_log, render_document
+from compaction.basic import BasicCompactService
+from compaction.completion import APPENDIX_TITLE, Gaps, appendix, gaps, model_text, repair_request
+from compaction.config import BasicConfig
+from compaction.errors import CompactionConfigError, FidelityError, SummarizerError
+from compaction.events import CompactSummary
+from compaction.facts import ErrorFact, SpanFacts
+from compaction.fidelity import missing_sections
+from compaction.identifiers import extract
+from compaction.instruction import SECTIONS
+from compaction.sessions.blocks import text_of
+from compaction.sessions.importers import import_path
+from compaction.sessions.session import Session, project
+from compaction.sessions.store import SessionStore
+from compaction.summarizers.base import Summarizer, SummaryOutput, SummaryRequest
+from tests.builders import run_json, start_turn, tool_step, user
+from tests.compaction.summarizers.provider_servers import ProviderServer, Reply, openai_frames, openai_usage
+from tests.compaction.test_support import ScriptedSummarizer, bracket, sectioned
+from tests.conftest import TRANSCRIPTS
+
+OUTPUT = "ValueError: bad value in src/app/core.py line 3\n" + "    rows = compute(rows)\n" * 20
+WEAK = "\n\n".join(
+    f"## {name}\n- Worked on the task; made progress and will continue." for name in SECTIONS
+)
+"""A plausible eight-section summary that keeps no identifier at all (a "weak model")."""
+SHORT_SESSION = TRANSCRIPTS / "swe-agent" / "6e44b9__sweagenttestrepo-1c2844.traj"
+
+
+def working_session(steps: int = 4) -> Session:
+    session = Session()
+    user(session, "Fix the failing tests under tests/ and run `pytest -q` until green.")
+    start_turn(session)
+    for _ in range(steps):
+        tool_step(session, n_calls=1, output=OUTPUT)
+    return session
+
+
+def span_identifiers(session: Session, seqs: tuple[int, ...]) -> list[str]:
+    return extract(m for m in (project(session.event(s)) for s in seqs) if m).all()
+
+
+async def compact(summarizer: Summarizer, **config: Any) -> tuple[Session, CompactSummary]:
+    session = working_session()
+    service = BasicCompactService(BasicConfig(**config), summarizer=summarizer)
+    result = await service.compact_region(session, session.nodes[1], session.nodes[4])
+    _, summary, _ = bracket(session, result)
+    return session, summary
+
+
+# ---------------------------------------------------------------- the appendix (the default)
+
+
+async def test_a_weak_models_summary_commits_with_the_missing_references_appended() -> None:
+    with pytest.raises(FidelityError, match="summary keeps 0/5 verbatim identifiers"):
+        await compact(ScriptedSummarizer(WEAK), completion="off")  # what the gate alone says
+    session, summary = await compact(ScriptedSummarizer(WEAK))
+    wanted = span_identifiers(session, summary.shadowed_seqs)
+    text = text_of(summary.summary)
+    assert text.startswith(WEAK) and f"## {APPENDIX_TITLE}" in text
+    assert all(ident in text for ident in wanted)
+    record = summary.completion
+    assert record is not None and record.mode == "appendix" and record.draft is None
+    assert set(record.added_identifiers) == set(wanted) and record.added_sections == ()
+    assert text == f"{WEAK}\n\n{record.appendix}" and model_text(text, record) == WEAK
+    assert record.model_fidelity is not None and record.model_fidelity.identifiers_kept == 0
+    assert summary.fidelity is not None and summary.fidelity.retention_ratio == 1.0
+    # the checkpoint on the surface carries the references
+    checkpoint = session.derive_messages()[1]
+    assert all(ident in text_of(checkpoint.content) for ident in wanted)
+
+
+class OwnSummarizer(Summarizer):
+    """A user's own summarizer: any text at all."""
+
+    provider = "mine"
+    model = "my-model"
+
+    async def summarize(self, request: SummaryRequest) -> SummaryOutput:
+        return SummaryOutput(text="The agent read two modules.", provider=self.provider, model=self.model)
+
+
+async def test_a_custom_summarizer_with_any_text_passes_with_the_default_config() -> None:
+    session, summary = await compact(OwnSummarizer())
+    record = summary.completion
+    assert record is not None and record.added_sections == SECTIONS
+    text = text_of(summary.summary)
+    assert missing_sections(text) == () and text.startswith("The agent read two modules.")
+    audits, log_checks = audit_events(list(session.events()))
+    assert all(c.passed for c in log_checks) and audits[0].passed, audits[0].failed
+    completion = next(c for c in audits[0].checks if c.name == "completion")
+    assert "model wrote 27 characters" in completion.evidence
+    assert "8 sections" in completion.evidence and "5 identifiers" in completion.evidence
+
+
+async def test_a_complete_summary_gets_no_appendix() -> None:
+    commands = [f"cat src/mod_{step}_0.py" for step in (1, 2)]
+    text = sectioned(*commands, "src/mod_1_0.py src/mod_2_0.py ValueError")
+    _, summary = await compact(ScriptedSummarizer(text))
+    assert text_of(summary.summary) == text
+    assert summary.completion is not None and summary.completion.appendix == ""
+
+
+def test_the_appendix_lists_user_asks_open_tasks_and_errors_with_their_sections() -> None:
+    facts = SpanFacts(
+        user_asks=("check again", "new beads for the epic were added. tackle them"),
+        open_tasks=("Add lazy_html to mix.exs",),
+        errors=(ErrorFact("Bash", "mix test", "** (UndefinedFunctionError) lazy_html missing", False),),
+        intent="Run mix test again after adding the dependency.",
+    )
+    found = Gaps(
+        sections=("Pending Jobs", "Next Step"),
+        user_asks=facts.user_asks,
+        errors=facts.errors,
+        open_tasks=facts.open_tasks,
+        identifiers=("mix.exs",),
+    )
+    block = appendix(found, facts)
+    assert block.startswith(f"## {APPENDIX_TITLE}\n")
+    assert "  - check again\n" in block and "tackle them" in block
+    assert "  - Bash: mix test -> ** (UndefinedFunctionError) lazy_html missing (not fixed)" in block
+    assert "- Other: `mix.exs`" in block
+    assert "## Pending Jobs\n- Add lazy_html to mix.exs" in block
+    assert "## Next Step\n- Run mix test again after adding the dependency." in block
+    assert appendix(Gaps(), facts) == ""
+
+
+def test_gaps_follow_the_span_facts() -> None:
+    facts = SpanFacts(user_asks=("please port the parser to Rust",), open_tasks=("write the docs",))
+    found = gaps(sectioned("please port the parser to Rust"), facts)
+    assert found.user_asks == () and found.open_tasks == ("write the docs",)
+    assert found.sections == () and found.identifiers == ()
+
+
+def test_completion_is_validated() -> None:
+    with pytest.raises(CompactionConfigError, match=r"completion \('bogus'\) must be one of appendix, "):
+        BasicConfig(completion="bogus")  # type: ignore[arg-type]
+    assert BasicConfig().completion == "appendix"
+
+
+# ---------------------------------------------------------------- repair, and both
+
+
+class RepairingSummarizer(ScriptedSummarizer):
+    """First a weak summary; asked to repair, adds the identifiers the request lists (up to
+    ``keep`` of them), as a model that follows the repair instruction would."""
+
+    def __init__(self, keep: int = 99, fail: bool = False) -> None:
+        super().__init__(WEAK)
+        self.keep = keep
+        self.fail = fail
+
+    async def summarize(self, request: SummaryRequest) -> SummaryOutput:
+        if not self.requests:
+            return await super().summarize(request)
+        self.requests.append(request)
+        if self.fail:
+            raise SummarizerError("scripted: the repair call failed", code="server_error")
+        listed = re.findall(r"^- identifier: (.+)$", request.instruction, re.MULTILINE)
+        text = WEAK + "\n" + "\n".join(f"- {i}" for i in listed[: self.keep])
+        return SummaryOutput(text=text, provider=self.provider, model=self.model)
+
+
+async def test_repair_sends_one_request_listing_what_is_missing() -> None:
+    summarizer = RepairingSummarizer()
+    session, summary = await compact(summarizer, completion="repair")
+    first, repair = summarizer.requests
+    wanted = span_identifiers(session, summary.shadowed_seqs)
+    (draft,) = repair.messages
+    assert WEAK in text_of(draft.content) and "<compacted-summary>" in text_of(draft.content)
+    assert [f"- identifier: {i}" in repair.instruction for i in wanted] == [True] * len(wanted)
+    assert (repair.system, repair.max_tokens) == (first.system, first.max_tokens)
+    record = summary.completion
+    assert record is not None and record.draft == WEAK and record.appendix == ""
+    assert all(i in text_of(summary.summary) for i in wanted)
+
+
+async def test_both_repairs_then_appends_what_is_still_missing() -> None:
+    summarizer = RepairingSummarizer(keep=2)
+    session, summary = await compact(summarizer, completion="both")
+    wanted = span_identifiers(session, summary.shadowed_seqs)
+    record = summary.completion
+    assert record is not None and record.draft == WEAK and len(summarizer.requests) == 2
+    assert len(record.added_identifiers) == len(wanted) - 2
+    assert all(i in text_of(summary.summary) for i in wanted)
+
+
+async def test_a_failed_repair_falls_back_to_the_draft() -> None:
+    with pytest.raises(FidelityError, match="summary keeps 0/5"):
+        await compact(RepairingSummarizer(fail=True), completion="repair")
+    _, summary = await compact(RepairingSummarizer(fail=True), completion="both")
+    record = summary.completion
+    assert record is not None and record.draft is None and len(record.added_identifiers) == 5
+    assert record.repair_error is not None and "the repair call failed" in record.repair_error
+
+
+def test_the_repair_request_carries_no_shadowed_messages() -> None:
+    request = SummaryRequest(
+        session_id="s", compaction_id="c", system="sys", tools=(), messages=(), instruction="x",
+        max_tokens=99,
+    )  # fmt: skip
+    repair = repair_request(request, "draft", Gaps(sections=("Next Step",), identifiers=("a/b.py",)))
+    assert len(repair.messages) == 1 and "- section: ## Next Step" in repair.instruction
+    assert repair.instruction.endswith("- identifier: a/b.py")
+
+
+# ---------------------------------------------------------------- the audit shows both
+
+
+async def test_the_audit_shows_model_text_and_what_was_added(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'sessions.db'}"
+    session, summary = await compact(ScriptedSummarizer(WEAK))
+    with SessionStore.open(url) as store:
+        store.save(session)
+        audit = audit_log(load_log(store, session.id))
+    assert audit.passed
+    (compaction,) = audit_document([audit])["sessions"][0]["compactions"]
+    shown = compaction["completion"]
+    assert shown["mode"] == "appendix" and shown["model_chars"] == len(WEAK)
+    assert shown["added_identifiers"] == 5 and shown["model_identifiers_kept"] == "0/5"
+    from io import StringIO
+
+    from rich.console import Console
+
+    out = StringIO()
+    render_document(audit_document([audit]), Console(file=out, width=200))
+    added = len(text_of(summary.summary)) - len(WEAK) - 2
+    line = f"completed by appendix: the model kept 0/5 identifiers; added {added} characters (5 identifiers)"
+    assert line in out.getvalue()
+
+
+async def test_the_audit_fails_an_appendix_that_lists_what_the_span_never_had() -> None:
+    import msgspec
+
+    session, summary = await compact(ScriptedSummarizer(WEAK))
+    assert summary.completion is not None
+    forged = msgspec.structs.replace(
+        summary.completion, added_identifiers=(*summary.completion.added_identifiers, "src/invented.py")
+    )
+    events = [
+        msgspec.structs.replace(e, completion=forged) if e.seq == summary.seq else e for e in session.events()
+    ]
+    audits, _ = audit_events(events)
+    (check,) = [c for c in audits[0].checks if c.name == "completion"]
+    assert not check.passed and "src/invented.py" in check.evidence
+
+
+# ---------------------------------------------------------------- the command line, over real HTTP
+
+
+@pytest.fixture
+def provider() -> Iterator[tuple[ProviderServer, asyncio.AbstractEventLoop]]:
+    """An OpenAI-compatible server on its own loop in a thread (the CLI runs its own loop)."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    server = asyncio.run_coroutine_threadsafe(ProviderServer().start(), loop).result(10)
+    try:
+        yield server, loop
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+def test_cli_openai_summaries_without_identifiers_commit_with_the_default_config(
+    provider: tuple[ProviderServer, asyncio.AbstractEventLoop], tmp_path: Path
+) -> None:
+    server, _ = provider
+    url = f"sqlite:///{tmp_path / 'sessions.db'}"
+    session = import_path(SHORT_SESSION)[0].session
+    with SessionStore.open(url) as store:
+        store.save(session)
+    server.script(
+        *[Reply(frames=openai_frames([WEAK[:200], WEAK[200:]], usage=openai_usage(900, 120)))] * 6
+    )
+    code, document = run_json(
+        "--store", url, "compact", str(session.id), "--summarizer", "openai",
+        "--base-url", server.base_url, "--model", "gpt-4o-mini", "--window", "2000",
+    )  # fmt: skip
+    assert code == 0, document
+    assert document["compactions"] and len(server.received) == len(document["compactions"])
+    with SessionStore.open(url) as store:
+        stored = store.get(session.id)
+        for compaction in document["compactions"]:
+            summary = stored.event(compaction["summary_seq"])
+            assert isinstance(summary, CompactSummary) and summary.completion is not None
+            assert summary.completion.model_fidelity is not None
+            assert summary.completion.model_fidelity.identifiers_kept == 0
+            assert model_text(text_of(summary.summary), summary.completion) == WEAK
+        # The checkpoint on the surface carries the references of everything it stands for,
+        # through every merge of an earlier checkpoint.
+        first = document["compactions"][0]
+        wanted = span_identifiers(stored, tuple(first["shadowed_seqs"]))
+        (checkpoint,) = [m for m in stored.derive_messages() if m.id.startswith("checkpoint-")]
+        assert wanted and all(i in text_of(checkpoint.content) for i in wanted)
+    code, audit = run_json("--store", url, "audit", str(session.id))
+    assert code == 0 and audit["passed"], audit
+
+
+async def test_a_merge_carries_the_earlier_checkpoints_references_on() -> None:
+    session = working_session(steps=6)
+    service = BasicCompactService(BasicConfig(), summarizer=ScriptedSummarizer(WEAK))
+    first = await service.compact_region(session, session.nodes[1], session.nodes[4])
+    wanted = span_identifiers(session, first.shadowed_seqs)
+    second = await service.compact_region(session, session.nodes[1], session.nodes[3])
+    assert first.replacement_seq in second.shadowed_seqs  # the first checkpoint was merged
+    summary = session.event(second.summary_seq)
+    assert isinstance(summary, CompactSummary) and summary.completion is not None
+    assert set(wanted) <= set(summary.completion.added_identifiers)
+    (checkpoint,) = [m for m in session.derive_messages() if m.id.startswith("checkpoint-")]
+    assert all(i in text_of(checkpoint.content) for i in wanted)
+    audits, _ = audit_events(list(session.events()))
+    assert all(a.passed for a in audits), [a.failed for a in audits]
+
+
+async def test_an_appendix_that_outgrows_a_tiny_span_is_refused_by_name() -> None:
+    from compaction.errors import ShrinkError
+
+    session = Session()
+    user(session, "Fix the failing tests under tests/ and run `pytest -q` until green.")
+    start_turn(session)
+    for _ in range(3):
+        tool_step(session, n_calls=1, output="ok")
+    service = BasicCompactService(BasicConfig(), summarizer=OwnSummarizer())
+    with pytest.raises(ShrinkError, match=r"of its characters are the completion appendix"):
+        await service.compact_region(session, session.nodes[1], session.nodes[4])
+
+
+def test_cli_completion_off_and_the_summarizer_window(
+    provider: tuple[ProviderServer, asyncio.AbstractEventLoop], tmp_path: Path
+) -> None:
+    server, _ = provider
+    url = f"sqlite:///{tmp_path / 'sessions.db'}"
+    session = import_path(SHORT_SESSION)[0].session
+    with SessionStore.open(url) as store:
+        store.save(session)
+    weak = Reply(frames=openai_frames([WEAK], usage=openai_usage(900, 120)))
+    server.script(*[weak] * 8)
+    base = ["--store", url, "compact", str(session.id), "--summarizer", "openai",
+            "--base-url", server.base_url, "--model", "gpt-4o-mini", "--manual"]  # fmt: skip
+    _, refused = run_json(*base, "--completion", "off")
+    assert not refused.get("compactions")  # the gate alone refuses the weak model
+    with SessionStore.open(url) as store:
+        ends = [e for e in store.get(session.id).events() if e.TYPE == "compact/end"]
+    assert len(ends) == 1 and "fidelity gate" in (ends[0].error or "")  # type: ignore[attr-defined]
+    asked = len(server.received)
+    code, document = run_json(*base, "--summarizer-window", "2400", "--max-tokens", "300")
+    assert code == 0, document
+    (compaction,) = document["compactions"]
+    with SessionStore.open(url) as store:
+        summary = store.get(session.id).event(compaction["summary_seq"])
+    assert isinstance(summary, CompactSummary) and summary.chunks >= 2
+    assert len(server.received) - asked == summary.chunks + 1  # the chunks and one merge

@@ -1,0 +1,323 @@
+"""Per-message facts found once (issue 13): the identifiers of a message are extracted once and
+shared by the template summarizer, the completion and the fidelity gate; a span's error facts
+parse each tool call once; a cold meter prices the surface in one batch, with the same figures."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import msgspec
+import pytest
+
+from compaction import facts, identifiers
+from compaction.basic import BasicCompactService
+from compaction.config import BasicConfig
+from compaction.meters import HeuristicMeter, Meter
+from compaction.sessions.blocks import (
+    ImageBlock,
+    Message,
+    ReasoningBlock,
+    Source,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+)
+from compaction.sessions.events import AssistantMessage, SessionEvent, UserMessage
+from compaction.sessions.session import Session
+from tests.builders import MODEL, end_turn, start_turn, tool_step, user
+
+
+def call(call_id: str, command: str) -> ToolCallBlock:
+    return ToolCallBlock(call_id, "bash", msgspec.json.encode({"command": command}).decode())
+
+
+def agent(message_id: str, text: str, *calls: ToolCallBlock) -> Message:
+    return Message(id=message_id, role="assistant", content=(TextBlock(text), *calls), source=MODEL)
+
+
+def result(call_id: str, text: str, *, is_error: bool = False) -> Message:
+    block = ToolResultBlock(call_id, (TextBlock(text),), is_error=is_error)
+    source = Source(kind="tool", call_id=call_id)
+    return Message(id=f"r-{call_id}", role="user", content=(block,), source=source)
+
+
+def span() -> list[Message]:
+    return [
+        Message(id="u", role="user", content=(TextBlock("Fix src/app/main.py please"),)),
+        agent("a1", "Reading src/app/main.py and /etc/app/config.toml", call("c1", "pytest tests/test_a.py")),
+        result("c1", "E   ValueError: bad value 0123456789abcdef\nFAILED", is_error=True),
+        agent("a2", "Now src/app/util.py", call("c2", "pytest tests/test_b.py"), call("c3", "ls src")),
+        result("c2", "KeyError: 'x'\nTypeError happened", is_error=True),
+        result("c3", "main.py util.py"),
+        agent("a3", "Again src/app/main.py", call("c4", "pytest tests/test_a.py")),
+        result("c4", "1 passed"),
+    ]
+
+
+@pytest.fixture(autouse=True)
+def _empty_caches() -> Iterator[None]:
+    identifiers.clear_cache()
+    facts.clear_caches()
+    yield
+    identifiers.clear_cache()
+    facts.clear_caches()
+
+
+@pytest.fixture
+def extracted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ids of the messages whose identifiers were extracted (not served from the cache)."""
+    seen: list[str] = []
+    original = identifiers._kinds_of
+
+    def counting(message: Message) -> identifiers._Kinds:
+        seen.append(message.id)
+        return original(message)
+
+    monkeypatch.setattr(identifiers, "_kinds_of", counting)
+    return seen
+
+
+def kinds(found: identifiers.Identifiers) -> list[list[str]]:
+    return [list(d) for d in (found.paths, found.commands, found.errors, found.error_lines, found.ids)]
+
+
+def test_a_span_is_the_union_of_its_messages_in_first_seen_order() -> None:
+    messages = span()
+    found = identifiers.extract(messages)
+    assert kinds(found) == [
+        ["src/app/main.py", "/etc/app/config.toml", "tests/test_a.py", "src/app/util.py", "tests/test_b.py"],
+        ["pytest tests/test_a.py", "pytest tests/test_b.py", "ls src"],
+        ["ValueError", "KeyError", "TypeError"],
+        ["ValueError: bad value 0123456789abcdef", "KeyError: 'x'"],
+        [],  # ids come from tool-call arguments only
+    ]
+    # the same, message by message, as a cold extraction of each prefix gives
+    for end in range(len(messages) + 1):
+        identifiers.clear_cache()
+        cold = kinds(identifiers.extract(messages[:end]))
+        assert kinds(identifiers.extract(messages[:end])) == cold
+
+
+def test_each_message_is_extracted_once(extracted: list[str]) -> None:
+    messages = span()
+    first = identifiers.extract(messages)
+    again = identifiers.extract(messages[2:])
+    assert kinds(identifiers.extract(messages)) == kinds(first)
+    assert sorted(extracted) == sorted(m.id for m in messages)
+    assert kinds(again) == kinds(identifiers.extract(messages[2:]))
+    # an equal message (another object, the same content) is the same identifiers
+    copy = [msgspec.structs.replace(m) for m in messages]
+    assert kinds(identifiers.extract(copy)) == kinds(first)
+    assert len(extracted) == len(messages)
+
+
+def test_the_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(identifiers, "CACHE_LIMIT", 3)
+    identifiers.extract(span())
+    assert 0 < len(identifiers._CACHE) <= 3
+
+
+def test_summarizer_completion_and_gate_share_one_extraction(extracted: list[str]) -> None:
+    session = Session()
+    user(session, "Fix the failing tests in src/app/main.py")
+    start_turn(session)
+    for _ in range(12):
+        tool_step(session, n_calls=2)
+    end_turn(session)
+    service = BasicCompactService(BasicConfig(context_window=100_000, min_identifier_ratio=0.0))
+    result = asyncio.run(service.compact_now(session))
+    assert result is not None
+    assert extracted  # the span's identifiers were found ...
+    assert len(extracted) == len(set(extracted))  # ... once per message, not once per reader
+
+
+def test_error_facts_parse_each_call_once() -> None:
+    messages = span()
+    walk = facts._walk(messages)
+    errors = facts._errors(walk)
+    assert [(e.command, e.fixed) for e in errors] == [
+        ("pytest tests/test_a.py", True),  # the same command passed later
+        ("pytest tests/test_b.py", False),
+    ]
+    info = facts.call_key.cache_info()
+    assert info.hits + info.misses == len([s for s in walk.steps if s.result is not None])
+    assert facts._arguments.cache_info().misses == len(walk.steps)
+
+
+def test_span_facts_are_the_same_with_warm_caches() -> None:
+    cold = facts.span_facts(span())
+    assert facts.span_facts(span()) == cold
+    facts.clear_caches()
+    identifiers.clear_cache()
+    assert facts.span_facts(span()) == cold
+
+
+def test_arguments_of_returns_a_copy() -> None:
+    block = call("c9", "make")
+    facts.arguments_of(block)["command"] = "changed"
+    assert facts.arguments_of(block) == {"command": "make"}
+    assert facts.call_key(block) == "make"
+
+
+# ---------------------------------------------------------------- batched pricing
+
+
+def events() -> list[SessionEvent]:
+    odd = "naïve café 😀 " * 7  # non-ASCII, astral (two UTF-16 units)
+    image = ImageBlock(attachment_id="img", media_type="image/png")
+    big = ToolResultBlock("c1", (TextBlock("x" * 1001), image))
+    return [
+        UserMessage(message=Message(id="u", role="user", content=(TextBlock(odd),)), surface_op="append"),
+        AssistantMessage(
+            turn=1,
+            step=1,
+            surface_op="append",
+            message=Message(
+                id="a",
+                role="assistant",
+                content=(ReasoningBlock("think " * 33), TextBlock(odd), call("c1", "ls " + odd)),
+                source=MODEL,
+            ),
+        ),
+        AssistantMessage(
+            turn=1,
+            step=2,
+            surface_op="append",
+            message=Message(id="e", role="assistant", content=(), source=MODEL),
+        ),
+        UserMessage(message=Message(id="r", role="user", content=(big,)), surface_op="append"),
+    ]
+
+
+@pytest.mark.parametrize("meter", [HeuristicMeter(), HeuristicMeter(3.5), HeuristicMeter(1)])
+def test_batch_prices_equal_one_by_one(meter: HeuristicMeter) -> None:
+    batch = events()
+    assert meter.event_prices(batch) == [meter.event(e) for e in batch]
+    assert meter.event_prices(batch)[2] == 0  # an empty assistant message projects to nothing
+
+
+def test_a_subclass_pricing_its_own_way_is_not_batched_past() -> None:
+    class Words(HeuristicMeter):
+        def text_tokens(self, text: str) -> int:
+            return len(text.split())
+
+    meter = Words()
+    batch = events()
+    assert meter.event_prices(batch) == [meter.event(e) for e in batch]
+    assert meter.event_prices(batch) != HeuristicMeter().event_prices(batch)
+
+
+def test_a_cold_measure_prices_the_surface_in_one_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    session = Session()
+    user(session, "task")
+    start_turn(session)
+    for _ in range(20):
+        tool_step(session, n_calls=1)
+    meter = HeuristicMeter()
+    batches: list[int] = []
+    original = meter.event_prices
+
+    def spy(batch: list[SessionEvent]) -> list[int]:
+        batches.append(len(batch))
+        return original(batch)
+
+    monkeypatch.setattr(meter, "event_prices", spy)
+    reading = meter.measure(session)
+    assert batches == [len(session.nodes)]
+    assert reading.surface_tokens == sum(Meter.event(meter, session.event(s)) for s in session.nodes)
+    tool_step(session, n_calls=2)
+    meter.measure(session)
+    assert batches == [len(session.nodes) - 3, 3]
+
+
+# ---------------------------------------------------------------- the faster patterns
+
+
+def reference_paths(text: str) -> list[str]:
+    """The path search before issue 13: ``PATH_RE`` over the whole text."""
+    found = []
+    for match in identifiers.PATH_RE.finditer(text):
+        path = match.group(0).rstrip(".,:;")
+        if (
+            3 <= len(path) <= identifiers.MAX_PATH
+            and not path.startswith("//")
+            and "://" not in text[max(0, match.start() - 8) : match.end()]
+        ):
+            found.append(path)
+    return found
+
+
+PIECES = (
+    "a", "Z", "E", "/", ".", "_", "-", "~", ":", " ", "\n", "é", "Ω", "0", "x", "rror", "Error",
+    "FooError", "XFault", "ValueError:", "/usr/lib/python3", "a/b.py", "~/x/y.txt", "./c/d.json",
+    "http://h/p.html", "src/app/main.py,", "_KeyError", "éTypeError", "ErrorError", "Warnings",
+)
+
+
+def test_the_faster_patterns_find_what_the_plain_ones_find() -> None:
+    import random
+
+    rng = random.Random(13)
+    for _ in range(20_000):
+        text = "".join(rng.choice(PIECES) for _ in range(rng.randint(0, 12)))
+        assert identifiers.error_names(text) == identifiers.ERROR_NAME_RE.findall(text), text
+        assert list(identifiers._paths(text)) == reference_paths(text), text
+
+
+# ---------------------------------------------------------------- the span as a range
+
+
+def long_session(steps: int = 30) -> Session:
+    session = Session()
+    user(session, "task")
+    start_turn(session)
+    for _ in range(steps):
+        tool_step(session, n_calls=1, output="x" * 400)
+    return session
+
+
+def test_a_selected_span_is_a_range_until_its_seqs_are_read() -> None:
+    from compaction.selection import select_span
+
+    session = long_session()
+    meter = HeuristicMeter()
+    meter.measure(session)
+    span = select_span(session, meter, 500)
+    assert span is not None
+    assert span._seqs is None  # the decision copied no seqs
+    assert len(span) == span.last - span.first + 1
+    assert (span.start, span.end) == (session.nodes[span.first], session.nodes[span.last])
+    tool_step(session, n_calls=1)  # appends leave the positions where they were
+    assert span.seqs == tuple(session.nodes[span.first : span.last + 1])
+
+
+def test_a_lazy_span_refuses_a_surface_rolled_back_since() -> None:
+    from compaction.errors import SpanError
+    from compaction.selection import select_span
+
+    session = long_session()
+    meter = HeuristicMeter()
+    meter.measure(session)
+    mark = session.mark()
+    tool_step(session, n_calls=1)
+    span = select_span(session, meter, 500)
+    assert span is not None
+    session.rollback(mark)
+    with pytest.raises(SpanError, match="select it again"):
+        _ = span.seqs
+
+
+def test_a_second_reader_of_the_span_reuses_the_block_facts() -> None:
+    messages = span()
+    facts.span_facts(messages)  # the template summarizer
+    cached = [
+        f.cache_info().misses
+        for f in (facts.first_informative_line, facts._file_action_of, facts.result_text, facts.failed)
+    ]
+    assert all(cached)
+    facts.span_facts(messages[1:])  # the completion: the shadowed span without the task statement
+    assert [
+        f.cache_info().misses
+        for f in (facts.first_informative_line, facts._file_action_of, facts.result_text, facts.failed)
+    ] == cached
