@@ -29,7 +29,7 @@ import asyncio
 import os
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from uuid import uuid4
 
@@ -40,14 +40,16 @@ import compaction  # noqa: F401  (registers compact/* and the foreign-compaction
 from benchmarks.common import Result
 from compaction.basic import BasicCompactService
 from compaction.checkpoint import checkpoint_message
-from compaction.config import BasicConfig
+from compaction.config import BasicConfig, CompletionMode
 from compaction.events import CompactSummary
 from compaction.facts import Retention, retention, span_facts
 from compaction.identifiers import Identifiers, retained
+from compaction.instruction import SECTIONS
 from compaction.meters import HeuristicMeter
 from compaction.sessions.blocks import Message, TextBlock, text_of, tool_calls_of, tool_result_of
 from compaction.sessions.importers import import_path
 from compaction.sessions.session import Session, project
+from compaction.summarizers.base import Summarizer, SummaryOutput, SummaryRequest
 from compaction.summarizers.template import render_summary
 
 TARGETS = {"identifiers": 0.9, "user messages": 0.9, "errors": 0.8, "open tasks": 1.0}
@@ -134,8 +136,33 @@ def framed_tokens(meter: HeuristicMeter, text: str) -> int:
     return meter.messages([checkpoint_message("bench", (TextBlock(text),))])
 
 
-async def template_row(name: str, session: Session) -> Row | None:
-    service = BasicCompactService(BasicConfig(min_identifier_ratio=0.0))
+WEAK = "\n\n".join(f"## {name}\n- Worked on the task; made progress and will continue." for name in SECTIONS)
+"""A plausible eight-section summary that keeps no identifier at all (the "weak model" of
+``tests/compaction/test_completion.py``)."""
+
+
+class WeakModel(Summarizer):
+    """A scripted weak model: the same plausible eight sections for every span, no identifiers."""
+
+    provider = "weak-model"
+    model = "scripted-weak"
+
+    async def summarize(self, request: SummaryRequest) -> SummaryOutput:
+        return SummaryOutput(
+            text=WEAK, provider=self.provider, model=self.model, max_tokens=request.max_tokens
+        )
+
+
+async def template_row(
+    name: str,
+    session: Session,
+    summarizer: Summarizer | None = None,
+    completion: CompletionMode = "appendix",
+) -> Row | None:
+    """One manual compaction of ``session`` (the template summarizer unless ``summarizer``), the gate
+    set to record; ``completion`` as ``BasicConfig.completion`` (``off``: the text as written)."""
+    config = BasicConfig(min_identifier_ratio=0.0, completion=completion)
+    service = BasicCompactService(config, summarizer=summarizer)
     result = await service.compact_now(session)
     if result is None:
         return None
@@ -251,6 +278,10 @@ class Collected:
     template: list[Row]
     foreign: list[tuple[Row, Row]]
     todo: list[Row]
+    weak: list[Row] = field(default_factory=list)
+    """The weak model's summary as written (``completion="off"``), same spans as ``template``."""
+    weak_completed: list[Row] = field(default_factory=list)
+    """The same summary after the completion step (``completion="appendix"``, the default)."""
 
     def ours(self) -> list[Row]:
         """Every template checkpoint measured."""
@@ -265,6 +296,14 @@ def collect() -> Collected:
         row = asyncio.run(template_row(name, copy_of(session)))
         if row is not None:
             found.template.append(row)
+        modes: tuple[tuple[list[Row], CompletionMode], ...] = (
+            (found.weak, "off"),
+            (found.weak_completed, "appendix"),
+        )
+        for rows, completion in modes:
+            weak = asyncio.run(template_row(name, copy_of(session), WeakModel(), completion))
+            if weak is not None:
+                rows.append(weak)
     return found
 
 
@@ -326,6 +365,15 @@ def main(argv: list[str] | None = None) -> int:
     print(table(found.todo))
     misses = [f"{r.name}: {', '.join(r.misses())}" for r in found.ours() if r.misses()]
     print("\nTargets missed by the template checkpoint:", "; ".join(misses) if misses else "none")
+    print("\nA scripted weak model (eight plausible sections, no identifiers), as written:\n")
+    print(table(found.weak))
+    print("\nThe same weak summary after the completion step (appendix, the default):\n")
+    print(table(found.weak_completed))
+    misses = [f"{r.name}: {', '.join(r.misses())}" for r in found.weak_completed if r.misses()]
+    print(
+        "\nThe template's targets missed by the completed weak summary:",
+        "; ".join(misses) if misses else "none",
+    )
     return 0
 
 
