@@ -177,7 +177,7 @@ def _limit_lines(limits: Limits, x: _Scale, y: _Scale, last: int) -> list[str]:
 
 def _marker(seq: int, c: CompactionAudit, x: _Scale, y: _Scale, points: Sequence[int]) -> str:
     color = "#dc2626" if not c.passed else "#16a34a" if c.outcome == "committed" else "#d97706"
-    tip = html.escape(f"{c.compaction_id[:8]} {c.strategy} {c.outcome} at seq {seq}: "
+    tip = html.escape(f"{c.compaction_id} {c.strategy} {c.outcome} at seq {seq}: "
                       f"{'all checks passed' if c.passed else 'checks failed'}")
     tokens = points[seq] if seq < len(points) else 0
     return (
@@ -247,7 +247,7 @@ def compaction_section(events: Sequence[SessionEvent], c: CompactionAudit) -> st
     return (
         f'<section class="compaction {state}" id="c-{html.escape(c.compaction_id)}">'
         f"<h3>{html.escape(title)}</h3><p class=\"meta\">{len(c.shadowed_seqs)} shadowed nodes {tokens}</p>"
-        + checks_table(c.checks, f"checks of {c.compaction_id[:8]}")
+        + checks_table(c.checks, f"checks of {c.compaction_id}")
         + '<div class="side"><div class="shadowed"><h4>shadowed span</h4>'
         + _shadowed_html(events, c.shadowed_seqs)
         + '</div><div class="summary"><h4>summary</h4><pre>'

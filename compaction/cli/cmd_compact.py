@@ -240,7 +240,7 @@ def _result_json(result: CompactionResult) -> dict[str, Any]:
 def render(document: Document, console: Console) -> None:
     rows = [
         [
-            c["compaction_id"][:8],
+            c["compaction_id"],
             c["start_seq"],
             c["end_seq"],
             len(c["shadowed_seqs"]),
