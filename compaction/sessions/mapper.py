@@ -129,12 +129,6 @@ class SessionMapper(Mapper[UUID]):
             stored.originator_id, stored.originator_version, stored.topic, stored.state
         )
 
-    def plain_decoder(self, topic: str) -> msgspec.json.Decoder[Any] | None:
-        """The decoder :meth:`decode_row` uses first for ``topic`` rows (None when rows are
-        encrypted or compressed, or no such row was decoded yet): bulk readers call it in their
-        loop and hand anything it does not decode, or whose seq disagrees, to :meth:`decode_row`."""
-        return None if self.cipher or self.compressor else _TYPE_DECODERS.get(topic)
-
     def decode_row(
         self, originator_id: object, version: int, topic: str, state: bytes
     ) -> SessionEvent:

@@ -297,9 +297,6 @@ class SessionApplication(Application[UUID]):
         )
 
 
-_UNSEEN: Any = object()
-
-
 class StoredNotification(msgspec.Struct, frozen=True):
     """One decoded row of the store's notification log."""
 
@@ -523,34 +520,16 @@ class SessionStore:
         return NotificationFeed(subscription, self._notification)
 
     def _decode_batch(self, rows: Sequence[_Notified]) -> list[StoredNotification]:
-        """Decode a batch in one loop (a rebuild decodes every row of the log): the mapper's plain
-        decoder inline, anything else through :meth:`_notification`; the garbage collector waits
-        for the end of the batch (the decoded events all stay alive until it is folded)."""
-        decoders: dict[str, msgspec.json.Decoder[Any] | None] = {}
-        ids = self._ids
-        out: list[StoredNotification] = []
+        """Decode a batch (a rebuild decodes every row of the log) with the garbage collector
+        paused until the end: the decoded events all stay alive until the batch is folded, and
+        collections over the growing batch doubled the decoding time of a 100k-row rebuild."""
         collecting = gc.isenabled()
         gc.disable()
         try:
-            for notification_id, originator_id, version, topic, state in rows:
-                decoder = decoders.get(topic, _UNSEEN)
-                if decoder is _UNSEEN:
-                    decoder = decoders[topic] = self._mapper.plain_decoder(topic)
-                session_id = ids.get(originator_id)
-                if decoder is not None and session_id is not None:
-                    try:
-                        event: SessionEvent = decoder.decode(state)
-                    except msgspec.DecodeError:
-                        pass
-                    else:
-                        if event.seq == version:
-                            out.append(StoredNotification(notification_id, session_id, event))
-                            continue
-                out.append(self._notification(notification_id, originator_id, version, topic, state))
+            return [self._notification(*row) for row in rows]
         finally:
             if collecting:
                 gc.enable()
-        return out
 
     def _notification(
         self, notification_id: int, originator_id: object, version: int, topic: str, state: bytes
