@@ -123,8 +123,14 @@ def one_round() -> tuple[Probe, Probe]:
 
 
 def cold_measure(session: Session) -> float:
-    """A fresh meter prices every node: what a non-incremental check would cost."""
-    return best_of(COLD, lambda: timed(lambda: HeuristicMeter().measure(session)))
+    """A fresh meter prices every node: what a non-incremental check would cost (the prices an
+    earlier meter published on the session are forgotten first, or it would start from them)."""
+
+    def once() -> float:
+        session.price_columns.clear()
+        return timed(lambda: HeuristicMeter().measure(session))
+
+    return best_of(COLD, once)
 
 
 def pressure() -> list[Result]:

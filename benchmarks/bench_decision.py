@@ -101,6 +101,8 @@ def decide(session: Session, meter: HeuristicMeter) -> bool:
 
 
 def cold(session: Session) -> float:
+    """A fresh meter on a session with no published prices (a meter's earlier ones forgotten)."""
+    session.price_columns.clear()
     return timed(lambda: decide(session, HeuristicMeter()))
 
 
@@ -112,6 +114,7 @@ class NodeByNodeMeter(HeuristicMeter):
 
 
 def cold_node_by_node(session: Session) -> float:
+    session.price_columns.clear()
     return timed(lambda: decide(session, NodeByNodeMeter()))
 
 

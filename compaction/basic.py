@@ -37,6 +37,7 @@ from compaction.errors import (
 )
 from compaction.lock import busy_message, inspect_lock
 from compaction.meters import HeuristicMeter, Measurement, Meter
+from compaction.readahead import READ_AHEAD_FROM, ReadAhead
 from compaction.selection import Span, head_before_task, select_span, span_for
 from compaction.sessions.session import Session, project
 from compaction.sessions.store import SessionStore
@@ -69,7 +70,19 @@ class BasicCompactService(CompactService):
         self.summarizer = summarizer or TemplateSummarizer()
         self.meter = meter or HeuristicMeter()
         self.on_progress = on_progress
+        self.read_ahead = ReadAhead()
         self._warned_targets: set[str] = set()
+
+    def observe(self, session: Session) -> int:
+        """Gather what a compaction of ``session`` will need, for the events since the last call:
+        each new message read for the handover facts and the identifiers, each surface event
+        hashed, each node priced (:mod:`compaction.readahead`). The pressure check does it once the
+        request is past half the threshold; call it after appending, e.g. off the hot path, to make
+        the next compaction's own work a pass over what is already known. Returns the messages
+        read."""
+        count = self.read_ahead.observe(session)
+        self.meter.measure(session)
+        return count
 
     # ------------------------------------------------------------ pressure
 
@@ -108,6 +121,8 @@ class BasicCompactService(CompactService):
         if lock.live:
             raise BusyError(busy_message("automatic pressure compaction", session, lock))
         measurement = self.meter.measure(session)
+        if measurement.total_tokens >= READ_AHEAD_FROM * threshold:
+            self.read_ahead.observe(session)
         if measurement.total_tokens < threshold:
             return None
         if self.pruner is not None and self._prune(session, store):

@@ -30,7 +30,7 @@ from compaction.errors import SummarizerError, error_chain
 from compaction.events import Completion
 from compaction.facts import ErrorFact, SpanFacts, missing_from, span_facts
 from compaction.fidelity import measure_fidelity, missing_sections
-from compaction.identifiers import Identifiers, extract, retained
+from compaction.identifiers import Identifiers, extract, merged, retained
 from compaction.instruction import CLOSE_TAG, INSTRUCTION, INSTRUCTION_PLUGIN, OPEN_TAG, SECTIONS
 from compaction.sessions.blocks import Message, Source, TextBlock, text_of
 from compaction.summarizers.base import Summarizer, SummaryOutput, SummaryRequest
@@ -44,6 +44,10 @@ APPENDIX_NOTE = (
 )
 MAX_ITEM = 300
 """Characters of one user ask, open task or error line kept in the appendix (head ... tail)."""
+ERROR_COMMAND_CHARS = 100
+"""Characters of the command or input shown beside a failure (head ... tail)."""
+MAX_ERRORS = 40
+"""Distinct failure lines listed at most; beyond them the unfixed and then the latest are kept."""
 
 _UNSTATED = "(not stated by the summarizer; see Verbatim references)"
 
@@ -72,15 +76,6 @@ class Completed:
     model_text: str
     record: Completion | None
     output: SummaryOutput
-
-
-def merged(*groups: Identifiers) -> Identifiers:
-    """The identifiers of every group, by kind, in order, each once."""
-    out = Identifiers()
-    for group in groups:
-        for kind in ("paths", "commands", "errors", "error_lines", "ids"):
-            getattr(out, kind).update(getattr(group, kind))
-    return out
 
 
 _KINDS = {"Paths": "paths", "Commands": "commands", "Error names": "errors", "Ids": "ids", "Other": "ids"}
@@ -142,10 +137,46 @@ def clip(text: str, limit: int = MAX_ITEM) -> str:
     return f"{line[:half]} [...] {line[-half:]}"
 
 
-def error_line(error: ErrorFact) -> str:
-    where = f"{error.tool}: {clip(error.command, 160)}" if error.command else error.tool
+def error_line(error: ErrorFact, times: int = 1) -> str:
+    """``tool: command -> first line (state)``, with ``×times`` when the same line came back."""
+    where = f"{error.tool}: {clip(error.command, ERROR_COMMAND_CHARS)}" if error.command else error.tool
     state = "fixed later" if error.fixed else "not fixed"
-    return f"{where} -> {clip(error.first_line)} ({state})"
+    repeated = f" ×{times}" if times > 1 else ""
+    return f"{where} -> {clip(error.first_line)}{repeated} ({state})"
+
+
+def _distinct(errors: Sequence[ErrorFact]) -> list[tuple[ErrorFact, int]]:
+    """Each distinct first informative line once, in the order met: its latest error (call and
+    state) and how many times it came."""
+    groups: dict[str, list[ErrorFact]] = {}
+    for error in errors:
+        groups.setdefault(error.first_line, []).append(error)
+    return [(group[-1], len(group)) for group in groups.values()]
+
+
+def _split(distinct: list[tuple[ErrorFact, int]], most: int) -> tuple[list[int], list[int]]:
+    """The indexes of ``distinct`` listed (in order) and left out: beyond ``most``, the unfixed
+    are kept first, then the latest."""
+    ranked = sorted(range(len(distinct)), key=lambda i: (distinct[i][0].fixed, -i))
+    return sorted(ranked[:most]), ranked[most:]
+
+
+def error_lines(errors: Sequence[ErrorFact], most: int = MAX_ERRORS) -> list[str]:
+    """One :func:`error_line` per distinct first informative line, in the order met, at most
+    ``most`` of them (:func:`errors_left` counts the rest)."""
+    distinct = _distinct(errors)
+    listed, _ = _split(distinct, most)
+    return [error_line(*distinct[i]) for i in listed]
+
+
+def errors_left(errors: Sequence[ErrorFact], most: int = MAX_ERRORS) -> str:
+    """The line that counts what :func:`error_lines` leaves out ("" when it lists them all)."""
+    distinct = _distinct(errors)
+    _, left = _split(distinct, most)
+    if not left:
+        return ""
+    failures = sum(distinct[i][1] for i in left)
+    return f"... and {failures} more failures ({len(left)} other lines), in the log"
 
 
 def _identifier_lines(wanted: Sequence[str], identifiers: Identifiers) -> list[str]:
@@ -190,7 +221,8 @@ def appendix(found: Gaps, facts: SpanFacts, wanted: Identifiers | None = None) -
         references += [f"  - {clip(task)}" for task in found.open_tasks]
     if found.errors:
         references.append("- Errors:")
-        references += [f"  - {error_line(e)}" for e in found.errors]
+        left = errors_left(found.errors)
+        references += [f"  - {line}" for line in [*error_lines(found.errors), *([left] if left else [])]]
     references += _identifier_lines(found.identifiers, wanted if wanted is not None else facts.identifiers)
     if references:
         parts.append("\n".join([f"## {APPENDIX_TITLE}", APPENDIX_NOTE, *references]))
@@ -215,7 +247,7 @@ def _section_body(section: str, facts: SpanFacts) -> str:
             for path in paths
         ]
     elif section == "Errors and Fixes":
-        lines = [f"- {error_line(e)}" for e in facts.errors]
+        lines = [f"- {line}" for line in error_lines(facts.errors)]
     elif section == "Pending Jobs":
         lines = [f"- {clip(t)}" for t in facts.open_tasks]
     elif section in ("Current Work", "Next Step") and facts.intent:
@@ -255,7 +287,7 @@ def repair_request(request: SummaryRequest, draft: str, found: Gaps) -> SummaryR
     items = [f"- section: ## {s}" for s in found.sections]
     items += [f"- user ask: {clip(a)}" for a in found.user_asks]
     items += [f"- open task: {clip(t)}" for t in found.open_tasks]
-    items += [f"- error: {error_line(e)}" for e in found.errors]
+    items += [f"- error: {line}" for line in error_lines(found.errors)]
     items += [f"- identifier: {i}" for i in found.identifiers]
     header = REPAIR_INSTRUCTION.format(open=OPEN_TAG, close=CLOSE_TAG)
     instruction = f"{INSTRUCTION}\n\n{header}" + "\n".join(items)
@@ -304,7 +336,7 @@ async def complete(
         added_identifiers=found.identifiers if block else (),
         added_user_asks=tuple(clip(a) for a in found.user_asks) if block else (),
         added_open_tasks=tuple(clip(t) for t in found.open_tasks) if block else (),
-        added_errors=tuple(error_line(e) for e in found.errors) if block else (),
+        added_errors=tuple(error_lines(found.errors)) if block else (),
         added_sections=found.sections if block else (),
         model_fidelity=model_fidelity,
         draft=draft,

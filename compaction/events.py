@@ -72,6 +72,45 @@ class Completion(msgspec.Struct, frozen=True, omit_defaults=True):
     repair_error: str | None = None
 
 
+class DigestRecord(msgspec.Struct, frozen=True, omit_defaults=True):
+    """How the summarizer was shown the span: as a digest (``compaction.summarizers.digest``), not
+    message by message.
+
+    Enough to rebuild the request sent from the log plus the code: the span's request
+    (``compaction.transaction.build_request``), its messages digested by ``digest_span`` under
+    ``budget`` tokens as ``meter``'s message price times ``ratio`` counts them, then sent without
+    the conversation's system prompt and tools when ``header`` is False. The rest is what the
+    digest measured, so an audit can tell its rebuild is the digest that was sent."""
+
+    budget: int
+    """The input budget for the messages, in estimated tokens."""
+    meter: str
+    """The meter (``compaction.meters.meter_named``) whose message price planned the digest."""
+    ratio: float = 1.0
+    """The factor on that price (the local model's tokenizer against the heuristic: 2.0)."""
+    window: int | None = None
+    """The summarizer's window (its chunker's; None: it had none). A budget over the room one
+    request of it leaves was sent in chunks (``CompactSummary.chunks``)."""
+    header: bool = True
+    """Whether the conversation's system prompt and tools went with the messages."""
+    tokens: int = 0
+    """Estimated tokens of the messages shown."""
+    source_tokens: int = 0
+    """Estimated tokens of the span's messages as they are in the log."""
+    messages: int = 0
+    """Messages shown, the digest's markers included."""
+    source_messages: int = 0
+    """Messages of the span (with the protected task statement that leads it)."""
+    condensed: int = 0
+    """Messages shortened or left out by condensing (tool output, arguments, harness blocks, reasoning)."""
+    elided: int = 0
+    """Messages of older turns left out whole (each run of them named by a marker)."""
+    dropped_asks: int = 0
+    """The user's messages of those turns left out too (counted in the markers)."""
+    cut: int = 0
+    """Messages shown with their long texts cut to head and tail."""
+
+
 @register_event_type
 class CompactSummary(SessionEvent, frozen=True, kw_only=True):
     TYPE: ClassVar[str] = "compact/summary"
@@ -91,6 +130,7 @@ class CompactSummary(SessionEvent, frozen=True, kw_only=True):
     chunks: int = 1  # >1 when the span was summarized in chunks and merged
     request_model: str | None = None  # the model the request named (``model`` is the one that answered)
     completion: Completion | None = None  # None: recorded before completion existed, or mode "off"
+    digest: DigestRecord | None = None  # None: every message was sent (or recorded before digests)
 
 
 @register_event_type

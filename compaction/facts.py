@@ -11,9 +11,13 @@ Sources, never arbitrary strings:
   ``<local-command-stdout>``, ``<task-notification>``, IDE notices, ANSI codes) and interruption
   markers removed; slash commands are kept apart; in a harness without tool calls (mini-swe-agent,
   SWE-agent text mode) a "user" message that answers the agent's fenced command is an observation;
+  harness feedback delivered as a user-role message while the agent works (OpenHands' error
+  observations of a rejected tool call: "Parameter 'command' is expected to be one of [...]") is an
+  error, not an ask;
 - errors: failed tool results (``is_error``, or OpenHands' ``ERROR:`` text, or a non-zero
   ``<returncode>`` observation), with the call's command or path and whether a later call with the
-  same command or path succeeded; harness-synthesized results of interrupted calls and the user's
+  same command or path succeeded; harness feedback, with tool :data:`HARNESS_TOOL`, fixed when the
+  agent's next call succeeded; harness-synthesized results of interrupted calls and the user's
   rejections of a tool call are not errors;
 - open tasks: the latest todo/plan tool input (Claude Code ``TodoWrite`` / ``TaskCreate`` /
   ``TaskUpdate``, Codex ``update_plan``, OpenHands ``task_tracker``, any tool with a list of items that
@@ -24,21 +28,30 @@ Sources, never arbitrary strings:
 
 from __future__ import annotations
 
-import json
 import re
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from compaction.checkpoint import framed_summary
-from compaction.identifiers import ERROR_LINE_RE, Identifiers, extract, retained
+from compaction.identifiers import (
+    ERROR_LINE_RE,
+    Identifiers,
+    extract,
+    merged,
+    parsed_arguments,
+    retained,
+)
 from compaction.sessions.blocks import (
     Message,
+    TextBlock,
     ToolCallBlock,
     ToolResultBlock,
     text_of,
 )
 from compaction.sessions.interrupted import NOT_STARTED_TEXT, OUTCOME_UNKNOWN_TEXT
+from compaction.sessions.memo import IdentityCache, SequenceMemo
 
 MATCH_PREFIX = 60
 """Characters of a normalized ask, task or error line that must appear in a summary to count."""
@@ -46,6 +59,7 @@ LINE_CHARS = 160
 LAST_STEPS = 3
 COMMAND_CHARS = 160
 CALL_KEY_CACHE = 1 << 17
+_SPANS: SequenceMemo[SpanFacts] = SequenceMemo()
 """Tool calls whose :func:`call_key` is kept (a pure function of the call)."""
 
 # ---------------------------------------------------------------- public shapes
@@ -84,6 +98,12 @@ class SpanFacts:
     unanswered: tuple[str, ...] = ()
     ends_with_ask: bool = False
     """The span ends with a user ask the agent has not answered yet."""
+    prior_checkpoint: bool = False
+    """A prior framed checkpoint is in the span."""
+    chars: int = 0
+    """Characters of the span's text, tool calls (name and arguments) and results."""
+    tools_used: tuple[tuple[str, int], ...] = ()
+    """Calls per tool name, in the order first called (prior checkpoints not counted)."""
 
 
 @dataclass(frozen=True)
@@ -108,18 +128,24 @@ def mentions(summary: str, text: str, *, prepared: bool = False) -> bool:
     """Whether ``text`` (an ask, task or error line) is in ``summary``: whitespace and case
     normalized, its first :data:`MATCH_PREFIX` characters (the whole text when shorter)."""
     haystack = summary if prepared else normalized(summary)
-    needle = normalized(text)[:MATCH_PREFIX].rstrip()
+    needle = _needle(text)
     return bool(needle) and needle in haystack
 
 
-def missing_from(summary: str, facts: SpanFacts, *, last_errors: int = 5) -> Missing:
+@lru_cache(maxsize=CALL_KEY_CACHE)
+def _needle(text: str) -> str:
+    """What :func:`mentions` looks for: ``text`` normalized, its first :data:`MATCH_PREFIX`
+    characters (once per text: the same asks and error lines are looked for in every summary)."""
+    return normalized(text)[:MATCH_PREFIX].rstrip()
+
+
+def missing_from(summary: str, facts: SpanFacts) -> Missing:
     """What ``summary`` lacks of ``facts``: user asks, identifiers (verbatim, as the gate counts
-    them), open tasks, and the errors that matter for a handover (the unfixed ones and the last
-    ``last_errors``)."""
+    them), open tasks, and every error whose first informative line it does not mention (the
+    measure :func:`retention` scores; fixed or not, a later reader needs what was tried)."""
     haystack = normalized(summary)
     _, identifiers = retained(facts.identifiers.all(), summary)
-    wanted = [e for e in facts.errors if not e.fixed] + list(facts.errors[-last_errors:])
-    errors = [e for e in dict.fromkeys(wanted) if not mentions(haystack, e.first_line, prepared=True)]
+    errors = [e for e in facts.errors if not mentions(haystack, e.first_line, prepared=True)]
     return Missing(
         user_asks=tuple(a for a in facts.user_asks if not mentions(haystack, a, prepared=True)),
         identifiers=tuple(identifiers),
@@ -192,6 +218,20 @@ HARNESS_LINES_RE = re.compile(
 )
 HARNESS_PREFIXES = ("Here is a demonstration of how to correctly accomplish this task.",)
 SLASH_RE = re.compile(r"^/[A-Za-z][\w:.-]*(?:\s|$)")
+HARNESS_TOOL = "harness"
+"""The ``tool`` of an error the harness reported in a user-role message (there is no call to name)."""
+FEEDBACK_RE = re.compile(
+    r"(?:Parameter [`'\"]?\w+[`'\"]? (?:is expected to be one of|is required|must be)\b"
+    r"|Missing required (?:argument|parameter)s?\b"
+    r"|(?:Tool|Function) [`'\"]?[\w.-]+[`'\"]? (?:is not registered|not found|does not exist)\b"
+    r"|Failed to parse tool call arguments\b"
+    r"|Invalid (?:JSON|arguments?|parameters?) (?:in|for) (?:the )?tool call\b"
+    r"|The action has not been executed\b"
+    r"|Agent got stuck in a loop\b)"
+)
+"""The harness's feedback on the agent's tool use, as OpenHands delivers it in a user-role message
+(an error observation no call answers: a rejected tool argument, an unknown tool, an action the
+runtime never ran, a detected loop)."""
 REJECTED = "The user doesn't want to proceed with this tool use."
 USER_SAID = "the user said:"
 
@@ -205,6 +245,7 @@ class UserText:
     interrupted: bool = False
 
 
+@lru_cache(maxsize=CALL_KEY_CACHE)
 def clean_user_text(text: str) -> UserText:
     """Separate the natural-language ask from harness wrappers, slash commands and interruption
     markers (Claude Code, pi, Codex conventions)."""
@@ -228,6 +269,18 @@ def clean_user_text(text: str) -> UserText:
 def _args(text: str) -> str:
     found = COMMAND_ARGS_RE.search(text)
     return found.group(1).strip() if found else ""
+
+
+def harness_feedback(text: str, previous: Message | None = None) -> bool:
+    """Whether a user-role message is the harness's feedback on the agent's tool use rather than
+    something the user asked: it has the shape of :data:`FEEDBACK_RE` and arrives while the agent
+    works (``previous``, the message before it, is not the agent's own words awaiting a reply)."""
+    awaits_reply = (
+        previous is not None
+        and previous.role == "assistant"
+        and not any(isinstance(b, ToolCallBlock) for b in previous.content)
+    )
+    return not awaits_reply and bool(FEEDBACK_RE.match(text.lstrip()))
 
 
 # ---------------------------------------------------------------- tool calls
@@ -255,13 +308,10 @@ def arguments_of(call: ToolCallBlock) -> dict[str, object]:
     return dict(_arguments(call))
 
 
-@lru_cache(maxsize=CALL_KEY_CACHE)
 def _arguments(call: ToolCallBlock) -> dict[str, object]:
-    """:func:`arguments_of`, parsed once per call and shared: never mutate the result."""
-    try:
-        value = json.loads(call.arguments) if call.arguments.strip() else {}
-    except json.JSONDecodeError:
-        return {}
+    """:func:`arguments_of`, parsed once per argument string and shared with the identifiers
+    (:func:`~compaction.identifiers.parsed_arguments`): never mutate the result."""
+    value = parsed_arguments(call.arguments)
     return value if isinstance(value, dict) else {}
 
 
@@ -362,10 +412,105 @@ def _clip(text: str, limit: int) -> str:
 # ---------------------------------------------------------------- the walk
 
 
-@dataclass
+@dataclass(slots=True)
 class _Step:
     call: ToolCallBlock
     result: ToolResultBlock | None = None
+    key: str = ""
+    """:func:`call_key` of the call."""
+    todo: list[tuple[str, str]] | None = None
+    """The call's todo/plan items (:func:`_status_list` of its arguments)."""
+    failed: bool = False
+    """:func:`failed` of the result."""
+    rejected: bool = False
+    """The result is the user's rejection of the call."""
+
+
+# ---------------------------------------------------------------- one message, read once
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A tool call, read: what it acted on (:func:`call_key`) and its todo/plan items."""
+
+    block: ToolCallBlock
+    key: str
+    todo: list[tuple[str, str]] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """A tool result, read: whether it failed, whether it is the user's rejection of the call."""
+
+    block: ToolResultBlock
+    failed: bool
+    rejected: bool
+    said: str | None
+    """What the user said when rejecting the call."""
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """What the walk needs of one message, found once per message (:func:`read`)."""
+
+    checkpoint: bool
+    role: str
+    from_user: bool
+    items: tuple[Call | Result, ...]
+    has_call: bool
+    text: str
+    """The agent's text (stripped), or the user's (as written); empty otherwise."""
+    chars: int
+    """Characters of the message's text blocks, tool calls (name and arguments) and results."""
+
+
+READ_CACHE = 1 << 18
+"""Messages whose :class:`Read` is kept, by identity (the message held with it)."""
+
+
+def _read(message: Message) -> Read:
+    """One message read for the walk (its calls' keys and todo items, its results' outcomes, its
+    text)."""
+    items: list[Call | Result] = []
+    chars = 0
+    for block in message.content:
+        if isinstance(block, ToolCallBlock):
+            items.append(Call(block, call_key(block), _status_list(_arguments(block))))
+            chars += len(block.name) + len(block.arguments)
+        elif isinstance(block, ToolResultBlock):
+            text = result_text(block)
+            rejected = text.startswith(REJECTED)
+            said = text.split(USER_SAID, 1) if rejected else []
+            heard = said[1] if len(said) == 2 and said[1].strip() else None
+            failure = failed(block)
+            if failure:
+                first_informative_line(text)  # found now (cached by text), for the errors
+            items.append(Result(block, failure, rejected, heard))
+            chars += len(text_of(block.content))
+        elif isinstance(block, TextBlock):
+            chars += len(block.text)
+    from_user = message.role == "user" and message.source.kind == "user"
+    text = ""
+    if message.role == "assistant":
+        text = text_of(message.content).strip()
+    elif from_user:
+        text = text_of(message.content)
+        _needle(clean_user_text(text).ask)  # found now (cached by text), for the walk and the gate
+    return Read(
+        checkpoint=framed_summary(message) is not None,
+        role=message.role,
+        from_user=from_user,
+        items=tuple(items),
+        has_call=any(type(i) is Call for i in items),
+        text=text,
+        chars=chars,
+    )
+
+
+read: IdentityCache[Message, Read] = IdentityCache(_read, READ_CACHE)
+"""One message read for the walk, once per message object: a compaction reads its span's messages
+again only when a message is new (the read-ahead reads them as they arrive,
+:meth:`~compaction.basic.BasicCompactService.observe`)."""
 
 
 @dataclass
@@ -376,54 +521,62 @@ class _Walk:
     steps: list[_Step] = field(default_factory=list)
     by_id: dict[str, _Step] = field(default_factory=dict)
     observations: list[tuple[str, str]] = field(default_factory=list)  # (command, text)
+    feedback: list[tuple[int, str]] = field(default_factory=list)  # (index of the next step, text)
+    text_harness: bool = False
+    """No tool call in the span: a user message answering a fenced command is an observation."""
     agent_texts: list[tuple[int, str]] = field(default_factory=list)  # (position, text)
     last_ask_at: int = -1
     checkpoint_at: int = -1
 
 
-def _walk(messages: Sequence[Message]) -> _Walk:
+def _walk(messages: Sequence[Message], reads: Sequence[Read]) -> _Walk:
+    """One pass over the span's messages, read (the hot loop of a compaction: kept flat)."""
     walk = _Walk()
-    text_harness = not any(isinstance(b, ToolCallBlock) for m in messages for b in m.content)
+    walk.text_harness = not any(r.has_call for r in reads)
+    steps, by_id, agent_texts = walk.steps, walk.by_id, walk.agent_texts
     previous: Message | None = None
-    for position, message in enumerate(messages):
-        if framed_summary(message) is None:
-            _visit(walk, message, previous if text_harness else None, position)
-        else:
+    for position, found in enumerate(reads):
+        if found.checkpoint:
             walk.checkpoint_at = position  # a prior checkpoint carries the agent's later state
-        previous = message
+        else:
+            for item in found.items:
+                if type(item) is Call:
+                    step = _Step(item.block, key=item.key, todo=item.todo)
+                    steps.append(step)
+                    by_id[item.block.id] = step
+                else:
+                    _result(walk, item, position)  # type: ignore[arg-type]
+            if found.role == "assistant":
+                if found.text:
+                    agent_texts.append((position, found.text))
+            elif found.from_user:
+                _user_message(walk, found.text, previous, position)
+        previous = messages[position]
     return walk
 
 
-def _visit(walk: _Walk, message: Message, previous: Message | None, position: int) -> None:
-    for block in message.content:
-        if isinstance(block, ToolCallBlock):
-            step = _Step(block)
-            walk.steps.append(step)
-            walk.by_id[block.id] = step
-        elif isinstance(block, ToolResultBlock):
-            _result(walk, block, position)
-    if message.role == "assistant":
-        text = text_of(message.content).strip()
-        if text:
-            walk.agent_texts.append((position, text))
-    elif message.role == "user" and message.source.kind == "user":
-        command = _fenced_command(previous)
-        if command is not None:
-            walk.observations.append((command, text_of(message.content)))
-        else:
-            _user(walk, text_of(message.content), position)
+def _user_message(walk: _Walk, text: str, previous: Message | None, position: int) -> None:
+    """A user-role message: an observation of a fenced command, the harness's feedback, or the
+    user's own words."""
+    command = _fenced_command(previous) if walk.text_harness else None
+    if command is not None:
+        walk.observations.append((command, text))
+    elif harness_feedback(text, previous):
+        walk.feedback.append((len(walk.steps), text))
+    else:
+        _user(walk, text, position)
 
 
-def _result(walk: _Walk, block: ToolResultBlock, position: int) -> None:
-    step = walk.by_id.get(block.tool_call_id)
+def _result(walk: _Walk, item: Result, position: int) -> None:
+    step = walk.by_id.get(item.block.tool_call_id)
     if step is not None:
-        step.result = block
-    text = result_text(block)
-    if text.startswith(REJECTED):
+        step.result = item.block
+        step.failed = item.failed
+        step.rejected = item.rejected
+    if item.rejected:
         walk.interruptions += 1
-        said = text.split(USER_SAID, 1)
-        if len(said) == 2 and said[1].strip():
-            _user(walk, said[1], position)
+        if item.said is not None:
+            _user(walk, item.said, position)
 
 
 def _user(walk: _Walk, text: str, position: int) -> None:
@@ -453,19 +606,65 @@ def _fenced_command(previous: Message | None) -> str | None:
 
 
 def span_facts(messages: Sequence[Message]) -> SpanFacts:
-    """The handover facts of a span (a prior framed checkpoint in it is skipped: merge it apart)."""
-    walk = _walk(messages)
+    """The handover facts of a span (a prior framed checkpoint in it is skipped: merge it apart).
+    Found once per span: the template, the completion and the gate of one compaction share them
+    (recalled while the same message objects come again, :class:`~compaction.sessions.memo.SequenceMemo`)."""
+    recalled = _SPANS.recall(messages)
+    return recalled if recalled is not None else _SPANS.keep(messages, _span_facts(messages))
+
+
+def led_span_facts(lead: Message, span: Sequence[Message]) -> SpanFacts:
+    """``span_facts([lead, *span])`` for a user message leading the span (the protected task
+    statement a summary request starts with), built from the span's own facts, which the
+    completion of the same compaction asks for too (so they are found once), and the lead's.
+
+    Exact, not an approximation: a user message changes nothing of how the messages after it are
+    read (no call of its own, no result a later call could claim, and as ``previous`` it reads as
+    no message at all). Its asks, commands, interruptions and identifiers come first; its ask ends
+    the span when the span itself has no ask, no agent text, no checkpoint and no open call. A lead
+    that reads as the harness's feedback (an error fixed or not by the span's first step) or is a
+    checkpoint is computed with the span instead."""
+    if lead.role != "user" or framed_summary(lead) is not None:
+        return span_facts([lead, *span])
+    head = span_facts([lead])
+    if head.errors:
+        return span_facts([lead, *span])
+    facts = span_facts(span)
+    open_ask = (
+        bool(head.user_asks)
+        and not facts.user_asks
+        and not facts.prior_checkpoint
+        and facts.last_agent_text is None
+        and not facts.unanswered
+    )
+    return replace(
+        facts,
+        user_asks=head.user_asks + facts.user_asks,
+        identifiers=merged(head.identifiers, facts.identifiers),
+        slash_commands=tuple(dict.fromkeys(head.slash_commands + facts.slash_commands)),
+        interruptions=head.interruptions + facts.interruptions,
+        ends_with_ask=facts.ends_with_ask or open_ask,
+        chars=head.chars + facts.chars,
+    )
+
+
+def _span_facts(messages: Sequence[Message]) -> SpanFacts:
+    reads = list(map(read, messages))
+    walk = _walk(messages, reads)
     tasks, active, seen = _tasks(walk.steps)
-    edited, created, read = _files(walk.steps)
-    fresh = [m for m in messages if framed_summary(m) is None]
+    edited, created, opened = _files(walk.steps)
+    checkpoints = any(r.checkpoint for r in reads)
+    fresh = [m for m, r in zip(messages, reads, strict=True) if not r.checkpoint] if checkpoints else messages
     return SpanFacts(
+        chars=sum(r.chars for r in reads),
+        tools_used=tuple(Counter(s.call.name for s in walk.steps).items()),
         user_asks=tuple(walk.asks),
         errors=tuple(_errors(walk)),
         open_tasks=tuple(tasks),
         intent=_intent(walk),
         files_edited=tuple(edited),
         files_created=tuple(created),
-        files_read=tuple(read),
+        files_read=tuple(opened),
         identifiers=extract(fresh),
         slash_commands=tuple(dict.fromkeys(walk.slash)),
         interruptions=walk.interruptions,
@@ -473,7 +672,8 @@ def span_facts(messages: Sequence[Message]) -> SpanFacts:
         todo_seen=seen,
         last_steps=tuple(_describe(s) for s in walk.steps[-LAST_STEPS:]),
         last_agent_text=walk.agent_texts[-1][1] if walk.agent_texts else None,
-        unanswered=tuple(f"{s.call.name} `{call_key(s.call)}`" for s in walk.steps if s.result is None),
+        unanswered=tuple(f"{s.call.name} `{s.key}`" for s in walk.steps if s.result is None),
+        prior_checkpoint=walk.checkpoint_at >= 0,
         ends_with_ask=walk.last_ask_at > walk.checkpoint_at
         and all(p < walk.last_ask_at for p, _ in walk.agent_texts)
         and not any(s.result is None for s in walk.steps),
@@ -481,24 +681,49 @@ def span_facts(messages: Sequence[Message]) -> SpanFacts:
 
 
 def _errors(walk: _Walk) -> list[ErrorFact]:
-    """The failed results, each ``fixed`` when a later call of the same tool on the same command
-    or path succeeded: one backward pass (the succeeded ``(tool, key)`` pairs seen so far), each
-    call's key computed once."""
-    failures: list[tuple[_Step, str, bool]] = []  # newest first
+    """The failed results and the harness's feedback in the order met, then the failed
+    observations of a harness without tool calls."""
+    found = sorted(_tool_errors(walk) + _feedback_errors(walk), key=lambda pair: pair[0])
+    return [error for _, error in found] + _observation_errors(walk)
+
+
+def _tool_errors(walk: _Walk) -> list[tuple[float, ErrorFact]]:
+    """The failed results by step index, each ``fixed`` when a later call of the same tool on the
+    same command or path succeeded: one backward pass (the succeeded ``(tool, key)`` pairs seen so
+    far), each call's key computed once."""
+    failures: list[tuple[int, _Step, str, bool]] = []  # newest first
     succeeded: set[tuple[str, str]] = set()
-    for step in reversed(walk.steps):
+    for index in range(len(walk.steps) - 1, -1, -1):
+        step = walk.steps[index]
         if step.result is None:
             continue
-        key = call_key(step.call)
-        if failed(step.result):
-            failures.append((step, key, (step.call.name, key) in succeeded))
-        elif not result_text(step.result).startswith(REJECTED):
+        key = step.key
+        if step.failed:
+            failures.append((index, step, key, (step.call.name, key) in succeeded))
+        elif not step.rejected:
             succeeded.add((step.call.name, key))
-    errors: list[ErrorFact] = []
-    for step, key, fixed in reversed(failures):
+    errors: list[tuple[float, ErrorFact]] = []
+    for index, step, key, fixed in reversed(failures):
         assert step.result is not None
         line = first_informative_line(result_text(step.result))
-        errors.append(ErrorFact(tool=step.call.name, command=key, first_line=line, fixed=fixed))
+        errors.append((index, ErrorFact(tool=step.call.name, command=key, first_line=line, fixed=fixed)))
+    return errors
+
+
+def _feedback_errors(walk: _Walk) -> list[tuple[float, ErrorFact]]:
+    """The harness's feedback, placed just before the step that followed it; ``fixed`` when that
+    step (the agent's retry) succeeded."""
+    errors: list[tuple[float, ErrorFact]] = []
+    for index, text in walk.feedback:
+        after = walk.steps[index] if index < len(walk.steps) else None
+        fixed = after is not None and after.result is not None and not after.failed
+        errors.append((index - 0.5, ErrorFact(HARNESS_TOOL, "", first_informative_line(text), fixed)))
+    return errors
+
+
+def _observation_errors(walk: _Walk) -> list[ErrorFact]:
+    """The failed observations of a harness without tool calls, ``fixed`` when the same command
+    later passed."""
     observed: list[tuple[str, str, bool]] = []  # newest first
     passed: set[str] = set()
     for command, text in reversed(walk.observations):
@@ -506,9 +731,10 @@ def _errors(walk: _Walk) -> list[ErrorFact]:
             observed.append((command, text, command in passed))
         else:
             passed.add(command)
-    for command, text, fixed in reversed(observed):
-        errors.append(ErrorFact("shell", command, first_informative_line(text), fixed))
-    return errors
+    return [
+        ErrorFact("shell", command, first_informative_line(text), fixed)
+        for command, text, fixed in reversed(observed)
+    ]
 
 
 RETURNCODE_RE = re.compile(r"<returncode>\s*(-?\d+)\s*</returncode>")
@@ -544,21 +770,20 @@ def _tasks(steps: list[_Step]) -> tuple[list[str], str | None, bool]:
     state: dict[str, tuple[str, str]] = {}  # id -> (text, status)
     seen = False
     for step in steps:
-        if step.result is not None and failed(step.result):
+        if step.result is not None and step.failed:
             continue
-        args = _arguments(step.call)
         name = step.call.name
-        items = _status_list(args)
+        items = step.todo
         if items is not None:
             seen = True
             state = {str(i): item for i, item in enumerate(items)}
         elif name == "TaskCreate":
             seen = True
-            text = _string(args, TASK_TEXT_KEYS)
+            text = _string(_arguments(step.call), TASK_TEXT_KEYS)
             task_id = _created_task_id(step) or str(len(state) + 1)
             state[task_id] = (text, "pending")
         elif name == "TaskUpdate":
-            _update_task(state, args)
+            _update_task(state, _arguments(step.call))
     open_items = [(text, status) for text, status in state.values() if status.lower() not in DONE_STATUSES]
     active = next((text for text, status in open_items if status.lower() == "in_progress"), None)
     return [text for text, _ in open_items if text], active, seen
@@ -602,7 +827,7 @@ def _files(steps: list[_Step]) -> tuple[list[str], list[str], list[str]]:
     created: dict[str, None] = {}
     read: dict[str, None] = {}
     for step in steps:
-        if step.result is None or failed(step.result):
+        if step.result is None or step.failed:
             continue
         kind, paths = _file_action_of(step.call, step.result)
         target = {"edited": edited, "created": created, "read": read}.get(kind)
@@ -617,6 +842,12 @@ def _files(steps: list[_Step]) -> tuple[list[str], list[str], list[str]]:
                 read.pop(path, None)
             target[path] = None
     return list(edited), list(created), list(read)
+
+
+def file_action(call: ToolCallBlock, result: ToolResultBlock) -> tuple[str, tuple[str, ...]]:
+    """``(kind, paths)`` of a call and its result: ``edited``, ``created``, ``read`` or ``""`` (no
+    file), found once per pair (the read-ahead finds it when the result arrives)."""
+    return _file_action_of(call, result)
 
 
 @lru_cache(maxsize=CALL_KEY_CACHE)
@@ -685,10 +916,15 @@ def _intent(walk: _Walk) -> str | None:
 
 
 def clear_caches() -> None:
-    """Empty the per-call caches (:func:`call_key`, the parsed arguments, :func:`failed`, the first
+    """Empty the per-message and per-call caches (each message's :func:`read`, a span's facts, the
+    cleaned user text, :func:`call_key`, the parsed arguments, :func:`failed`, the first
     informative line of a text, the file action of a call and its result)."""
+    _SPANS.clear()
+    read.clear()
+    _needle.cache_clear()
+    clean_user_text.cache_clear()
     call_key.cache_clear()
-    _arguments.cache_clear()
+    parsed_arguments.cache_clear()
     failed.cache_clear()
     first_informative_line.cache_clear()
     _file_action_of.cache_clear()

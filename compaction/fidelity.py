@@ -103,7 +103,19 @@ def _known(marker: str, title: str) -> str | None:
 def section_bodies(summary: str) -> dict[str, str]:
     """Body text under each known section heading (``## Name``, ``1. Name:``, ``**Name:**`` or a
     synonym); a body runs to the next known heading, so numbered lists inside a section stay in it.
-    Two headings naming one section ("Errors and fixes", "Problem Solving") share its body."""
+    Two headings naming one section ("Errors and fixes", "Problem Solving") share its body. The
+    latest summary's are kept (the completion and the gate read the same text)."""
+    global _LATEST
+    latest = _LATEST  # one read: another thread may replace it meanwhile
+    if latest[0] != summary:
+        latest = _LATEST = (summary, _section_bodies(summary))
+    return dict(latest[1])
+
+
+_LATEST: tuple[str, dict[str, str]] = ("", {})
+
+
+def _section_bodies(summary: str) -> dict[str, str]:
     known = [(m, _known(m.group(1), m.group(2))) for m in _HEADING.finditer(summary)]
     headings = [(m, name) for m, name in known if name is not None]
     bodies: dict[str, str] = {}

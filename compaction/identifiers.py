@@ -11,8 +11,10 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from compaction.sessions.blocks import Message, TextBlock, ToolCallBlock, ToolResultBlock
+from compaction.sessions.memo import IdentityCache, SequenceMemo
 
 PATH_RE = re.compile(
     r"(?<![\w/.-])(?:~/|\.{1,2}/|/)?(?:[\w.-]+/)+[\w.-]*[\w-]\.[A-Za-z0-9]{1,8}\b"  # a/b.py, /x/y.txt
@@ -60,6 +62,7 @@ class Identifiers:
 _Kinds = tuple[dict[str, None], dict[str, None], dict[str, None], dict[str, None], dict[str, None]]
 _NONE: _Kinds = ({}, {}, {}, {}, {})
 _CACHE: dict[Message, _Kinds] = {}
+_UNIONS: SequenceMemo[Identifiers] = SequenceMemo()
 CACHE_LIMIT = 1 << 18
 """Messages whose identifiers are kept (a pure function of the message: its role and content);
 past it the cache starts over."""
@@ -68,13 +71,20 @@ past it the cache starts over."""
 def extract(messages: Iterable[Message]) -> Identifiers:
     """The identifiers of ``messages``: the union, in order, of each message's own, which are
     found once per message (cached by the message's value) and shared by the template summarizer,
-    the completion and the fidelity gate."""
+    the completion and the fidelity gate; the union itself is recalled when the same message
+    objects come again (:class:`~compaction.sessions.memo.SequenceMemo`). Never mutate the result."""
+    if isinstance(messages, list | tuple):
+        recalled = _UNIONS.recall(messages)
+        return recalled if recalled is not None else _UNIONS.keep(messages, _union(messages))
+    return _union(messages)
+
+
+def _union(messages: Iterable[Message]) -> Identifiers:
     found = Identifiers()
     paths, commands, errors, lines, ids = (
         found.paths, found.commands, found.errors, found.error_lines, found.ids,
     )
-    for message in messages:
-        kinds = message_kinds(message)
+    for kinds in map(message_kinds, messages):
         if kinds is _NONE:
             continue
         paths.update(kinds[0])
@@ -85,8 +95,16 @@ def extract(messages: Iterable[Message]) -> Identifiers:
     return found
 
 
-def message_kinds(message: Message) -> _Kinds:
-    """One message's identifiers by kind (paths, commands, errors, error lines, ids); cached."""
+def merged(*groups: Identifiers) -> Identifiers:
+    """The identifiers of every group, by kind, in order, each once."""
+    out = Identifiers()
+    for group in groups:
+        for kind in ("paths", "commands", "errors", "error_lines", "ids"):
+            getattr(out, kind).update(getattr(group, kind))
+    return out
+
+
+def _kinds_by_value(message: Message) -> _Kinds:
     try:
         kinds = _CACHE.get(message)
     except TypeError:  # an unhashable extension block: no caching
@@ -99,8 +117,18 @@ def message_kinds(message: Message) -> _Kinds:
     return kinds
 
 
+message_kinds: IdentityCache[Message, _Kinds] = IdentityCache(_kinds_by_value, CACHE_LIMIT)
+"""One message's identifiers by kind (paths, commands, errors, error lines, ids), found once per
+message object (no hashing of its content), else by its value."""
+
+
 def clear_cache() -> None:
+    parsed_arguments.cache_clear()
     _CACHE.clear()
+    message_kinds.clear()
+    _UNIONS.clear()
+    global _FOUND
+    _FOUND = ("", {})
 
 
 def _kinds_of(message: Message) -> _Kinds:
@@ -117,11 +145,22 @@ def _kinds_of(message: Message) -> _Kinds:
     return found.paths, found.commands, found.errors, found.error_lines, found.ids
 
 
-def _from_arguments(arguments: str, found: Identifiers) -> None:
+ARGUMENTS_CACHE = 1 << 17
+"""Tool-call argument strings whose parsed JSON is kept (shared by the identifiers and the facts)."""
+
+
+@lru_cache(maxsize=ARGUMENTS_CACHE)
+def parsed_arguments(arguments: str) -> object:
+    """A tool call's arguments parsed as JSON, once per string (``{}`` when blank, the string
+    itself when it is not JSON). Shared by every reader: never mutate the result."""
     try:
-        value = json.loads(arguments) if arguments.strip() else {}
+        return json.loads(arguments) if arguments.strip() else {}
     except json.JSONDecodeError:
-        value = arguments
+        return arguments
+
+
+def _from_arguments(arguments: str, found: Identifiers) -> None:
+    value = parsed_arguments(arguments)
     for key, text in _strings(value):
         if key in COMMAND_KEYS:
             command = text.strip().splitlines()[0][:MAX_COMMAND] if text.strip() else ""
@@ -200,9 +239,26 @@ def _strings(value: object, key: str = "") -> Iterator[tuple[str, str]]:
 
 
 def retained(identifiers: Iterable[str], summary: str) -> tuple[list[str], list[str]]:
-    """``(kept, missing)``: identifiers found verbatim in the summary, and the rest."""
+    """``(kept, missing)``: identifiers found verbatim in the summary, and the rest. The answers
+    for the latest summary are kept: a compaction asks about the same text from the completion,
+    the gate and the handover measures (each search is a scan of the whole summary)."""
+    global _FOUND
+    wanted = list(identifiers)
+    entry = _FOUND  # one read: another thread may replace it meanwhile, never mix two summaries
+    if entry[0] != summary:
+        entry = _FOUND = (summary, {})
+    found = entry[1]
+    for ident in wanted:
+        if ident not in found:
+            # From the end: a checkpoint lists its references in its later sections, so the
+            # search stops after a fraction of the text (half the time of ``in`` on the template's)
+            found[ident] = summary.rfind(ident) >= 0
     kept: list[str] = []
     missing: list[str] = []
-    for ident in identifiers:
-        (kept if ident in summary else missing).append(ident)
+    for ident in wanted:
+        (kept if found[ident] else missing).append(ident)
     return kept, missing
+
+
+_FOUND: tuple[str, dict[str, bool]] = ("", {})
+"""The latest summary searched and what was found in it (ident -> found)."""

@@ -38,11 +38,12 @@ from compaction.sessions.blocks import (
     ToolResultBlock,
 )
 from compaction.sessions.events import AssistantMessage, RequestHeader, SessionEvent
-from compaction.sessions.session import Session, project
-from compaction.sessions.surface import Surface
+from compaction.sessions.session import PRICE_CODE, Session, project
+from compaction.sessions.surface import NODE_CODE, PackedInts, Surface, packed
 
 BLOCK_OVERHEAD = 4
 ROLE_OVERHEAD = 4
+COLUMN_CODE = PRICE_CODE  # a meter's column of node prices, as snapshots pack it
 
 RATIO_PRIOR = 8_000_000.0
 """Weight of the prior ratio in the fit, as a squared surface growth (about 2,800 meter tokens):
@@ -114,8 +115,11 @@ class _SessionPrices:
     epoch: int = 0  # the session's epoch these prices belong to (a rollback or adopt resets them)
     prices: dict[int, int] = field(default_factory=dict)
     generation: int = -1
-    counted: int = 0
+    column: PackedInts = field(default_factory=lambda: packed(COLUMN_CODE))
+    """The prices of the surface's first ``len(column)`` nodes, in surface order (the generation's)."""
     surface_tokens: int = 0
+    adopted: tuple[PackedInts, PackedInts] | None = None
+    """A column restored with the session (its nodes, its prices), not yet in ``prices``."""
     header_seq: int | None = None
     header_tokens: int = 0
     usage: _UsageFold | None = None
@@ -172,15 +176,54 @@ class Meter(ABC):
 
     # ------------------------------------------------------------ per-session state
 
+    @property
+    def price_key(self) -> str | None:
+        """The key this meter's node prices are published under on a session
+        (:attr:`Session.price_columns`, carried by snapshots), so another meter of the same key
+        (a new process, a fresh service) measures the session without pricing a node again. None
+        (the default) publishes nothing: only a meter whose prices are a pure function of its
+        name may share them."""
+        return None
+
     def _state(self, session: Session) -> _SessionPrices:
         state = self._sessions.get(session)
         if state is None or state.epoch != session.epoch:
             state = self._sessions[session] = _SessionPrices(epoch=session.epoch)
+            self._adopt(session, state)
         return state
+
+    def _adopt(self, session: Session, state: _SessionPrices) -> None:
+        """Start from the prices published on the session (a snapshot's, or another meter's of
+        the same key) when they belong to its surface as it is."""
+        key = self.price_key
+        published = session.price_columns.get(key) if key is not None else None
+        if published is None:
+            return
+        generation, column = published
+        nodes = session.nodes
+        if generation != session.surface.generation or len(column) > len(nodes):
+            return
+        state.generation = generation
+        state.column = packed(COLUMN_CODE, column)
+        state.surface_tokens = sum(column)
+        state.adopted = (packed(NODE_CODE, nodes[: len(column)]), state.column)
+
+    def _materialize(self, state: _SessionPrices) -> None:
+        """Put an adopted column's prices in the per-seq cache (once, when one of its seqs is
+        asked for: a replacement, a compaction; appending never needs it)."""
+        if state.adopted is not None:
+            nodes, column = state.adopted
+            state.adopted = None
+            merged = dict(zip(nodes, column, strict=False))  # the column may have grown since
+            merged.update(state.prices)
+            state.prices = merged
 
     def node_price(self, session: Session, seq: int) -> int:
         state = self._state(session)
         price = state.prices.get(seq)
+        if price is None and state.adopted is not None:
+            self._materialize(state)
+            price = state.prices.get(seq)
         if price is None:
             price = state.prices[seq] = self.event(session.event(seq))
         return price
@@ -196,7 +239,12 @@ class Meter(ABC):
     def prices_for(self, session: Session, seqs: Iterable[int]) -> dict[int, int]:
         """The session's price cache (seq -> tokens) with every one of ``seqs`` in it: the
         unpriced ones are priced in one batch (:meth:`event_prices`). Read it, never write it."""
-        prices = self._state(session).prices
+        state = self._state(session)
+        self._materialize(state)
+        return self._filled(session, state.prices, seqs)
+
+    def _filled(self, session: Session, prices: dict[int, int], seqs: Iterable[int]) -> dict[int, int]:
+        """``prices`` with every one of ``seqs`` in it, the unpriced ones priced in one batch."""
         missing = [seq for seq in seqs if seq not in prices] if prices else list(seqs)
         if missing:
             events = list(map(session.event, missing))
@@ -208,18 +256,32 @@ class Meter(ABC):
         return [self.event(e) for e in events]
 
     def surface_tokens(self, session: Session) -> int:
+        return self._column(session).surface_tokens
+
+    def price_column(self, session: Session) -> PackedInts:
+        """The price of every surface node, in surface order (read it, never write it): the
+        retention walk reads it from the newest node back."""
+        return self._column(session).column
+
+    def _column(self, session: Session) -> _SessionPrices:
         state = self._state(session)
         nodes = session.nodes
-        if state.generation != session.surface.generation or state.counted > len(nodes):
+        column = state.column
+        if state.generation != session.surface.generation or len(column) > len(nodes):
+            self._materialize(state)  # the new surface holds nodes of the old one
             state.generation = session.surface.generation
-            state.counted = 0
+            column = state.column = packed(COLUMN_CODE)
             state.surface_tokens = 0
-        if state.counted < len(nodes):
-            fresh = nodes[state.counted :]
-            prices = self.prices_for(session, fresh)
-            state.surface_tokens += sum(map(prices.__getitem__, fresh))
-            state.counted = len(nodes)
-        return state.surface_tokens
+        if len(column) < len(nodes):
+            fresh = nodes[len(column) :]  # appended: none of them is in an adopted column
+            prices = self._filled(session, state.prices, fresh)
+            added = list(map(prices.__getitem__, fresh))
+            column.extend(added)
+            state.surface_tokens += sum(added)
+            key = self.price_key
+            if key is not None:
+                session.price_columns[key] = (state.generation, column)
+        return state
 
     def header_tokens(self, session: Session) -> int:
         state = self._state(session)
@@ -364,6 +426,11 @@ class HeuristicMeter(Meter):
         cpt = self.chars_per_token
         return "heuristic" if cpt == 4 else f"heuristic:{cpt:g}"
 
+    @property
+    def price_key(self) -> str | None:
+        """The name, for this class itself (a subclass may price its own way: it shares nothing)."""
+        return self.name if type(self) is HeuristicMeter else None
+
     def text_tokens(self, text: str) -> int:
         return math.ceil(utf16_length(text) / self.chars_per_token)
 
@@ -439,6 +506,11 @@ class TiktokenMeter(Meter):
     @property
     def name(self) -> str:
         return f"tiktoken:{self.encoding_name}"
+
+    @property
+    def price_key(self) -> str | None:
+        """The name, for this class itself (a subclass may price its own way: it shares nothing)."""
+        return self.name if type(self) is TiktokenMeter else None
 
     def text_tokens(self, text: str) -> int:
         if not text:

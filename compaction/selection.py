@@ -8,6 +8,7 @@ closes; a surface of one unit cannot be compacted.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Collection
 
 from compaction.errors import SpanError
@@ -59,7 +60,7 @@ class Span:
     def __len__(self) -> int:
         return self.last - self.first + 1
 
-    def _nodes(self) -> list[int]:
+    def _nodes(self) -> array[int]:
         session = self._session
         assert session is not None
         if session.epoch != self._epoch or session.surface.generation != self._generation:
@@ -106,16 +107,16 @@ def select_span(
         return None
     surface = session.surface
     keep = _retention_index(session, meter, retain_tokens)
-    while keep > 0 and not surface.balanced_before(nodes[keep]):
+    while keep > 0 and not surface.balanced_at(keep):
         keep -= 1
     protected = protected_position(session, keep_first_user)
     if protected is None or protected >= keep:
         first, last = 0, keep - 1  # no task statement to keep, or it is in the retained tail
-    elif protected + 1 < keep and surface.balanced_before(nodes[protected + 1]):
+    elif protected + 1 < keep and surface.balanced_at(protected + 1):
         first, last = protected + 1, keep - 1  # anchored right after the task statement
     else:
         first, last = 0, protected - 1  # only what precedes the task statement
-        if last >= first and not surface.balanced_after(nodes[last]):
+        if last >= first and not surface.balanced_at(last + 1):
             return None
     if last < first:
         return None
@@ -128,19 +129,19 @@ def head_before_task(session: Session, *, keep_first_user: bool = True) -> Span 
     if not protected:
         return None
     nodes = session.nodes
-    if not session.surface.balanced_after(nodes[protected - 1]):
+    if not session.surface.balanced_at(protected):
         return None
     return Span(0, protected - 1, tuple(nodes[:protected]))
 
 
 def _retention_index(session: Session, meter: Meter, retain_tokens: int) -> int:
-    nodes = session.nodes
-    prices = meter.prices_for(session, ())  # after a measure every node is in it
+    """The first position of the retained tail: walked from the newest node back over the
+    meter's prices in surface order (O(tail))."""
+    column = meter.price_column(session)
     accumulated = 0
-    keep = len(nodes)
-    for index in range(len(nodes) - 1, -1, -1):
-        price = prices.get(nodes[index])
-        accumulated += meter.node_price(session, nodes[index]) if price is None else price
+    keep = len(column)
+    for index in range(len(column) - 1, -1, -1):
+        accumulated += column[index]
         keep = index
         if accumulated >= retain_tokens:
             break

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -125,9 +125,11 @@ class Transaction:
         session = self.session
         captured_nodes = tuple(session.nodes)
         shadowed = self.span.seqs
-        prices = self.meter.node_prices(session, shadowed)
-        shadowed_tokens = sum(p for _, p in prices)
-        request = self._request(start.compaction_id)
+        prices = self.meter.prices_for(session, shadowed)
+        shadowed_tokens = sum(map(prices.__getitem__, shadowed))
+        events = list(map(session.event, shadowed))
+        shadowed_messages = [m for m in map(project, events) if m is not None]
+        request = self._request(start.compaction_id, shadowed_messages)
         output = await self.summarizer.summarize(request)
         self._progress(f"summary received from {output.provider}/{output.model}", "summarized")
         text = output.text.strip()
@@ -136,7 +138,6 @@ class Transaction:
                 f"summarization produced no text summary content ({output.provider}/"
                 f"{output.model}, compaction {start.compaction_id})"
             )
-        shadowed_messages = [m for m in (project(session.event(s)) for s in shadowed) if m]
         identifiers = extract(shadowed_messages)
         completed = await complete(
             output,
@@ -179,22 +180,24 @@ class Transaction:
             max_tokens=output.max_tokens,
             usage=output.usage,
             fidelity=fidelity,
-            shadowed_hashes={str(s): event_hash(session.event(s)) for s in shadowed},
+            shadowed_hashes=dict(zip(map(str, shadowed), map(event_hash, events), strict=True)),
             meter=self.meter.name,
             summary_token_count=framed_tokens,
             chunks=output.chunks,
             request_model=self.summarizer.model or None,
             completion=completed.record,
+            digest=output.digest,
         )
         return self._commit(start, summary_event, checkpoint, captured_nodes, output)
 
-    def _request(self, compaction_id: str) -> SummaryRequest:
+    def _request(self, compaction_id: str, messages: list[Message]) -> SummaryRequest:
         return build_request(
             self.session,
             self.span.seqs,
             compaction_id,
             self.config.max_tokens,
             keep_first_user=self.config.keep_first_user_message,
+            messages=messages,
         )
 
     def _check_stable(self, session: Session, captured: tuple[int, ...]) -> None:
@@ -318,25 +321,28 @@ def build_request(
     max_tokens: int,
     *,
     keep_first_user: bool = True,
+    messages: Sequence[Message] | None = None,
 ) -> SummaryRequest:
     """The summarization request (spec §d.12): header system/tools, the shadowed messages (after the
-    protected task statement, which the summarizer still sees), then the instruction."""
+    protected task statement, which the summarizer still sees), then the instruction.
+    ``messages``: the shadowed seqs' messages when the caller has them (else projected here)."""
     header = session.latest_header()
     system = header.system if header is not None else None
     tools = header.tools if header is not None else ()
-    messages: list[Message] = []
+    lead: list[Message] = []
     first = leading_task_statement(session, shadowed) if keep_first_user else None
     if first is not None:
         task = project(session.event(first))
         if task is not None:
-            messages.append(task)
-    messages.extend(m for m in (project(session.event(s)) for s in shadowed) if m is not None)
+            lead.append(task)
+    if messages is None:
+        messages = [m for m in (project(session.event(s)) for s in shadowed) if m is not None]
     return SummaryRequest(
         session_id=str(session.id),
         compaction_id=compaction_id,
         system=system,
         tools=tools,
-        messages=tuple(messages),
+        messages=(*lead, *messages),
         instruction=INSTRUCTION,
         max_tokens=max_tokens,
     )

@@ -4,7 +4,10 @@ no network.
 Per session: a timeline of the surface tokens after every event (an SVG with class ``timeline``),
 each compaction marked (green: every check passed; red: a check failed) and linked to its section,
 the context window and the compaction threshold drawn when known; the log-level checks; then per
-compaction its checks table (class ``checks``) and its summary beside the span it shadowed.
+compaction its checks table (class ``checks``) and its summary beside the span it shadowed. A summary
+the compaction completed (``compact/summary.completion`` with an appendix) is shown in two labelled
+parts: what the summarizer wrote (class ``summary-model``) and what the completion added (class
+``summary-added``), with the summarizer's first draft when a repair request replaced it.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ from datetime import UTC, datetime
 from compaction.audit.checks import Check, CompactionAudit
 from compaction.audit.diff import clip, message_text
 from compaction.audit.report import SessionAudit
+from compaction.completion import model_text
 from compaction.errors import EventRuleError
-from compaction.events import CompactSummary
+from compaction.events import CompactSummary, Completion
 from compaction.meters import HeuristicMeter, Meter
 from compaction.sessions.blocks import text_of
 from compaction.sessions.events import SessionEvent
@@ -225,14 +229,61 @@ def _shadowed_html(events: Sequence[SessionEvent], seqs: Sequence[int]) -> str:
     return "".join(parts) or '<div class="more">(nothing shadowed)</div>'
 
 
-def _summary_text(events: Sequence[SessionEvent], c: CompactionAudit) -> str:
+def _summary_event(events: Sequence[SessionEvent], c: CompactionAudit) -> CompactSummary | None:
     if c.summary_seq is not None and 0 <= c.summary_seq < len(events):
         summary = events[c.summary_seq]
         if isinstance(summary, CompactSummary):
-            return text_of(summary.summary)
+            return summary
+    return None
+
+
+def _summary_text(events: Sequence[SessionEvent], c: CompactionAudit) -> str:
+    summary = _summary_event(events, c)
+    if summary is not None:
+        return text_of(summary.summary)
     if c.replacement_seq is not None and 0 <= c.replacement_seq < len(events):
         return message_text(events[c.replacement_seq], SUMMARY_CHARS)
     return f"(no summary: {c.outcome}{': ' + c.error if c.error else ''})"
+
+
+def _pre(css_class: str, text: str) -> str:
+    return f'<pre class="{css_class}">{html.escape(clip(text, SUMMARY_CHARS))}</pre>'
+
+
+def _summary_html(events: Sequence[SessionEvent], c: CompactionAudit) -> str:
+    """The summary as one block; a completed one as what the summarizer wrote, then what the
+    compaction added (never attributed to the summarizer)."""
+    text = _summary_text(events, c)
+    summary = _summary_event(events, c)
+    record = summary.completion if summary is not None else None
+    if summary is None or record is None or not record.appendix:
+        return "<h4>summary</h4>" + _pre("summary-text", text)
+    return "<h4>summary, completed by the compaction</h4>" + _completed_html(summary, record, text)
+
+
+def _completed_html(summary: CompactSummary, record: Completion, text: str) -> str:
+    who = "/".join(x for x in (summary.provider, summary.model) if x)
+    written = model_text(text, record)
+    intact = f"{written}\n\n{record.appendix}" == text
+    model_label = (
+        f"written by the summarizer ({who})"
+        if intact
+        else "the summary as recorded: it does not end with the recorded appendix (see the completion check)"
+    )
+    parts = [
+        f'<h5 class="summary-label">{html.escape(model_label)}</h5>',
+        _pre("summary-model", written),
+        f'<h5 class="summary-label">added by the compaction ({html.escape(record.mode)} completion), '
+        "not by the summarizer</h5>",
+        _pre("summary-added", record.appendix),
+    ]
+    if record.draft is not None:
+        parts += [
+            "<details><summary>the summarizer's first draft, replaced after one repair request</summary>",
+            _pre("summary-draft", record.draft),
+            "</details>",
+        ]
+    return "".join(parts)
 
 
 def compaction_section(events: Sequence[SessionEvent], c: CompactionAudit) -> str:
@@ -250,9 +301,9 @@ def compaction_section(events: Sequence[SessionEvent], c: CompactionAudit) -> st
         + checks_table(c.checks, f"checks of {c.compaction_id}")
         + '<div class="side"><div class="shadowed"><h4>shadowed span</h4>'
         + _shadowed_html(events, c.shadowed_seqs)
-        + '</div><div class="summary"><h4>summary</h4><pre>'
-        + html.escape(clip(_summary_text(events, c), SUMMARY_CHARS))
-        + "</pre></div></div></section>"
+        + '</div><div class="summary">'
+        + _summary_html(events, c)
+        + "</div></div></section>"
     )
 
 
@@ -317,6 +368,8 @@ td.name,td.result{white-space:nowrap}
 .side{display:grid;grid-template-columns:1fr 1fr;gap:12px}
 .side>div{max-height:520px;overflow:auto;border:1px solid #eee;padding:4px 8px;background:#fcfcfc}
 .msg{border-bottom:1px dashed #e5e5e5;padding:2px 0}.who{font-weight:600;font-size:12px;color:#444}
+h5.summary-label{margin:.6em 0 .2em;font-size:12px}
+pre.summary-added{border-left:3px solid #d97706;padding-left:6px}
 pre{white-space:pre-wrap;word-break:break-word;margin:2px 0;font-size:12px}
 """
 

@@ -11,6 +11,13 @@ offline summarizers (``template``, the ``checkpoint`` strategy) and for compacti
 another harness it is the :class:`~compaction.summarizers.base.SummaryRequest` itself. Nothing
 here loads an HTTP client.
 
+A span sent as a digest (``compact/summary.digest``, :mod:`compaction.summarizers.digest`: the
+``local`` summarizer by default, others with ``--digest``) is digested again under the recorded
+budget and price, and sent without the conversation's system prompt and tools when the summarizer
+left them out, so the request is the one the model was shown, not the whole span; a note says so,
+and another when the rebuilt digest's counts differ from the recorded ones (the code changed
+since). Logs without the field rebuild the whole span as before.
+
 The model is ``compact/summary.request_model`` (the model the request named; ``model`` is the one
 that answered, which may carry a dated suffix). What the log cannot tell is listed in ``notes``: a
 log older than ``request_model`` (the answering model is assumed), OpenAI's
@@ -30,15 +37,18 @@ import msgspec
 from compaction.brackets import Bracket, find_brackets
 from compaction.config import BasicConfig
 from compaction.errors import (
+    CompactionConfigError,
     CompactionNotFoundError,
+    ContextLengthError,
     EventRuleError,
     UnrebuildableError,
 )
-from compaction.events import CompactSummary
+from compaction.events import CompactSummary, DigestRecord
 from compaction.selection import leading_task_statement
 from compaction.sessions.events import SessionEvent
 from compaction.sessions.session import Session
 from compaction.summarizers.base import SummaryRequest
+from compaction.summarizers.digest import Digest, digest_span, estimate_named
 from compaction.summarizers.payloads import MaxTokensField, build_payload
 from compaction.summarizers.registry import SUMMARIZERS, RequestShape
 from compaction.transaction import build_request
@@ -59,6 +69,7 @@ class RebuiltRequest:
     request: SummaryRequest
     payload: dict[str, Any]  # the body as sent (or the SummaryRequest as JSON values)
     notes: list[str] = field(default_factory=list)
+    digest: DigestRecord | None = None  # the span was sent as this digest (None: whole)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -69,6 +80,7 @@ class RebuiltRequest:
             "model": self.model,
             "shape": self.shape,
             "request": self.payload,
+            "digest": msgspec.structs.asdict(self.digest) if self.digest is not None else None,
             "notes": list(self.notes),
         }
 
@@ -119,6 +131,8 @@ def rebuild_request(
     request = build_request(
         session, summary.shadowed_seqs, bracket.compaction_id, max_tokens, keep_first_user=keep_first_user
     )
+    if summary.digest is not None:
+        request = digested_request(request, summary.digest, notes)
     shape, payload = _payload(bracket, request, max_tokens_field, notes)
     notes += _notes(bracket, session, keep_first_user)
     return RebuiltRequest(
@@ -131,7 +145,78 @@ def rebuild_request(
         request=request,
         payload=payload,
         notes=notes,
+        digest=summary.digest,
     )
+
+
+def digested_request(request: SummaryRequest, record: DigestRecord, notes: list[str]) -> SummaryRequest:
+    """``request`` as a digesting summarizer sent it: its messages digested again under the
+    recorded budget and price, without the system prompt and tools when none were sent; what the
+    digest did, and any difference from the recorded counts, go to ``notes``."""
+    digest = _redigest(request, record)
+    notes.append(digest_note(record))
+    differences = digest_differences(record, digest)
+    if differences:
+        notes.append(
+            "the digest rebuilt today differs from the recorded one ("
+            + ", ".join(differences)
+            + "): the code that digests or prices messages changed since; these are today's "
+            "digested messages, not necessarily the ones sent"
+        )
+    sent = msgspec.structs.replace(request, messages=digest.messages)
+    if record.header:
+        return sent
+    notes.append(
+        "the conversation's system prompt and tools were left out of the request, as the summarizer sent it"
+    )
+    return msgspec.structs.replace(sent, system=None, tools=())
+
+
+def _redigest(request: SummaryRequest, record: DigestRecord) -> Digest:
+    where = f"compaction {request.compaction_id}"
+    try:
+        estimate = estimate_named(record.meter, record.ratio)
+    except CompactionConfigError as e:
+        raise UnrebuildableError(
+            f"{where} was sent as a digest priced by {record.meter!r}, which the audit cannot price "
+            f"again ({e}); a DigestSummarizer given a meter's .message (or local_estimate of one) "
+            "records it by name"
+        ) from e
+    try:
+        return digest_span(request.messages, record.budget, estimate, compaction_id=request.compaction_id)
+    except ContextLengthError as e:
+        raise UnrebuildableError(
+            f"{where}: the recorded digest (budget {record.budget} tokens) cannot be rebuilt: {e}"
+        ) from e
+
+
+def digest_note(record: DigestRecord) -> str:
+    """What the digest did, in one sentence."""
+    price = record.meter if record.ratio == 1.0 else f"{record.meter} x {record.ratio:g}"
+    window = f", window {record.window}" if record.window is not None else ""
+    return (
+        f"the span was sent as a digest (compaction.summarizers.digest): {record.messages} of "
+        f"{record.source_messages} messages, {record.tokens} of {record.source_tokens} estimated "
+        f"tokens under a budget of {record.budget} (priced by {price}{window}); {record.condensed} "
+        f"condensed, {record.elided} of older turns elided and {record.dropped_asks} of the user's "
+        f"own from those turns too, {record.cut} cut to head and tail. These are the digested "
+        "messages as sent; the log keeps every message"
+    )
+
+
+def digest_differences(record: DigestRecord, digest: Digest) -> list[str]:
+    """The recorded counts a rebuilt ``digest`` does not reproduce, as ``name recorded -> rebuilt``."""
+    pairs = {
+        "messages": (record.messages, len(digest.messages)),
+        "tokens": (record.tokens, digest.tokens),
+        "source_messages": (record.source_messages, digest.source_messages),
+        "source_tokens": (record.source_tokens, digest.source_tokens),
+        "condensed": (record.condensed, digest.condensed),
+        "elided": (record.elided, digest.elided_messages),
+        "dropped_asks": (record.dropped_asks, digest.dropped_asks),
+        "cut": (record.cut, digest.cut),
+    }
+    return [f"{name} {was} -> {now}" for name, (was, now) in pairs.items() if was != now]
 
 
 def _session_at(session_id: UUID, events: Sequence[SessionEvent], seq: int) -> Session:

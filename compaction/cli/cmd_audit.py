@@ -7,7 +7,8 @@ was written). The exit status is 1 when any check failed.
 
 ``--request COMPACTION_ID`` prints the summarization request of one compaction as it was sent,
 rebuilt from the log plus the code: ``{kind: "request", session_id, compaction_id, provider, model,
-shape, request, notes}``.
+shape, request, digest, notes}``. ``digest`` is the recorded digest when the span was sent as one
+(``compact/summary.digest``; the request is then the digested one), else null.
 """
 
 from __future__ import annotations
@@ -170,6 +171,7 @@ def _pruning_request(session_id: UUID, pruning: CompactPrune, events: Sequence[S
         "model": None,
         "shape": "none",
         "request": None,
+        "digest": None,
         "notes": [
             f"{PRUNE_PREFIX}{pruning.seq} is a tool-result pruning (compact/prune seq {pruning.seq}): it "
             f"rewrote the content of seq {rewritten}{at} without a model, so no summarization "
@@ -198,6 +200,12 @@ def comment(document: Document, err: Console) -> None:
             if document["request"] is not None
             else "no request (none was sent)"
         )
+        digest = document.get("digest")
+        if digest:
+            sent += (
+                f", the span as a digest of {digest['messages']} of its {digest['source_messages']} "
+                "messages (see the notes)"
+            )
         err.print(
             Text(f"compaction {document['compaction_id']} of session {document['session_id']}: {sent}",
                  style="bold"),

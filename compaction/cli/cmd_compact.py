@@ -66,6 +66,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
         f"(local: the server's context, default {LOCAL_CONTEXT_TOKENS}; openai, anthropic: none)",
     )
     parser.add_argument(
+        "--digest",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="send the span as a digest that fits an input budget: one model request per "
+        "compaction, whatever the span's size (tool output cut to head and tail lines, older turns "
+        "elided, the user's messages kept; the completion restores what the summary missed). "
+        "Default: on for local (its window's room), off for openai and anthropic",
+    )
+    parser.add_argument(
+        "--digest-tokens",
+        type=positive_int,
+        metavar="N",
+        help="the digest's input budget in the summarizer's tokens (implies --digest; default: "
+        "what one request of --summarizer-window leaves after the instruction and --max-tokens)",
+    )
+    parser.add_argument(
         "--completion",
         choices=COMPLETION_MODES,
         default="appendix",
@@ -187,7 +203,11 @@ async def _compact(
         )
         return ([result] if result else []), [], None
     options = SummarizerOptions(
-        base_url=args.base_url, model=args.model, window_tokens=args.summarizer_window
+        base_url=args.base_url,
+        model=args.model,
+        window_tokens=args.summarizer_window,
+        digest=args.digest,
+        digest_tokens=args.digest_tokens,
     )
     async with SUMMARIZERS.open(args.summarizer, options) as summarizer:
         service = BasicCompactService(config, summarizer=summarizer, meter=meter)

@@ -350,6 +350,8 @@ def freeze(value: Any) -> Any:
     if kind is tuple:
         return _freeze_items(value)
     if isinstance(value, dict):
+        if set(map(type, value.values())) <= _ATOMS:  # atoms only (a seq -> hash map): one copy
+            return FrozenDict(value)
         return FrozenDict({k: freeze(v) for k, v in value.items()})
     if isinstance(value, (list, tuple, set, frozenset)):
         return FrozenList(map(freeze, value))

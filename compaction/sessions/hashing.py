@@ -32,9 +32,10 @@ import msgspec
 from compaction.sessions.blocks import Message
 from compaction.sessions.events import SessionEvent
 from compaction.sessions.mapper import encode_event
+from compaction.sessions.memo import IdentityCache
 from compaction.sessions.session import Session
 
-__all__ = ["SURFACE_HASH_VERSION", "event_hash", "hash_surface", "surface_hash"]
+__all__ = ["SURFACE_HASH_VERSION", "clear_cache", "event_hash", "hash_surface", "surface_hash"]
 
 SURFACE_HASH_VERSION = 1
 _ENCODER = msgspec.json.Encoder()
@@ -53,6 +54,18 @@ def surface_hash(session: Session) -> str:
     return hash_surface(session.nodes, session.derive_messages())
 
 
-def event_hash(event: SessionEvent) -> str:
-    """sha256 of the event's stored encoding (what the store holds for that seq)."""
+def _event_hash(event: SessionEvent) -> str:
     return hashlib.sha256(encode_event(event)).hexdigest()
+
+
+HASH_CACHE_LIMIT = 1 << 18
+"""Events whose hash is kept; past it the cache starts over."""
+
+event_hash: IdentityCache[SessionEvent, str] = IdentityCache(_event_hash, HASH_CACHE_LIMIT)
+"""sha256 of the event's stored encoding (what the store holds for that seq). Events are
+immutable: each one is hashed once (kept by identity, the event held with its hash)."""
+
+
+def clear_cache() -> None:
+    """Forget the kept event hashes."""
+    event_hash.clear()

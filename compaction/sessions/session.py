@@ -36,7 +36,16 @@ from compaction.sessions.events import (
     now_utc,
 )
 from compaction.sessions.structure import Structure, StructureState
-from compaction.sessions.surface import Mark, Plan, Surface, check_message_shape
+from compaction.sessions.surface import (
+    DELTA_CODE,
+    NODE_CODE,
+    Mark,
+    PackedInts,
+    Plan,
+    Surface,
+    check_message_shape,
+    packed,
+)
 
 Validator = Callable[["Session", SessionEvent], None]
 """An extra pre-commit rule: raise an :class:`EventRuleError` subclass to reject the event."""
@@ -45,6 +54,9 @@ EventLoader = Callable[[int, int], Sequence[SessionEvent]]
 """Fetch the stored events with ``lo <= seq < hi`` (used by sessions restored from a snapshot)."""
 
 LOAD_CHUNK = 2048
+FIRST_CHUNK = 16
+"""Events the first lazy load of a restored session fetches; each later load fetches twice as many,
+up to :data:`LOAD_CHUNK` (a reader going through the log soon reads in full chunks)."""
 
 
 class SessionSnapshot(msgspec.Struct, frozen=True):
@@ -61,6 +73,9 @@ class SessionSnapshot(msgspec.Struct, frozen=True):
     last_by_type: dict[str, int]
     type_counts: dict[str, int]
     first_user_seq: int | None
+    prices: dict[str, bytes] = msgspec.field(default_factory=dict)
+    """Node prices by meter (:attr:`Session.price_columns`), packed int64 in surface order: a meter
+    restored with the session measures it without pricing a node (absent in older snapshots)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +116,7 @@ class Session:
         self._events: list[SessionEvent] = []
         self._older: dict[int, SessionEvent] = {}
         self._loader: EventLoader | None = None
+        self._chunk = FIRST_CHUNK  # events fetched by the next lazy load (doubling to LOAD_CHUNK)
         self.surface = Surface()
         self.structure = Structure()
         self.last_by_type: dict[str, int] = {}
@@ -108,6 +124,9 @@ class Session:
         self.first_user_seq: int | None = None
         self.saved_length = 0
         self.epoch = 0  # bumped whenever appended events are forgotten: caches keyed by seq reset
+        # Node prices published by meters (name -> (surface generation, prices in surface order,
+        # covering the first nodes)); snapshots carry them, a rollback forgets them.
+        self.price_columns: dict[str, tuple[int, PackedInts]] = {}
         self._derived: list[Message | None] = []
         self._derived_generation = 0
 
@@ -150,10 +169,12 @@ class Session:
     def _fetch(self, seq: int) -> None:
         if self._loader is None:
             raise LookupError(f"session {self.id}: event {seq} is not loaded and no loader is set")
-        lo = max(0, seq - LOAD_CHUNK // 2)
+        size = self._chunk  # small first (a pressure check wants one or two events), then more
+        self._chunk = min(LOAD_CHUNK, 2 * size)
+        lo = max(0, seq - size // 2)
         while lo < seq and lo in self._older:
             lo += 1
-        hi = min(self._base, lo + LOAD_CHUNK)
+        hi = min(self._base, lo + size)
         for event in self._loader(lo, hi):
             self._older.setdefault(event.seq, freeze_struct(event))
 
@@ -217,6 +238,7 @@ class Session:
 
     def _rollback(self, mark: SessionMark) -> None:
         self.epoch += 1
+        self.price_columns = {}
         del self._events[mark.length - self._base :]
         self.surface.rollback(mark.surface)
         self.structure = Structure(mark.structure)
@@ -302,7 +324,7 @@ class Session:
     # ------------------------------------------------------------ the model's view
 
     @property
-    def nodes(self) -> list[int]:
+    def nodes(self) -> PackedInts:
         """The surface: seqs of the events the model sees, in order."""
         return self.surface.nodes
 
@@ -348,14 +370,24 @@ class Session:
     def snapshot(self) -> SessionSnapshot:
         return SessionSnapshot(
             length=len(self),
-            nodes=pack_ints(self.surface.nodes, "q"),
-            deltas=pack_ints(self.surface.deltas, "i"),
+            nodes=pack_ints(self.surface.nodes, NODE_CODE),
+            deltas=pack_ints(self.surface.deltas, DELTA_CODE),
             generation=self.surface.generation,
             structure=self.structure.state(),
             last_by_type=dict(self.last_by_type),
             type_counts=dict(self.type_counts),
             first_user_seq=self.first_user_seq,
+            prices=self._packed_prices(),
         )
+
+    def _packed_prices(self) -> dict[str, bytes]:
+        """The published price columns that cover the whole surface as it is now."""
+        count, generation = len(self.surface.nodes), self.surface.generation
+        return {
+            name: pack_ints(column, PRICE_CODE)
+            for name, (at, column) in self.price_columns.items()
+            if at == generation and len(column) == count
+        }
 
     @classmethod
     def from_snapshot(
@@ -369,9 +401,9 @@ class Session:
         session = cls(session_id, strict_structure=strict_structure)
         session._base = snapshot.length
         session._loader = loader
-        session.surface = Surface.restore(
-            unpack_ints(snapshot.nodes, "q"),
-            unpack_ints(snapshot.deltas, "i"),
+        session.surface = Surface.adopt(
+            unpack_ints(snapshot.nodes, NODE_CODE),
+            unpack_ints(snapshot.deltas, DELTA_CODE),
             snapshot.generation,
             snapshot.length,
         )
@@ -380,22 +412,30 @@ class Session:
         session.type_counts = dict(snapshot.type_counts)
         session.first_user_seq = snapshot.first_user_seq
         session.saved_length = snapshot.length
+        for name, data in snapshot.prices.items():
+            column = unpack_ints(data, PRICE_CODE)
+            if len(column) == len(session.surface.nodes):
+                session.price_columns[name] = (snapshot.generation, column)
         return session
 
 
+PRICE_CODE = "q"  # node prices: int64, as a meter keeps them (no conversion either way)
+
+
 def pack_ints(values: Sequence[int], code: str) -> bytes:
-    packed = array(code, values)
+    packed = values if isinstance(values, array) and values.typecode == code else array(code, values)
     if sys.byteorder != "little":
+        packed = array(code, packed)
         packed.byteswap()
     return packed.tobytes()
 
 
-def unpack_ints(data: bytes, code: str) -> list[int]:
-    unpacked = array(code)
-    unpacked.frombytes(data)
+def unpack_ints(data: bytes, code: str) -> PackedInts:
+    """Little-endian packed ints as an array (one copy of the bytes, no int object per value)."""
+    unpacked = packed(code, data)
     if sys.byteorder != "little":
         unpacked.byteswap()
-    return unpacked.tolist()
+    return unpacked
 
 
 def is_user_prompt(event: SessionEvent) -> bool:

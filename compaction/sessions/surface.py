@@ -11,9 +11,11 @@ generation.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from array import array
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, NoReturn
+from itertools import accumulate
+from typing import TYPE_CHECKING, NamedTuple, NoReturn
 
 import msgspec
 
@@ -36,6 +38,45 @@ from compaction.sessions.events import (
 )
 
 EventLookup = Callable[[int], SessionEvent]
+
+NODE_CODE = "q"  # the surface's seqs: int64, as snapshots pack them
+SCAN_BUDGET = 2
+"""Nodes scanned by position lookups, as a multiple of the surface, before the index is built."""
+DELTA_CODE = "i"  # their tool-pairing deltas: int32
+
+
+if TYPE_CHECKING:
+    _IntArray = array[int]
+else:  # array is subscriptable at run time only from Python 3.12
+    _IntArray = array
+
+
+class PackedInts(_IntArray):
+    """A packed int array (the surface's seqs and deltas) that compares equal to a list or tuple
+    of the same ints, as the lists it replaced did: ``session.nodes == [0, 2]`` keeps meaning what
+    it reads as. A snapshot restores one with a single copy of its bytes."""
+
+    __hash__ = None  # mutable, like list
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, list | tuple):
+            return len(self) == len(other) and self.tolist() == list(other)
+        return array.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+
+def packed(code: str, values: Iterable[int] | bytes = ()) -> PackedInts:
+    """A :class:`PackedInts` of ``code`` holding ``values`` (or the native-order bytes given)."""
+    result = PackedInts(code)
+    if isinstance(values, bytes):
+        result.frombytes(values)
+    elif isinstance(values, array) and values.typecode == code:
+        result.frombytes(values.tobytes())
+    else:
+        result.extend(values)
+    return result
 
 
 class Plan(NamedTuple):
@@ -64,21 +105,33 @@ class Mark:
     length: int
     count: int
     generation: int
-    nodes: tuple[int, ...] | None
-    deltas: tuple[int, ...] | None
+    nodes: array[int] | None
+    deltas: array[int] | None
 
 
 class Surface:
     """Incremental surface fold. ``length`` counts every folded event, log-only ones included."""
 
-    __slots__ = ("_cuts", "_cuts_generation", "_pos", "deltas", "generation", "length", "nodes")
+    __slots__ = (
+        "_cuts",
+        "_cuts_generation",
+        "_pos",
+        "_scans",
+        "deltas",
+        "generation",
+        "length",
+        "nodes",
+    )
 
     def __init__(self, length: int = 0) -> None:
-        self.nodes: list[int] = []
-        self.deltas: list[int] = []
+        # Packed arrays, not lists: a snapshot's surface is restored by one copy of its bytes
+        # (no int object per node), and iterating or indexing them costs what a list does.
+        self.nodes: PackedInts = packed(NODE_CODE)
+        self.deltas: PackedInts = packed(DELTA_CODE)
         self.generation = 0
         self.length = length
         self._pos: dict[int, int] | None = {}
+        self._scans = 0
         self._cuts: list[int] = [0]
         self._cuts_generation = 0
 
@@ -88,11 +141,17 @@ class Surface:
     def restore(
         cls, nodes: Sequence[int], deltas: Sequence[int], generation: int, length: int
     ) -> Surface:
+        return cls.adopt(packed(NODE_CODE, nodes), packed(DELTA_CODE, deltas), generation, length)
+
+    @classmethod
+    def adopt(cls, nodes: PackedInts, deltas: PackedInts, generation: int, length: int) -> Surface:
+        """:meth:`restore` taking ownership of the arrays given (no copy: a snapshot's own)."""
         surface = cls(length)
-        surface.nodes = list(nodes)
-        surface.deltas = list(deltas)
+        surface.nodes = nodes
+        surface.deltas = deltas
         surface.generation = generation
         surface._pos = None
+        surface._scans = 0
         surface._cuts_generation = generation
         return surface
 
@@ -101,8 +160,8 @@ class Surface:
 
     def mark(self, *, replaces: bool) -> Mark:
         """Remember this state; O(1) unless ``replaces`` (then O(surface), like a replacement)."""
-        nodes = tuple(self.nodes) if replaces else None
-        deltas = tuple(self.deltas) if replaces else None
+        nodes = array(NODE_CODE, self.nodes) if replaces else None
+        deltas = array(DELTA_CODE, self.deltas) if replaces else None
         return Mark(self.length, len(self.nodes), self.generation, nodes, deltas)
 
     def rollback(self, mark: Mark) -> None:
@@ -117,13 +176,31 @@ class Surface:
         self.length = mark.length
         self.generation = mark.generation
         self._pos = None
+        self._scans = 0
         self._cuts = [0]
         self._cuts_generation = mark.generation
 
     def position(self, seq: int) -> int | None:
+        """The index of ``seq`` on the surface. After a restore or a replacement, lookups scan the
+        packed array (C speed, no index to build: a pressure check asks for one or two, near the
+        start) until they have scanned :data:`SCAN_BUDGET` times the surface; then the position
+        index is built, once per generation (so the scans never cost more than building it)."""
         if self._pos is None:
+            if self._scans < SCAN_BUDGET * len(self.nodes):
+                try:
+                    index = self.nodes.index(seq)
+                except ValueError:
+                    self._scans += len(self.nodes)
+                    return None
+                self._scans += index + 1
+                return index
             self._pos = {s: i for i, s in enumerate(self.nodes)}
         return self._pos.get(seq)
+
+    def balanced_at(self, index: int) -> bool:
+        """Whether the cut before surface position ``index`` (``len(nodes)``: the end) splits no
+        step: no tool call before it is waiting for a result after it."""
+        return self.cuts()[index] == 0
 
     def __contains__(self, seq: object) -> bool:
         return isinstance(seq, int) and self.position(seq) is not None
@@ -221,10 +298,11 @@ class Surface:
             self.deltas.append(plan.delta)
             return
         i, j = plan.start_index, plan.end_index
-        self.nodes[i : j + 1] = [plan.seq]
-        self.deltas[i : j + 1] = [plan.delta]
+        self.nodes[i : j + 1] = array(NODE_CODE, (plan.seq,))
+        self.deltas[i : j + 1] = array(DELTA_CODE, (plan.delta,))
         self.generation += 1
         self._pos = None
+        self._scans = 0
 
     def fold(self, event: SessionEvent, lookup: EventLookup) -> Plan:
         plan = self.plan(event, lookup)
@@ -234,22 +312,21 @@ class Surface:
     # ------------------------------------------------------------ tool-pairing balance (spec §c)
 
     def cuts(self) -> list[int]:
-        """Running balance at each of the ``len(nodes) + 1`` cuts; raises on a corrupt surface."""
+        """Running balance at each of the ``len(nodes) + 1`` cuts; raises on a corrupt surface.
+        Extended over the nodes appended since the last call (one C-level running sum)."""
         if self._cuts_generation != self.generation or len(self._cuts) > len(self.nodes) + 1:
             self._cuts = [0]
             self._cuts_generation = self.generation
         done = len(self._cuts) - 1
         if done < len(self.nodes):
-            tail = self._cuts[-1:]
-            for k in range(done, len(self.nodes)):
-                value = tail[-1] + self.deltas[k]
-                if value < 0:
-                    raise CorruptSurfaceError(
-                        f"tool-pairing balance: tool/result at surface seq {self.nodes[k]} has no "
-                        "matching tool-call (corrupt surface)",
-                        self.nodes[k],
-                    )
-                tail.append(value)
+            tail = list(accumulate(self.deltas[done:], initial=self._cuts[-1]))
+            if min(tail) < 0:
+                k = done + next(i for i, value in enumerate(tail) if value < 0) - 1
+                raise CorruptSurfaceError(
+                    f"tool-pairing balance: tool/result at surface seq {self.nodes[k]} has no "
+                    "matching tool-call (corrupt surface)",
+                    self.nodes[k],
+                )
             self._cuts.extend(tail[1:])
         return self._cuts
 
@@ -306,6 +383,11 @@ def _check_provenance(event: SessionEvent, shadowed: tuple[int, ...]) -> None:
             f"sourceEventSeqs must not be empty except on assistant/message (seq {seq}, "
             f'type "{event.TYPE}")',
         )
+    if _plain_seqs(sources, seq):  # the common case, checked at C speed
+        absent = set(shadowed).difference(sources) if shadowed else set()
+        if absent:
+            _missing(seq, tuple(s for s in shadowed if s in absent))
+        return
     seen: set[int] = set()
     for value in sources:
         if not _is_seq(value):
@@ -331,6 +413,17 @@ def _check_provenance(event: SessionEvent, shadowed: tuple[int, ...]) -> None:
     missing = [s for s in shadowed if s not in seen]
     if missing:
         _missing(seq, tuple(missing))
+
+
+def _plain_seqs(sources: tuple[int, ...] | list[int], seq: int) -> bool:
+    """Whether ``sources`` are distinct plain ints in ``0..seq-1`` (what the rules below accept),
+    decided without a Python step per value; False sends them through the rule by rule check."""
+    return (
+        set(map(type, sources)) == {int}
+        and min(sources) >= 0
+        and max(sources) < seq
+        and len(set(sources)) == len(sources)
+    )
 
 
 def _is_seq(value: object) -> bool:

@@ -2,16 +2,19 @@
 
 A summarizer gets the conversation's own system prompt and tools (for prefix-cache alignment), the
 shadowed messages as structured messages, and the single instruction; it returns text plus the
-provenance the log records (provider, model as reported, max_tokens, usage). Cancellation is task
+provenance the log records (provider, model as reported, max_tokens, usage, and the digest when
+the span was sent as one, so the audit rebuilds what the model was shown). Cancellation is task
 cancellation: a summarizer must close its I/O promptly when its task is cancelled.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Self
 
 import msgspec
 
+from compaction.events import DigestRecord
 from compaction.sessions.blocks import Message
 from compaction.sessions.events import ToolSpec, Usage
 
@@ -33,6 +36,8 @@ class SummaryOutput(msgspec.Struct, frozen=True, kw_only=True):
     max_tokens: int | None = None
     usage: Usage | None = None
     chunks: int = 1
+    digest: DigestRecord | None = None
+    """How the span was digested (:mod:`~compaction.summarizers.digest`); None: sent whole."""
 
 
 class Summarizer(ABC):
@@ -47,3 +52,9 @@ class Summarizer(ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release connections (model-backed summarizers)."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import Self
 
 import msgspec
 
@@ -126,14 +125,15 @@ def total_usage(outputs: Sequence[SummaryOutput]) -> Usage | None:
     )
 
 
-def elide_text(text: str, keep: int) -> str:
-    """``text`` cut to about ``keep`` characters: its head and tail, the elision marked."""
+def elide_text(text: str, keep: int, marker: str = ELISION) -> str:
+    """``text`` cut to about ``keep`` characters: its head and tail, the elision marked
+    (``marker``, formatted with ``n``, the characters that went)."""
     keep = max(keep, MIN_KEPT)
-    if len(text) <= keep + len(ELISION) + 8:
+    if len(text) <= keep + len(marker) + 8:
         return text
     head = keep // 2
     tail = keep - head
-    return text[:head] + ELISION.format(n=len(text) - keep) + text[-tail:]
+    return text[:head] + marker.format(n=len(text) - keep) + text[-tail:]
 
 
 def _elide_value(value: object, factor: float) -> object:
@@ -223,19 +223,22 @@ class ChunkingSummarizer(Summarizer):
             fixed.append(Message(id="tools", role="system", content=(TextBlock(tools),)))
         return self.window_tokens - request.max_tokens - sum(self.estimate(m) for m in fixed)
 
+    def prepared(self, request: SummaryRequest) -> SummaryRequest:
+        """``request`` as this summarizer sends it (without the header unless ``keep_header``)."""
+        if self.keep_header:
+            return request
+        return msgspec.structs.replace(request, system=None, tools=())
+
+    def room(self, request: SummaryRequest) -> int:
+        """Tokens one request leaves for the messages of ``request`` as it will be sent."""
+        return self.budget(self.prepared(request))
+
     async def summarize(self, request: SummaryRequest) -> SummaryOutput:
-        if not self.keep_header:
-            request = msgspec.structs.replace(request, system=None, tools=())
+        request = self.prepared(request)
         return await self._summarize(request, self.budget(request), 0)
 
     async def aclose(self) -> None:
         await self.inner.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
     async def _summarize(self, request: SummaryRequest, budget: int, depth: int) -> SummaryOutput:
         units = tool_units(request.messages)

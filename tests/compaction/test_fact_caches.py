@@ -13,6 +13,8 @@ import pytest
 from compaction import facts, identifiers
 from compaction.basic import BasicCompactService
 from compaction.config import BasicConfig
+from compaction.contract import CompactionResult
+from compaction.identifiers import parsed_arguments
 from compaction.meters import HeuristicMeter, Meter
 from compaction.sessions.blocks import (
     ImageBlock,
@@ -25,7 +27,7 @@ from compaction.sessions.blocks import (
 )
 from compaction.sessions.events import AssistantMessage, SessionEvent, UserMessage
 from compaction.sessions.session import Session
-from tests.builders import MODEL, end_turn, start_turn, tool_step, user
+from tests.builders import MODEL, start_turn, tool_step, turn, user
 
 
 def call(call_id: str, command: str) -> ToolCallBlock:
@@ -118,31 +120,76 @@ def test_the_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     assert 0 < len(identifiers._CACHE) <= 3
 
 
-def test_summarizer_completion_and_gate_share_one_extraction(extracted: list[str]) -> None:
+def compacted_turn() -> CompactionResult:
+    """A task and one turn of 12 two-call steps, compacted by hand (the gate recording only)."""
     session = Session()
-    user(session, "Fix the failing tests in src/app/main.py")
-    start_turn(session)
-    for _ in range(12):
-        tool_step(session, n_calls=2)
-    end_turn(session)
+    turn(session, "Fix the failing tests in src/app/main.py", steps=12, n_calls=2)
     service = BasicCompactService(BasicConfig(context_window=100_000, min_identifier_ratio=0.0))
     result = asyncio.run(service.compact_now(session))
     assert result is not None
+    return result
+
+
+def test_summarizer_completion_and_gate_share_one_extraction(extracted: list[str]) -> None:
+    compacted_turn()
     assert extracted  # the span's identifiers were found ...
     assert len(extracted) == len(set(extracted))  # ... once per message, not once per reader
 
 
+def test_one_compaction_finds_its_span_facts_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The template summarizer (the span led by the task statement) and the completion (the span
+    alone) share one walk of the span: the lead's facts are added to the span's, not re-walked."""
+    walked: list[int] = []
+    real = facts._span_facts
+    monkeypatch.setattr(facts, "_span_facts", lambda m: walked.append(len(m)) or real(m))
+    result = compacted_turn()
+    assert sorted(walked) == [1, len(result.shadowed_seqs)]  # the lead alone, the span once
+
+
+def _public_spans() -> Iterator[tuple[str, list[Message]]]:
+    from compaction.sessions.importers import import_path
+    from compaction.sessions.session import project
+    from tests.conftest import PUBLIC_TRANSCRIPTS
+
+    for path in PUBLIC_TRANSCRIPTS:
+        for number, imported in enumerate(import_path(path)):
+            session = imported.session
+            messages = [m for m in (project(session.event(s)) for s in session.nodes) if m]
+            yield f"{path.name}#{number}", messages
+
+
+def test_led_span_facts_equal_the_facts_of_the_whole_request_on_every_transcript() -> None:
+    """:func:`facts.led_span_facts` is exact: for every user message of every public transcript
+    taken as the lead and every cut after it, the facts equal those of one walk over both."""
+    checked = 0
+    for name, messages in _public_spans():
+        leads = [i for i, m in enumerate(messages) if m.role == "user" and m.source.kind == "user"]
+        for i in leads[:6]:
+            for end in sorted({i + 1, i + 2, i + 5, i + 40, (i + len(messages)) // 2, len(messages)}):
+                lead, rest = messages[i], messages[i + 1 : end]
+                facts.clear_caches()
+                whole = facts._span_facts([lead, *rest])
+                led = facts.led_span_facts(lead, rest)
+                assert led == whole, (name, i, end)
+                assert led.identifiers.all() == whole.identifiers.all(), (name, i, end)
+                checked += 1
+    assert checked > 200
+
+
 def test_error_facts_parse_each_call_once() -> None:
     messages = span()
-    walk = facts._walk(messages)
+    walk = facts._walk(messages, [facts.read(m) for m in messages])
     errors = facts._errors(walk)
     assert [(e.command, e.fixed) for e in errors] == [
         ("pytest tests/test_a.py", True),  # the same command passed later
         ("pytest tests/test_b.py", False),
     ]
     info = facts.call_key.cache_info()
-    assert info.hits + info.misses == len([s for s in walk.steps if s.result is not None])
-    assert facts._arguments.cache_info().misses == len(walk.steps)
+    assert info.hits + info.misses == len(walk.steps)  # each call's key found when it was read
+    assert parsed_arguments.cache_info().misses == len({s.call.arguments for s in walk.steps})
+    again = facts._walk(messages, [facts.read(m) for m in messages])
+    assert facts._errors(again) == errors
+    assert facts.call_key.cache_info() == info  # the same messages are not read twice
 
 
 def test_span_facts_are_the_same_with_warm_caches() -> None:

@@ -8,6 +8,7 @@ import itertools
 import json
 
 from compaction.facts import (
+    HARNESS_TOOL,
     ErrorFact,
     clean_user_text,
     first_informative_line,
@@ -15,9 +16,23 @@ from compaction.facts import (
     retention,
     span_facts,
 )
-from compaction.sessions.blocks import Message, Source, TextBlock, ToolCallBlock, ToolResultBlock
+from compaction.sessions.blocks import (
+    Message,
+    Source,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+    text_of,
+)
+from compaction.sessions.importers import import_path
 from compaction.sessions.interrupted import NOT_STARTED_TEXT
 from tests.builders import MODEL
+from tests.conftest import TRANSCRIPTS
+
+OPENHANDS = TRANSCRIPTS / "openhands" / "multi_swe_bench" / "output.jsonl"
+REJECTED_ARGUMENT = (
+    "Parameter 'command' is expected to be one of ['view', 'create', 'str_replace', 'insert', 'undo_edit']."
+)
 
 _ids = itertools.count()
 
@@ -109,6 +124,49 @@ def test_in_a_text_harness_the_answer_to_a_fenced_command_is_an_observation() ->
     assert facts.errors == (
         ErrorFact("shell", "cat app.py", "cat: app.py: No such file or directory", False),
     )
+
+
+def test_openhands_error_observations_are_errors_not_user_asks() -> None:
+    """OpenHands reports a rejected tool argument as an error observation no call answers; the
+    importer makes it a user-role context message. On the public runs it is not an ask: each run's
+    only ask is its task statement, and the feedback is an error the next call fixed."""
+    runs = [item.session.derive_messages() for item in import_path(OPENHANDS)]
+    with_feedback = 0
+    for messages in runs:
+        facts = span_facts(messages)
+        task = clean_user_text(text_of(messages[0].content)).ask
+        assert facts.user_asks == (task,)
+        texts = [text_of(m.content) for m in messages if m.role == "user" and m.source.kind == "user"]
+        if REJECTED_ARGUMENT in texts:
+            with_feedback += 1
+            feedback = [e for e in facts.errors if e.tool == HARNESS_TOOL]
+            assert feedback == [ErrorFact(HARNESS_TOOL, "", REJECTED_ARGUMENT, fixed=True)]
+    assert with_feedback == 2  # runs 2 and 3
+
+
+def test_harness_feedback_is_told_apart_by_its_shape_while_the_agent_works() -> None:
+    messages = [
+        user("port the parser"),
+        *step("c1", "str_replace_editor", "ok", command="view", path="/w/p.py"),
+        user(REJECTED_ARGUMENT),
+        *step("c2", "str_replace_editor", "ERROR: no such file /w/q.py", command="view", path="/w/q.py"),
+        user("Missing required argument \"command\" in tool call str_replace_editor"),
+        agent("Which parser do you mean?"),
+        user("Parameter 'mode' is expected to be one of the documented values, I think: use strict"),
+        *step("c3", "Bash", "done", command="make"),
+        user("also run the linter"),  # the user's own words, typed while the agent works
+    ]
+    facts = span_facts(messages)
+    assert facts.user_asks == (
+        "port the parser",
+        "Parameter 'mode' is expected to be one of the documented values, I think: use strict",
+        "also run the linter",
+    )
+    assert [(e.tool, e.first_line, e.fixed) for e in facts.errors] == [
+        (HARNESS_TOOL, REJECTED_ARGUMENT, False),  # the next call failed
+        ("str_replace_editor", "ERROR: no such file /w/q.py", False),
+        (HARNESS_TOOL, 'Missing required argument "command" in tool call str_replace_editor', True),
+    ]
 
 
 # ---------------------------------------------------------------- errors

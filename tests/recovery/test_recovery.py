@@ -114,7 +114,7 @@ def test_surface_hash_follows_its_documented_recipe() -> None:
     session = Session()
     history(session, steps=2)
     messages = session.derive_messages()
-    encoded = [json.dumps(session.nodes, separators=(",", ":"))]
+    encoded = [json.dumps(list(session.nodes), separators=(",", ":"))]
     encoded += [json.dumps(msgspec.to_builtins(m), separators=(",", ":")) for m in messages]
     expected = hashlib.sha256("".join(encoded).encode()).hexdigest()
     assert surface_hash(session) == expected == hash_surface(session.nodes, messages)

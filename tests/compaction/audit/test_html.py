@@ -9,6 +9,7 @@ Locally a machine without Chromium skips the browser test; under ``CI=true`` it 
 from __future__ import annotations
 
 import asyncio
+import html
 import os
 import re
 import shutil
@@ -18,16 +19,21 @@ from pathlib import Path
 import pytest
 
 from compaction.audit.html import Limits, render_html, surface_tokens
-from compaction.audit.report import audit_session
+from compaction.audit.report import audit_log, audit_session, load_log
 from compaction.basic import BasicCompactService
 from compaction.cli.demo import run_demo_session
 from compaction.cli.main import main
-from compaction.config import BasicConfig
+from compaction.completion import APPENDIX_TITLE
+from compaction.config import BasicConfig, CompletionMode
+from compaction.events import CompactSummary
+from compaction.instruction import SECTIONS
 from compaction.meters import HeuristicMeter
-from compaction.sessions.blocks import Message, TextBlock
+from compaction.sessions.blocks import Message, TextBlock, text_of
 from compaction.sessions.events import UserMessage
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
+from tests.builders import start_turn, tool_step, user
+from tests.compaction.test_support import ScriptedSummarizer
 
 WINDOW = 6000
 CHROMIUM_FLAGS = (
@@ -35,6 +41,9 @@ CHROMIUM_FLAGS = (
     "--disable-component-update", "--disable-sync", "--no-first-run",
 )  # fmt: skip
 INJECTED = "<script>document.title='pwned'</script><b id=\"injected\">x</b>"
+WEAK = "\n\n".join(f"## {name}\n- Worked on the task; made progress and will continue." for name in SECTIONS)
+"""A plausible eight-section summary with no identifier: the completion appends what it missed."""
+OUTPUT = "ValueError: bad value in src/app/core.py line 3\n" + "    rows = compute(rows)\n" * 20
 
 
 def chromium() -> str:
@@ -117,3 +126,70 @@ def test_the_timeline_follows_the_surface_and_marks_failures(sqlite_url: str) ->
     assert page.count('class="compaction-mark"') == len(audit.compactions)
     assert "#dc2626" not in page.split('<polyline')[1].split("</svg>")[0]  # no red marker: all passed
     assert "&lt;script&gt;document.title" in page and INJECTED not in page
+
+
+# ---------------------------------------------------------------- a completed summary, in two parts
+
+
+def completed_report(
+    url: str, summarizer: ScriptedSummarizer, completion: CompletionMode
+) -> tuple[str, CompactSummary]:
+    """The HTML report of a session whose one compaction's summary the compaction completed."""
+    session = Session()
+    user(session, "Fix the failing tests under tests/ and run `pytest -q` until green.")
+    start_turn(session)
+    for _ in range(4):
+        tool_step(session, n_calls=1, output=OUTPUT)
+    service = BasicCompactService(BasicConfig(completion=completion), summarizer=summarizer)
+    result = asyncio.run(service.compact_region(session, session.nodes[1], session.nodes[4]))
+    summary = session.event(result.summary_seq)
+    assert isinstance(summary, CompactSummary) and summary.completion is not None
+    with SessionStore.open(url) as store:
+        store.save(session)
+        audit = audit_log(load_log(store, session.id))
+    assert audit.passed
+    return render_html([audit]), summary
+
+
+def pre(page: str, css_class: str) -> str:
+    (found,) = re.findall(rf'<pre class="{css_class}">(.*?)</pre>', page, re.DOTALL)
+    return html.unescape(found)
+
+
+def test_a_completed_summary_shows_what_the_model_wrote_apart_from_what_the_completion_added(
+    sqlite_url: str,
+) -> None:
+    page, summary = completed_report(sqlite_url, ScriptedSummarizer(WEAK), "appendix")
+    record = summary.completion
+    assert record is not None and record.appendix.startswith(f"## {APPENDIX_TITLE}")
+    assert "<h4>summary, completed by the compaction</h4>" in page
+    assert '<h5 class="summary-label">written by the summarizer (scripted/scripted-summary)</h5>' in page
+    assert (
+        '<h5 class="summary-label">added by the compaction (appendix completion), not by the summarizer</h5>'
+        in page
+    )
+    model, added = pre(page, "summary-model"), pre(page, "summary-added")
+    assert model == WEAK  # the model's words only: no appendix attributed to it
+    assert APPENDIX_TITLE not in model and "src/mod_1_0.py" not in model
+    assert added == record.appendix and "`src/mod_1_0.py`" in added
+    assert f"{model}\n\n{added}" == text_of(summary.summary)
+    assert page.index('class="summary-model"') < page.index('class="summary-added"')
+    assert 'class="summary-text"' not in page and 'class="summary-draft"' not in page
+
+
+def test_a_repaired_summary_also_shows_the_first_draft(sqlite_url: str) -> None:
+    repaired = WEAK + "\n- Fixed the ValueError."
+    page, summary = completed_report(sqlite_url, ScriptedSummarizer(WEAK, repaired), "both")
+    assert summary.completion is not None and summary.completion.draft == WEAK
+    assert pre(page, "summary-model") == repaired and pre(page, "summary-draft") == WEAK
+    assert "(both completion), not by the summarizer" in page
+    assert "replaced after one repair request" in page
+
+
+def test_a_summary_nothing_was_added_to_is_one_block(sqlite_url: str) -> None:
+    session = compacted_demo(sqlite_url)
+    with SessionStore.open(sqlite_url) as store:
+        audit = audit_session(store, session.id)
+    page = render_html([audit])
+    assert page.count('<pre class="summary-text">') == len(audit.compactions) >= 2
+    assert 'class="summary-model"' not in page and 'class="summary-added"' not in page

@@ -20,6 +20,7 @@ from compaction.cli.demo import run_demo_session
 from compaction.config import BasicConfig
 from compaction.meters import HeuristicMeter
 from compaction.selection import select_span
+from compaction.sessions.importers import import_path
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
 from compaction.summarizers.anthropic import AnthropicSummarizer
@@ -35,7 +36,12 @@ from tests.compaction.summarizers.provider_servers import (
     openai_frames,
     openai_usage,
 )
+from tests.compaction.summarizers.test_http import chunk_replies
+from tests.compaction.test_completion import WEAK, provider
 from tests.compaction.test_support import RecordingTemplateSummarizer
+from tests.conftest import TRANSCRIPTS
+
+__all__ = ["provider"]  # the completion tests' fixture: a provider server on its own thread
 
 WINDOW = 6000
 
@@ -182,6 +188,37 @@ def test_request_round_trip_equals_the_body_the_provider_received(provider: str,
     assert document["request"] == body
     code, audited = run_json("--store", sqlite_url, "audit", str(session.id))
     assert code == 0 and audited["passed"], audited
+
+
+def test_request_of_a_digested_compaction_is_the_body_the_server_received(
+    provider: tuple[ProviderServer, asyncio.AbstractEventLoop], tmp_path: Path
+) -> None:
+    """`compact --digest-tokens N` sends the span as a digest and records it; `audit --request`
+    prints that digested body, byte for byte the JSON the server parsed, and says it is a digest."""
+    server, _ = provider
+    url = f"sqlite:///{tmp_path / 'sessions.db'}"
+    session = import_path(TRANSCRIPTS / "swe-agent" / "pydicom__pydicom-1458.traj")[0].session
+    with SessionStore.open(url) as store:
+        store.save(session)
+    server.script(*chunk_replies([WEAK]))
+    code, compacted = run_json(
+        "--store", url, "compact", str(session.id), "--summarizer", "openai",
+        "--base-url", server.base_url, "--model", "gpt-4o-mini", "--manual", "--digest-tokens", "900",
+    )  # fmt: skip
+    assert code == 0, compacted
+    (compaction,) = compacted["compactions"]
+    (received,) = server.received
+    code, document = run_json("--store", url, "audit", "--request", compaction["compaction_id"])
+    assert code == 0 and document["shape"] == "openai"
+    assert document["request"] == received.body
+    digest = document["digest"]
+    recorded = (digest["budget"], digest["meter"], digest["ratio"], digest["header"])
+    assert recorded == (900, "heuristic", 1.0, True)
+    assert digest["tokens"] <= 900 and digest["elided"] > 0 and digest["window"] is None
+    assert any(note.startswith("the span was sent as a digest") for note in document["notes"])
+    code, out, err = run_human("--store", url, "audit", "--request", compaction["compaction_id"])
+    assert code == 0 and json.loads(out) == received.body
+    assert f"the span as a digest of {digest['messages']} of its {digest['source_messages']} messages" in err
 
 
 # ---------------------------------------------------------------- show --diff
