@@ -3,11 +3,15 @@ reused seq keep the price of the event it used to hold."""
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from compaction.meters import HeuristicMeter
 from compaction.sessions.events import Replace, SessionEvent
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
 from tests.builders import end_turn, start_turn, tool_step, turn, user, user_event
+from tests.sessions.test_properties import PROPERTY_SETTINGS, valid_sessions
 
 
 def test_rollback_resets_cached_prices() -> None:
@@ -148,3 +152,27 @@ def test_a_snapshot_from_before_prices_were_stored_still_loads() -> None:
     assert (
         HeuristicMeter().measure(restored).surface_tokens == HeuristicMeter().measure(session).surface_tokens
     )
+
+
+@PROPERTY_SETTINGS
+@given(session=valid_sessions(), data=st.data())
+def test_any_restored_session_measures_as_pricing_every_node_does(
+    session: Session, data: st.DataObject
+) -> None:
+    """Property: whatever the log (appends, steps, replacements), wherever it was saved and
+    snapshotted, a meter starting from the prices the snapshot carries measures what pricing every
+    node gives, and keeps doing so as the rest of the log is appended."""
+    events = list(session.events())
+    interval = data.draw(st.integers(1, 9), label="snapshot interval")
+    cut = data.draw(st.integers(1, len(events)), label="saved up to")
+    with SessionStore.open("memory://", snapshot_interval=interval) as store:
+        writer = store.create(session.id)
+        writer.append_all(events[:cut])
+        HeuristicMeter().measure(writer)  # a pressure check priced it before the save
+        store.save(writer)
+        restored = store.get(session.id)
+        meter = HeuristicMeter()
+        assert meter.measure(restored) == CountingMeter().measure(restored)
+        restored.append_all(events[cut:])
+        assert meter.measure(restored) == CountingMeter().measure(restored)
+        assert meter.price_column(restored) == [meter.event(restored.event(s)) for s in restored.nodes]
