@@ -131,6 +131,10 @@ class CompactSummary(SessionEvent, frozen=True, kw_only=True):
     request_model: str | None = None  # the model the request named (``model`` is the one that answered)
     completion: Completion | None = None  # None: recorded before completion existed, or mode "off"
     digest: DigestRecord | None = None  # None: every message was sent (or recorded before digests)
+    header_sent: bool = True
+    """False: the summarizer was sent the messages without the conversation's system prompt and
+    tools (a chunker with ``keep_header=False``, as the local model's). Logs written before this
+    field read True."""
 
 
 @register_event_type

@@ -186,6 +186,7 @@ class Transaction:
             chunks=output.chunks,
             request_model=self.summarizer.model or None,
             completion=completed.record,
+            header_sent=output.header,
             digest=output.digest,
         )
         return self._commit(start, summary_event, checkpoint, captured_nodes, output)

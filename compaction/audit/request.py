@@ -133,6 +133,12 @@ def rebuild_request(
     )
     if summary.digest is not None:
         request = digested_request(request, summary.digest, notes)
+    elif not summary.header_sent:
+        request = msgspec.structs.replace(request, system=None, tools=())
+        notes.append(
+            "sent without the conversation's system prompt and tools (the summarizer's chunker "
+            "keeps no header, as the local model's does)"
+        )
     shape, payload = _payload(bracket, request, max_tokens_field, notes)
     notes += _notes(bracket, session, keep_first_user)
     return RebuiltRequest(

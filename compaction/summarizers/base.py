@@ -38,6 +38,8 @@ class SummaryOutput(msgspec.Struct, frozen=True, kw_only=True):
     chunks: int = 1
     digest: DigestRecord | None = None
     """How the span was digested (:mod:`~compaction.summarizers.digest`); None: sent whole."""
+    header: bool = True
+    """Whether the conversation's system prompt and tools were sent with the messages."""
 
 
 class Summarizer(ABC):

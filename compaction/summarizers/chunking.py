@@ -235,7 +235,8 @@ class ChunkingSummarizer(Summarizer):
 
     async def summarize(self, request: SummaryRequest) -> SummaryOutput:
         request = self.prepared(request)
-        return await self._summarize(request, self.budget(request), 0)
+        output = await self._summarize(request, self.budget(request), 0)
+        return output if self.keep_header else msgspec.structs.replace(output, header=False)
 
     async def aclose(self) -> None:
         await self.inner.aclose()

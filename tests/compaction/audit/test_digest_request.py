@@ -189,3 +189,50 @@ def test_a_golden_log_without_digests_rebuilds_the_whole_span_as_before(name: st
         before = Session.replay(session.id, events[: bracket.start.seq + 1], strict_structure=False)
         seqs, max_tokens = bracket.summary.shadowed_seqs, rebuilt.request.max_tokens
         assert rebuilt.request == build_request(before, seqs, bracket.compaction_id, max_tokens)
+
+
+# ---------------------------------------------------------------- sent whole, without the header
+
+
+async def compact_without_the_header(url: str) -> Digested:
+    """The local model's chunker (no system prompt, no tools) without a digest, with a window the
+    whole span fits in: one request of the whole span."""
+    session = import_path(PYDICOM)[0].session
+    server = await ProviderServer().start()
+    server.script(*chunk_replies([WEAK]))
+    estimate = local_estimate(HeuristicMeter().message)
+    endpoint = LocalSummarizer(server.base_url, "smollm2", provider="local", max_retries=0)
+    summarizer = ChunkingSummarizer(endpoint, 1_000_000, estimate, elide=True, keep_header=False)
+    try:
+        with SessionStore.open(url) as store:
+            store.save(session)
+            service = BasicCompactService(BasicConfig(max_tokens=LOCAL_MAX_TOKENS), summarizer=summarizer)
+            result = await service.compact_now(session, store=store)
+            assert result is not None
+            events = list(store.get(session.id).events())
+    finally:
+        await summarizer.aclose()
+        await server.stop()
+    (received,) = server.received
+    summary = events[result.start_seq + 1]
+    assert isinstance(summary, CompactSummary)
+    return Digested(session.id, events, summary, received.body)
+
+
+def test_a_request_sent_without_the_header_is_recorded_and_rebuilt_so(tmp_path: Path) -> None:
+    """``compact/summary.header_sent`` says the summarizer left the system prompt and tools out
+    (``--no-digest`` with the local model), and ``audit --request`` rebuilds exactly the body the
+    server received; a log without the field rebuilds the request with them, as before."""
+    run = asyncio.run(compact_without_the_header(f"sqlite:///{tmp_path / 'sessions.db'}"))
+    assert run.summary.digest is None and run.summary.header_sent is False
+    assert "tools" not in run.body
+    rebuilt = rebuild_request(run.session_id, run.events, run.summary.compaction_id)
+    assert rebuilt.payload == run.body
+    assert any("without the conversation's system prompt and tools" in n for n in rebuilt.notes)
+    payload = json.loads(encode_event(run.summary))
+    assert payload["header_sent"] is False
+    del payload["header_sent"]  # a log written before the field
+    old = decode_event(run.summary.TYPE, json.dumps(payload).encode())
+    assert isinstance(old, CompactSummary) and old.header_sent is True
+    older = [old if e.seq == old.seq else e for e in run.events]
+    assert rebuild_request(run.session_id, older, old.compaction_id).payload != run.body
