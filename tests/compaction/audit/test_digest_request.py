@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from uuid import UUID
@@ -66,10 +67,16 @@ def local_digest(server: ProviderServer) -> Summarizer:
 
 
 async def compact_through_the_digest(url: str) -> Digested:
+    return await compact_once(url, local_digest)
+
+
+async def compact_once(url: str, summarizer_for: Callable[[ProviderServer], Summarizer]) -> Digested:
+    """One manual compaction of the pydicom session through ``summarizer_for(server)``, the log
+    stored at ``url``, and the one request the server received."""
     session = import_path(PYDICOM)[0].session
     server = await ProviderServer().start()
     server.script(*chunk_replies([WEAK]))
-    summarizer = local_digest(server)
+    summarizer = summarizer_for(server)
     try:
         with SessionStore.open(url) as store:
             store.save(session)
@@ -194,36 +201,19 @@ def test_a_golden_log_without_digests_rebuilds_the_whole_span_as_before(name: st
 # ---------------------------------------------------------------- sent whole, without the header
 
 
-async def compact_without_the_header(url: str) -> Digested:
+def local_chunker(server: ProviderServer) -> Summarizer:
     """The local model's chunker (no system prompt, no tools) without a digest, with a window the
     whole span fits in: one request of the whole span."""
-    session = import_path(PYDICOM)[0].session
-    server = await ProviderServer().start()
-    server.script(*chunk_replies([WEAK]))
     estimate = local_estimate(HeuristicMeter().message)
     endpoint = LocalSummarizer(server.base_url, "smollm2", provider="local", max_retries=0)
-    summarizer = ChunkingSummarizer(endpoint, 1_000_000, estimate, elide=True, keep_header=False)
-    try:
-        with SessionStore.open(url) as store:
-            store.save(session)
-            service = BasicCompactService(BasicConfig(max_tokens=LOCAL_MAX_TOKENS), summarizer=summarizer)
-            result = await service.compact_now(session, store=store)
-            assert result is not None
-            events = list(store.get(session.id).events())
-    finally:
-        await summarizer.aclose()
-        await server.stop()
-    (received,) = server.received
-    summary = events[result.start_seq + 1]
-    assert isinstance(summary, CompactSummary)
-    return Digested(session.id, events, summary, received.body)
+    return ChunkingSummarizer(endpoint, 1_000_000, estimate, elide=True, keep_header=False)
 
 
 def test_a_request_sent_without_the_header_is_recorded_and_rebuilt_so(tmp_path: Path) -> None:
     """``compact/summary.header_sent`` says the summarizer left the system prompt and tools out
     (``--no-digest`` with the local model), and ``audit --request`` rebuilds exactly the body the
     server received; a log without the field rebuilds the request with them, as before."""
-    run = asyncio.run(compact_without_the_header(f"sqlite:///{tmp_path / 'sessions.db'}"))
+    run = asyncio.run(compact_once(f"sqlite:///{tmp_path / 'sessions.db'}", local_chunker))
     assert run.summary.digest is None and run.summary.header_sent is False
     assert "tools" not in run.body
     rebuilt = rebuild_request(run.session_id, run.events, run.summary.compaction_id)
