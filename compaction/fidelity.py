@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from compaction.events import Fidelity
 from compaction.identifiers import Identifiers, retained
 from compaction.instruction import SECTIONS
+from compaction.sessions.memo import LatestOnly
 
 # One heading line: a Markdown heading, a numbered item or a bold line, its title the rest of the
 # line. Kept linear on purpose: the summary is model output, and a title pattern with several
@@ -105,14 +106,7 @@ def section_bodies(summary: str) -> dict[str, str]:
     synonym); a body runs to the next known heading, so numbered lists inside a section stay in it.
     Two headings naming one section ("Errors and fixes", "Problem Solving") share its body. The
     latest summary's are kept (the completion and the gate read the same text)."""
-    global _LATEST
-    latest = _LATEST  # one read: another thread may replace it meanwhile
-    if latest[0] != summary:
-        latest = _LATEST = (summary, _section_bodies(summary))
-    return dict(latest[1])
-
-
-_LATEST: tuple[str, dict[str, str]] = ("", {})
+    return dict(_latest_bodies(summary))
 
 
 def _section_bodies(summary: str) -> dict[str, str]:
@@ -124,6 +118,10 @@ def _section_bodies(summary: str) -> dict[str, str]:
         body = summary[match.end() : end].strip()
         bodies[name] = f"{bodies[name]}\n{body}".strip() if name in bodies else body
     return bodies
+
+
+_latest_bodies: LatestOnly[str, dict[str, str]] = LatestOnly(_section_bodies)
+"""The latest summary's section bodies (the completion and the gate read the same text)."""
 
 
 def missing_sections(summary: str) -> tuple[str, ...]:

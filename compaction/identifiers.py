@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from compaction.sessions.blocks import Message, TextBlock, ToolCallBlock, ToolResultBlock
-from compaction.sessions.memo import IdentityCache, SequenceMemo
+from compaction.sessions.memo import IdentityCache, LatestOnly, SequenceMemo
 
 PATH_RE = re.compile(
     r"(?<![\w/.-])(?:~/|\.{1,2}/|/)?(?:[\w.-]+/)+[\w.-]*[\w-]\.[A-Za-z0-9]{1,8}\b"  # a/b.py, /x/y.txt
@@ -96,9 +96,10 @@ def _union(messages: Iterable[Message]) -> Identifiers:
 
 
 def merged(*groups: Identifiers) -> Identifiers:
-    """The identifiers of every group, by kind, in order, each once."""
+    """The identifiers of every group, by kind, in order, each once (a group passed twice, as the
+    span's own extraction and its facts' often are the same object, is read once)."""
     out = Identifiers()
-    for group in groups:
+    for group in {id(g): g for g in groups}.values():
         for kind in ("paths", "commands", "errors", "error_lines", "ids"):
             getattr(out, kind).update(getattr(group, kind))
     return out
@@ -127,8 +128,7 @@ def clear_cache() -> None:
     _CACHE.clear()
     message_kinds.clear()
     _UNIONS.clear()
-    global _FOUND
-    _FOUND = ("", {})
+    _found_in.clear()
 
 
 def _kinds_of(message: Message) -> _Kinds:
@@ -242,12 +242,8 @@ def retained(identifiers: Iterable[str], summary: str) -> tuple[list[str], list[
     """``(kept, missing)``: identifiers found verbatim in the summary, and the rest. The answers
     for the latest summary are kept: a compaction asks about the same text from the completion,
     the gate and the handover measures (each search is a scan of the whole summary)."""
-    global _FOUND
     wanted = list(identifiers)
-    entry = _FOUND  # one read: another thread may replace it meanwhile, never mix two summaries
-    if entry[0] != summary:
-        entry = _FOUND = (summary, {})
-    found = entry[1]
+    found = _found_in(summary)
     for ident in wanted:
         if ident not in found:
             # From the end: a checkpoint lists its references in its later sections, so the
@@ -260,5 +256,5 @@ def retained(identifiers: Iterable[str], summary: str) -> tuple[list[str], list[
     return kept, missing
 
 
-_FOUND: tuple[str, dict[str, bool]] = ("", {})
-"""The latest summary searched and what was found in it (ident -> found)."""
+_found_in: LatestOnly[str, dict[str, bool]] = LatestOnly(lambda summary: {})
+"""What was found in the latest summary searched (ident -> found)."""

@@ -2,7 +2,9 @@
 
 :class:`IdentityCache`: a value per object (an event's hash, a message's facts or identifiers),
 found by ``id()`` with the object held beside it, so an id is never reused while its entry lives and
-nothing is hashed by value. :class:`SequenceMemo`: results of a function of a message sequence.
+nothing is hashed by value. :class:`LatestOnly`: the value for the latest key (a summary text
+that the completion and the gate read in turn). :class:`SequenceMemo`: results of a function of a
+message sequence.
 One compaction asks for the same span's facts and identifiers several times: the template summarizer
 renders them, the completion checks the summary against them, the fidelity gate counts them. Each
 call gets the span's messages as a new list of the same message objects, so the last results are
@@ -21,7 +23,7 @@ from compaction.sessions.blocks import Message
 K = TypeVar("K")
 T = TypeVar("T")
 
-__all__ = ["IdentityCache", "SequenceMemo"]
+__all__ = ["IdentityCache", "LatestOnly", "SequenceMemo"]
 
 
 class IdentityCache(Generic[K, T]):
@@ -48,6 +50,24 @@ class IdentityCache(Generic[K, T]):
 
     def clear(self) -> None:
         self._kept.clear()
+
+
+class LatestOnly(Generic[K, T]):
+    """``compute(key)`` for the latest key only (keys compared by equality). Thread-safe: the
+    entry is read once per call and replaced whole, so two keys' values never mix."""
+
+    def __init__(self, compute: Callable[[K], T]) -> None:
+        self.compute = compute
+        self._entry: tuple[K, T] | None = None
+
+    def __call__(self, key: K) -> T:
+        entry = self._entry
+        if entry is None or entry[0] != key:
+            entry = self._entry = (key, self.compute(key))
+        return entry[1]
+
+    def clear(self) -> None:
+        self._entry = None
 
 
 class SequenceMemo(Generic[T]):
