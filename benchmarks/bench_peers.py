@@ -562,14 +562,44 @@ def _time_compactions(
     figures.checks[(OURS[3], source, size)] = check_session(again, messages[0].id)
 
 
+UNSTORED_NOTE = " (a fresh meter on a session whose node prices were never stored: every node priced)"
+UNREAD_NOTE = (
+    " (the first compaction of a process that just loaded the session: every message read during "
+    "the compaction)"
+)
+READ_AHEAD_NOTE = (
+    " (the pressure check's share of each agent step once the request is past half the threshold, "
+    "paid as each message arrives, not when the agent waits)"
+)
+
+
+def _against(
+    figures: Figures,
+    who: str,
+    size: int,
+    peer: str,
+    *,
+    target: float | None = None,
+    note: str = "",
+) -> Result:
+    """One of this project's rows: its time over the named peer's, the same size."""
+    seconds = figures.total(who, size)
+    return Result(
+        f"peers {size:,} messages: {who} / {peer}",
+        fmt_seconds(seconds),
+        figures.detail(who, size) + note,
+        seconds / figures.total(peer, size),
+        target,
+        False,
+    )
+
+
 def results(figures: Figures, sizes: Sequence[int] = SIZES) -> list[Result]:
     rows: list[Result] = []
     largest, smallest = max(sizes), min(sizes)
     for size in sizes:
         fastest_decision = min(DECISIONS, key=lambda who: figures.total(who, size))
         fastest_full = min(FULLS, key=lambda who: figures.total(who, size))
-        decision_seconds = figures.total(fastest_decision, size)
-        full_seconds = figures.total(fastest_full, size)
         for who in (*DECISIONS, *FULLS):
             rows.append(
                 Result(
@@ -581,71 +611,22 @@ def results(figures: Figures, sizes: Sequence[int] = SIZES) -> list[Result]:
                     False,
                 )
             )
-        cold = figures.total(OURS[0], size)
-        rows.append(
-            Result(
-                f"peers {size:,} messages: {OURS[0]} / {fastest_decision}",
-                fmt_seconds(cold),
-                figures.detail(OURS[0], size),
-                cold / decision_seconds,
-                COLD_TARGET if size == largest else None,
-                False,
-            )
-        )
-        bare = figures.total(OURS[5], size)
-        rows.append(
-            Result(
-                f"peers {size:,} messages: {OURS[5]} / {fastest_decision}",
-                fmt_seconds(bare),
-                figures.detail(OURS[5], size) + " (a fresh meter on a session whose node prices "
-                "were never stored: every node priced)",
-                bare / decision_seconds,
-                None,
-                False,
-            )
-        )
-        warm = figures.total(OURS[1], size)
-        rows.append(
-            Result(
-                f"peers {size:,} messages: {OURS[1]} / {fastest_decision}",
-                fmt_seconds(warm),
-                figures.detail(OURS[1], size),
-                warm / decision_seconds,
-                None,
-                False,
-            )
-        )
-        full = figures.total(OURS[2], size)
-        rows.append(
-            Result(
-                f"peers {size:,} messages: {OURS[2]} / {fastest_full}",
-                fmt_seconds(full),
-                figures.detail(OURS[2], size),
-                full / full_seconds,
-                FULL_TARGET,
-                False,
-            )
-        )
-        unread = figures.total(OURS[3], size)
-        rows.append(
-            Result(
-                f"peers {size:,} messages: {OURS[3]} / {fastest_full}",
-                fmt_seconds(unread),
-                figures.detail(OURS[3], size) + " (the first compaction of a process that just "
-                "loaded the session: every message read during the compaction)",
-                unread / full_seconds,
-                None,
-                False,
-            )
-        )
+        cold_target = COLD_TARGET if size == largest else None
+        rows += [
+            _against(figures, OURS[0], size, fastest_decision, target=cold_target),
+            _against(figures, OURS[5], size, fastest_decision, note=UNSTORED_NOTE),
+            _against(figures, OURS[1], size, fastest_decision),
+            _against(figures, OURS[2], size, fastest_full, target=FULL_TARGET),
+            _against(figures, OURS[3], size, fastest_full, note=UNREAD_NOTE),
+        ]
         per_message = figures.total(OURS[4], size) / len(SOURCES)
+        full_seconds = figures.total(fastest_full, size)
         rows.append(
             Result(
                 f"peers {size:,} messages: {OURS[4]}, per message",
                 fmt_seconds(per_message),
                 "; ".join(f"{s} {fmt_seconds(figures.median(OURS[4], s, size))}" for s in SOURCES)
-                + " (the pressure check's share of each agent step once the request is past half "
-                "the threshold, paid as each message arrives, not when the agent waits)",
+                + READ_AHEAD_NOTE,
                 per_message / (full_seconds / size / len(SOURCES)),
                 None,
                 False,
