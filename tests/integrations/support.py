@@ -1,5 +1,5 @@
-"""What the framework tests share: a framework that must be there under CI, the audit, and the
-surface as another process reads it."""
+"""What the framework tests share: the task, a framework that must be there under CI, the audit,
+and the surface as another process reads it (the store URL is a fixture of the folder's conftest)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,16 @@ import pytest
 from compaction.sessions.render import to_openai
 from compaction.sessions.store import SessionStore
 from tests.builders import run_json, run_python
+
+FILE = "src/shop/cart.py"
+"""The file every framework's scripted agent is asked to fix."""
+
+
+def prompt(k: int) -> str:
+    """The user's ``k``-th message of a framework test's session."""
+    return (
+        f"task {k}: the discount test fails, fix {FILE}" if k == 0 else f"follow-up {k}: check {FILE} again"
+    )
 
 
 def require_framework(module: str, extra: str) -> None:

@@ -4,14 +4,13 @@ audit passes, another process reads the same surface; sync and async agents alik
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.integrations.support import (
+    FILE,
     audit_passes,
     every_call_answered_in_order,
+    prompt,
     require_framework,
     surface_here,
     surface_in_another_process,
@@ -27,8 +26,6 @@ from langchain_core.tools import tool  # noqa: E402
 
 from compaction.integrations.langchain import CompactionMiddleware  # noqa: E402
 from compaction.sessions.blocks import text_of  # noqa: E402
-
-FILE = "src/shop/cart.py"
 
 
 class ToolCallingFakeModel(GenericFakeChatModel):
@@ -62,17 +59,6 @@ class ToolCallingFakeModel(GenericFakeChatModel):
 def read_file(path: str) -> str:
     """Read a file of the workspace."""
     return f"{path}:\n" + "\n".join(f"{i:4}  total += price * qty  # line {i}" for i in range(60))
-
-
-def prompt(k: int) -> str:
-    return (
-        f"task {k}: the discount test fails, fix {FILE}" if k == 0 else f"follow-up {k}: check {FILE} again"
-    )
-
-
-@pytest.fixture
-def url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'sessions.db'}"
 
 
 def check_run(url: str, middleware: CompactionMiddleware, model: ToolCallingFakeModel, turns: int) -> None:

@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 
 from tests.integrations.support import (
+    FILE,
     audit_passes,
     every_call_answered_in_order,
+    prompt,
     require_framework,
     surface_here,
     surface_in_another_process,
@@ -38,8 +40,6 @@ from compaction.integrations.openai_agents import CompactingSession, from_items 
 from compaction.sessions.events import SessionResume  # noqa: E402
 from compaction.sessions.store import SessionStore  # noqa: E402
 from tests.builders import run_json  # noqa: E402
-
-FILE = "src/shop/cart.py"
 
 
 class ScriptedModel(Model):
@@ -92,17 +92,6 @@ def read_file(path: str) -> str:
 
 def agent(model: ScriptedModel) -> Agent[Any]:
     return Agent(name="fixer", instructions="You fix bugs.", model=model, tools=[read_file])
-
-
-def prompt(k: int) -> str:
-    return (
-        f"task {k}: the discount test fails, fix {FILE}" if k == 0 else f"follow-up {k}: check {FILE} again"
-    )
-
-
-@pytest.fixture
-def url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'sessions.db'}"
 
 
 async def test_same_items_as_sqlite_session_until_compaction_starts(url: str, tmp_path: Path) -> None:

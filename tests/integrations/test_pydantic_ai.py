@@ -5,13 +5,12 @@ every message and hands the model the compacted surface (task first, tool calls 
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
-
-import pytest
 
 from tests.integrations.support import (
+    FILE,
     audit_passes,
     every_call_answered_in_order,
+    prompt,
     require_framework,
     surface_here,
     surface_in_another_process,
@@ -34,8 +33,6 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402
 
 from compaction.integrations.pydantic_ai import CompactingHistory  # noqa: E402
 from compaction.sessions.blocks import text_of  # noqa: E402
-
-FILE = "src/shop/cart.py"
 
 
 class Recorded:
@@ -64,17 +61,6 @@ def make_agent(history: CompactingHistory | None, key: str, model: Recorded) -> 
         return f"{path}:\n" + "\n".join(f"{i:4}  total += price * qty  # line {i}" for i in range(60))
 
     return agent
-
-
-def prompt(k: int) -> str:
-    return (
-        f"task {k}: the discount test fails, fix {FILE}" if k == 0 else f"follow-up {k}: check {FILE} again"
-    )
-
-
-@pytest.fixture
-def url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'sessions.db'}"
 
 
 async def test_a_multi_turn_run_is_compacted_kept_and_audited(url: str) -> None:
