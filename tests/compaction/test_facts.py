@@ -4,9 +4,6 @@ what a summary misses."""
 
 from __future__ import annotations
 
-import itertools
-import json
-
 from compaction.facts import (
     HARNESS_TOOL,
     ErrorFact,
@@ -17,49 +14,17 @@ from compaction.facts import (
     span_facts,
 )
 from compaction.sessions.blocks import (
-    Message,
-    Source,
-    TextBlock,
-    ToolCallBlock,
-    ToolResultBlock,
     text_of,
 )
 from compaction.sessions.importers import import_path
 from compaction.sessions.interrupted import NOT_STARTED_TEXT
-from tests.builders import MODEL
+from tests.compaction.spans import agent, step, user
 from tests.conftest import TRANSCRIPTS
 
 OPENHANDS = TRANSCRIPTS / "openhands" / "multi_swe_bench" / "output.jsonl"
 REJECTED_ARGUMENT = (
     "Parameter 'command' is expected to be one of ['view', 'create', 'str_replace', 'insert', 'undo_edit']."
 )
-
-_ids = itertools.count()
-
-
-def user(text: str) -> Message:
-    return Message(id=f"u{next(_ids)}", role="user", content=(TextBlock(text),))
-
-
-def agent(text: str = "", *calls: ToolCallBlock) -> Message:
-    blocks = ((TextBlock(text),) if text else ()) + calls
-    return Message(id=f"a{next(_ids)}", role="assistant", content=blocks, source=MODEL)
-
-
-def call(call_id: str, name: str, **arguments: object) -> ToolCallBlock:
-    return ToolCallBlock(id=call_id, name=name, arguments=json.dumps(arguments))
-
-
-def result(call_id: str, text: str, *, error: bool = False) -> Message:
-    block = ToolResultBlock(tool_call_id=call_id, content=(TextBlock(text),), is_error=error)
-    return Message(
-        id=f"r{next(_ids)}", role="user", content=(block,), source=Source(kind="tool", call_id=call_id)
-    )
-
-
-def step(call_id: str, name: str, text: str, *, error: bool = False, **arguments: object) -> list[Message]:
-    return [agent("", call(call_id, name, **arguments)), result(call_id, text, error=error)]
-
 
 # ---------------------------------------------------------------- user asks
 

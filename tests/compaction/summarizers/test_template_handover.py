@@ -5,8 +5,6 @@ on spans over 20k tokens; and section by section it renders what an engineer res
 from __future__ import annotations
 
 import asyncio
-import itertools
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +21,7 @@ from compaction.sessions.blocks import Message, Source, TextBlock, ToolCallBlock
 from compaction.sessions.importers import import_path
 from compaction.sessions.session import Session, project
 from compaction.summarizers.template import ASK_CHARS, render_summary
-from tests.builders import MODEL
+from tests.compaction.spans import agent, step, user
 from tests.conftest import PUBLIC_TRANSCRIPTS, TRANSCRIPTS
 
 TARGETS = {"identifiers": 0.9, "user messages": 0.9, "errors": 0.8, "open tasks": 1.0}
@@ -116,28 +114,6 @@ def test_every_span_ending_at_an_unfinished_todo_list_keeps_its_open_tasks() -> 
 
 
 # ---------------------------------------------------------------- the sections, on hand-made spans
-
-_ids = itertools.count()
-
-
-def user(text: str) -> Message:
-    return Message(id=f"u{next(_ids)}", role="user", content=(TextBlock(text),))
-
-
-def agent(text: str = "", *calls: ToolCallBlock) -> Message:
-    blocks = ((TextBlock(text),) if text else ()) + calls
-    return Message(id=f"a{next(_ids)}", role="assistant", content=blocks, source=MODEL)
-
-
-def step(call_id: str, name: str, text: str, *, error: bool = False, **arguments: object) -> list[Message]:
-    block = ToolResultBlock(tool_call_id=call_id, content=(TextBlock(text),), is_error=error)
-    return [
-        agent("", ToolCallBlock(id=call_id, name=name, arguments=json.dumps(arguments))),
-        Message(
-            id=f"r{next(_ids)}", role="user", content=(block,), source=Source(kind="tool", call_id=call_id)
-        ),
-    ]
-
 
 def sections(text: str) -> dict[str, str]:
     return section_bodies(text)
