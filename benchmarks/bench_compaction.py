@@ -29,17 +29,16 @@ from typing import Any, TypeVar
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import compaction  # noqa: F401  (registers compact/* event types)
 from benchmarks.bench_fidelity import copy_of, imported_sessions
 from benchmarks.common import Result, best_of, fmt_seconds, scratch_dir, timed
 from benchmarks.workload import agent_batches
-from compaction.basic import BasicCompactService
-from compaction.config import BasicConfig
-from compaction.contract import CompactionResult
-from compaction.meters import HeuristicMeter
+from compaction.engine.meters import HeuristicMeter
+from compaction.service import BasicCompactService
 from compaction.sessions.events import SessionEvent
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
+from compaction.vocabulary.config import BasicConfig
+from compaction.vocabulary.contract import CompactionResult
 
 SMALL = 1_000
 LARGE = 100_000

@@ -23,11 +23,9 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import compaction  # noqa: F401  (registers compact/* event types)
 from benchmarks.common import Result, best_of, fmt_seconds, timed
-from compaction.config import BasicConfig
-from compaction.meters import HeuristicMeter
-from compaction.selection import select_span
+from compaction.engine.meters import HeuristicMeter
+from compaction.engine.selection import select_span
 from compaction.sessions.blocks import Message, Source, TextBlock, ToolCallBlock, ToolResultBlock
 from compaction.sessions.events import (
     AssistantMessage,
@@ -41,6 +39,7 @@ from compaction.sessions.events import (
     UserMessage,
 )
 from compaction.sessions.session import Session
+from compaction.vocabulary.config import BasicConfig
 
 SMALL = 1_000
 LARGE = 100_000

@@ -3,8 +3,9 @@ measures for Claude Code's own summary in the spotter transcript.
 
 Per imported session: one manual compaction (``compact_now``: everything but the task statement and
 the newest unit) with the template summarizer and the fidelity gate set to record, not to refuse
-(``min_identifier_ratio=0``). The handover facts of the shadowed span (:func:`compaction.facts.span_facts`)
-are scored against the summary by :func:`compaction.facts.retention`:
+(``min_identifier_ratio=0``). The handover facts of the shadowed span
+(:func:`compaction.handover.facts.span_facts`)
+are scored against the summary by :func:`compaction.handover.facts.retention`:
 
 - identifiers: verbatim paths, commands, error names, ids (as the fidelity gate counts them);
 - user messages: the span's natural-language user messages (harness wrappers, slash commands,
@@ -20,7 +21,7 @@ Claude Code: the spotter transcript holds one automatic Claude Code compaction (
 surface before the boundary. The same span is rendered by the template summarizer, and both texts
 are scored by the same functions.
 
-Model summaries completed by :mod:`compaction.completion` (issue 12, item 2), on the template's
+Model summaries completed by :mod:`compaction.handover.completion` (issue 12, item 2), on the template's
 spans and by the same functions, each in two tables: *as written* (the summarizer's own text, read
 back from ``compact/summary.completion``) and *completed* (the checkpoint committed: that text plus
 the appendix of what it missed, the default completion):
@@ -54,21 +55,20 @@ from uuid import uuid4
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import compaction  # noqa: F401  (registers compact/* and the foreign-compaction handler)
 from benchmarks.common import Result
-from compaction.basic import BasicCompactService
-from compaction.checkpoint import checkpoint_message
-from compaction.config import BasicConfig, CompletionMode
-from compaction.events import CompactSummary
-from compaction.facts import Retention, retention, span_facts
-from compaction.identifiers import Identifiers, retained
-from compaction.instruction import SECTIONS
-from compaction.meters import HeuristicMeter
+from compaction.engine.meters import HeuristicMeter
+from compaction.handover.facts import Retention, retention, span_facts
+from compaction.handover.identifiers import Identifiers, retained
+from compaction.service import BasicCompactService
 from compaction.sessions.blocks import Message, TextBlock, text_of, tool_calls_of, tool_result_of
 from compaction.sessions.importers import import_path
 from compaction.sessions.session import Session, project
-from compaction.summarizers.base import Summarizer, SummaryOutput, SummaryRequest
 from compaction.summarizers.template import render_summary
+from compaction.vocabulary.checkpoint import checkpoint_message
+from compaction.vocabulary.config import BasicConfig, CompletionMode
+from compaction.vocabulary.events import CompactSummary
+from compaction.vocabulary.instruction import SECTIONS
+from compaction.vocabulary.summarizer import Summarizer, SummaryOutput, SummaryRequest
 
 TARGETS = {"identifiers": 0.9, "user messages": 0.9, "errors": 0.8, "open tasks": 1.0}
 """The template checkpoint's targets (issue 12), compression >= 10x on spans over 20k tokens."""
@@ -406,7 +406,7 @@ async def local_rows() -> LocalRows:
     span sent as a digest in one request, the default completion (appendix) and the gate set to
     record. One compaction per span gives both rows: what the model wrote (read back from the
     completion record) and the completed checkpoint."""
-    from compaction.completion import model_text
+    from compaction.handover.completion import model_text
     from compaction.summarizers.registry import LOCAL_MAX_TOKENS, SUMMARIZERS
 
     meter = HeuristicMeter()

@@ -35,16 +35,15 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import compaction  # noqa: F401  (registers compact/* and the foreign-compaction handler)
 from benchmarks.common import Result
-from compaction.basic import BasicCompactService
-from compaction.config import BasicConfig
-from compaction.contract import FitReport
-from compaction.meters import HeuristicMeter
+from compaction.engine.meters import HeuristicMeter
+from compaction.service import BasicCompactService
 from compaction.sessions.events import AssistantMessage, RequestHeader
 from compaction.sessions.importers import import_path
 from compaction.sessions.session import Session
 from compaction.sessions.surface import Surface
+from compaction.vocabulary.config import BasicConfig
+from compaction.vocabulary.contract import FitReport
 
 TOLERANCE = 1.15
 """Estimate vs the provider's figure: within 15% either way (the ratio reported is max(a/b, b/a))."""

@@ -30,11 +30,12 @@ the rounds is reported, the two transcripts summed):
   one more message) and a full compaction
   (``BasicCompactService.compact_to_fit``: decision, template summary, completion, fidelity gate,
   commit, in memory). The library reads each message once as it arrives (the pressure check's
-  read-ahead from half the threshold, :mod:`compaction.readahead`: its facts, identifiers, hash
-  and price), so the session is first read by ``service.observe`` with every per-message cache
-  emptied, timed apart and reported per message, then compacted. For information, the same
-  compaction of a fresh copy with every cache emptied and nothing read ahead (a process that just
-  loaded the session and compacts it at once).
+  read-ahead from half the threshold, :mod:`compaction.handover.readahead`: its facts, identifiers, hash
+  and price), so the session is first read by ``service.observe`` of a new service (nothing read
+  before), timed apart and reported per message, then compacted. For information, the compaction
+  with nothing read ahead: a process that loads the session from its SQLite snapshot (the one the
+  cold decision loads; the load is not timed) and compacts it at once with a new service, its
+  events fetched from the store and every message read during the compaction.
 
 Every contender gets the same budget: a 200,000-token window, summarizing over the threshold and
 keeping the retained tail (``BasicConfig().budget``; for ADK, ``token_threshold`` and the event
@@ -48,9 +49,15 @@ Targets (issue 13): cold decision at 100k <= 0.1x the fastest peer's decision; f
 peer is taken over every peer, ADK included. ADK is the slowest peer at every size (seconds per
 transcript at 100k), so a full run takes about a quarter of an hour.
 
+``--quick`` (:data:`QUICK`) times every contender at 100k only, one round, and this project's
+decisions also at 1k, so every target row is still computed and judged (the warm decision's growth
+is 1k -> 100k): a few minutes on 2 cores, for checking a change to the compaction path; the figures
+of record come from the full run.
+
 Needs the ``bench`` extra (``pip install -e ".[bench]"``)::
 
     .venv/bin/python -m benchmarks.run peers
+    .venv/bin/python -m benchmarks.run peers --quick
     BENCH_PEERS_ROUNDS=5 BENCH_PEERS_SIZES=1000,10000 .venv/bin/python -m benchmarks.bench_peers
 """
 
@@ -73,17 +80,19 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 
 from benchmarks.common import Result, fmt_seconds, scratch_dir, timed
 from benchmarks.peer_workload import SOURCES, base_messages, build_session, scaled
-from compaction.basic import BasicCompactService
-from compaction.config import BasicConfig
-from compaction.meters import HeuristicMeter
-from compaction.selection import select_span
+from compaction.engine.meters import HeuristicMeter
+from compaction.engine.selection import select_span
+from compaction.service import BasicCompactService
 from compaction.sessions.blocks import Message, TextBlock, ToolCallBlock, ToolResultBlock
 from compaction.sessions.events import UserMessage
 from compaction.sessions.session import Session, project
 from compaction.sessions.store import SessionStore
+from compaction.vocabulary.config import BasicConfig
 
 SIZES = tuple(int(n) for n in os.environ.get("BENCH_PEERS_SIZES", "1000,10000,100000").split(","))
 ROUNDS = int(os.environ.get("BENCH_PEERS_ROUNDS", "3"))
+QUICK_SIZE = 100_000
+GROWTH_FROM = 1_000
 WINDOW = 200_000
 COLD_TARGET = 0.1
 FULL_TARGET = 0.5
@@ -101,6 +110,25 @@ OURS = (
     "this project read-ahead as the messages arrived",
     "this project cold decision, nothing stored",
 )
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one run times: every contender at ``sizes``, ``rounds`` times; this project's decisions
+    also at ``growth_from``, the size the warm decision's growth is measured from."""
+
+    sizes: tuple[int, ...]
+    rounds: int
+    growth_from: int
+
+    @property
+    def decision_sizes(self) -> tuple[int, ...]:
+        """Every size this project's decisions are timed at."""
+        return tuple(sorted({*self.sizes, self.growth_from}))
+
+
+FULL = Plan(sizes=SIZES, rounds=ROUNDS, growth_from=min(SIZES))
+QUICK = Plan(sizes=(QUICK_SIZE,), rounds=1, growth_from=GROWTH_FROM)
 
 
 def available() -> bool:
@@ -404,16 +432,6 @@ def adk_runs(loop: asyncio.AbstractEventLoop) -> dict[str, Callable[[list[Any], 
     return {"Google ADK decision": decision, "Google ADK full": full}
 
 
-def clear_caches() -> None:
-    """Every per-message cache of the library (what a process that just loaded a session has)."""
-    from compaction import facts, identifiers
-    from compaction.sessions import hashing
-
-    identifiers.clear_cache()
-    facts.clear_caches()
-    hashing.clear_cache()
-
-
 def decide(session: Session, meter: HeuristicMeter, retain: int) -> bool:
     meter.measure(session)
     return select_span(session, meter, retain) is not None
@@ -451,13 +469,14 @@ class Figures:
         return "; ".join(parts)
 
 
-def measure(sizes: Sequence[int] = SIZES, rounds: int = ROUNDS) -> Figures:
+def measure(plan: Plan = FULL) -> Figures:
     threshold, retain = BasicConfig().budget(WINDOW)
     runs = peer_runs(threshold, retain)
     bases = {source: base_messages(source) for source in SOURCES}
-    lists = {(s, n): scaled(bases[s], n) for s in SOURCES for n in sizes}
-    chains = {key: to_langchain(messages) for key, messages in lists.items()}
-    adk_events = {key: to_adk(messages) for key, messages in lists.items()}
+    lists = {(s, n): scaled(bases[s], n) for s in SOURCES for n in plan.decision_sizes}
+    compared = [key for key in lists if key[1] in plan.sizes]
+    chains = {key: to_langchain(lists[key]) for key in compared}
+    adk_events = {key: to_adk(lists[key]) for key in compared}
     adk_configs = {
         key: adk_config(threshold, adk_retention(events, retain)) for key, events in adk_events.items()
     }
@@ -471,28 +490,51 @@ def measure(sizes: Sequence[int] = SIZES, rounds: int = ROUNDS) -> Figures:
         f"sqlite:///{tmp / 'sessions.db'}", snapshot_interval=1
     ) as store:
         stored = {key: _stored(store, messages) for key, messages in lists.items()}
-        for _round in range(rounds):
-            for size in sizes:
+        for _round in range(plan.rounds):
+            for size in plan.decision_sizes:
                 for source in SOURCES:
-                    chain = chains[(source, size)]
-                    for who, run in runs.items():
-                        seconds, out = _timed_peer(run, chain)
-                        figures.add(who, source, size, seconds)
-                        figures.checks[(who, source, size)] = check_langchain(chain, out)
                     key = (source, size)
-                    events = adk_events[key]
-                    for who, adk_run in adk.items():
-                        seconds, out = _timed_adk(adk_run, events, adk_configs[key])
-                        figures.add(who, source, size, seconds)
-                        figures.checks[(who, source, size)] = check_adk(events, out)
+                    if key in chains:
+                        _time_peers(figures, key, runs, chains[key])
+                        _time_adk(figures, key, adk, adk_events[key], adk_configs[key])
                     _time_decisions(
                         figures, key, lists[key], retain, store=store, session_id=stored[key]
                     )
-                    _time_compactions(figures, key, lists[key], loop)
+                    if key in chains:
+                        _time_compactions(
+                            figures, key, lists[key], loop, store=store, session_id=stored[key]
+                        )
     # ADK's summarizer leaves the model's response generator open (it breaks out of it): close it.
     loop.run_until_complete(loop.shutdown_asyncgens())
     loop.close()
     return figures
+
+
+def _time_peers(
+    figures: Figures,
+    key: tuple[str, int],
+    runs: dict[str, Callable[[list[Any]], list[Any]]],
+    chain: list[Any],
+) -> None:
+    source, size = key
+    for who, run in runs.items():
+        seconds, out = _timed_peer(run, chain)
+        figures.add(who, source, size, seconds)
+        figures.checks[(who, source, size)] = check_langchain(chain, out)
+
+
+def _time_adk(
+    figures: Figures,
+    key: tuple[str, int],
+    adk: dict[str, Callable[[list[Any], Any], list[Any]]],
+    events: list[Any],
+    config: Any,
+) -> None:
+    source, size = key
+    for who, adk_run in adk.items():
+        seconds, out = _timed_adk(adk_run, events, config)
+        figures.add(who, source, size, seconds)
+        figures.checks[(who, source, size)] = check_adk(events, out)
 
 
 def _stored(store: SessionStore, messages: list[Message]) -> UUID:
@@ -540,12 +582,21 @@ def _time_decisions(
 
 
 def _time_compactions(
-    figures: Figures, key: tuple[str, int], messages: list[Message], loop: asyncio.AbstractEventLoop
+    figures: Figures,
+    key: tuple[str, int],
+    messages: list[Message],
+    loop: asyncio.AbstractEventLoop,
+    *,
+    store: SessionStore,
+    session_id: UUID,
 ) -> None:
+    """The full compaction after the read-ahead (a session built as its messages arrived, read by
+    ``service.observe``, timed apart), then the one with nothing read ahead: a process that loads
+    the session from its SQLite snapshot (untimed, as for the cold decision) and compacts at once,
+    its events fetched from the store during the compaction. Both commit in memory."""
     source, size = key
     fresh = build_session(messages)
-    clear_caches()
-    service = BasicCompactService(BasicConfig(context_window=WINDOW))
+    service = BasicCompactService(BasicConfig(context_window=WINDOW))  # a new session: nothing read
     # What the pressure checks of an agent loop do as the messages arrive (from half the threshold
     # on): each message read once for the compaction to come. Timed apart, per message.
     figures.add(OURS[4], source, size, timed(lambda: service.observe(fresh)) / len(messages))
@@ -553,8 +604,8 @@ def _time_compactions(
         lambda: loop.run_until_complete(service.compact_to_fit(fresh))
     ))
     figures.checks[(OURS[2], source, size)] = check_session(fresh, messages[0].id)
-    again = build_session(messages)
-    clear_caches()  # a process that just loaded the session: nothing read yet
+    again = store.get(session_id)
+    # a process that just loaded the session: nothing read yet (its analysis is the service's)
     service = BasicCompactService(BasicConfig(context_window=WINDOW))
     figures.add(OURS[3], source, size, timed(
         lambda: loop.run_until_complete(service.compact_to_fit(again))
@@ -564,8 +615,8 @@ def _time_compactions(
 
 UNSTORED_NOTE = " (a fresh meter on a session whose node prices were never stored: every node priced)"
 UNREAD_NOTE = (
-    " (the first compaction of a process that just loaded the session: every message read during "
-    "the compaction)"
+    " (the first compaction of a process that just loaded the session from its SQLite snapshot: "
+    "every message fetched and read during the compaction)"
 )
 READ_AHEAD_NOTE = (
     " (the pressure check's share of each agent step once the request is past half the threshold, "
@@ -594,10 +645,10 @@ def _against(
     )
 
 
-def results(figures: Figures, sizes: Sequence[int] = SIZES) -> list[Result]:
+def results(figures: Figures, plan: Plan = FULL) -> list[Result]:
     rows: list[Result] = []
-    largest, smallest = max(sizes), min(sizes)
-    for size in sizes:
+    largest, smallest = max(plan.sizes), plan.growth_from
+    for size in plan.sizes:
         fastest_decision = min(DECISIONS, key=lambda who: figures.total(who, size))
         fastest_full = min(FULLS, key=lambda who: figures.total(who, size))
         for who in (*DECISIONS, *FULLS):
@@ -647,7 +698,7 @@ def results(figures: Figures, sizes: Sequence[int] = SIZES) -> list[Result]:
     return rows
 
 
-def run() -> list[Result]:
+def run(plan: Plan = FULL) -> list[Result]:
     if not available():
         return [
             Result(
@@ -659,16 +710,25 @@ def run() -> list[Result]:
                 False,
             )
         ]
-    return results(measure())
+    return results(measure(plan), plan)
 
 
-def main() -> int:
+def run_quick() -> list[Result]:
+    """:func:`run` at 100k only, one round (:data:`QUICK`)."""
+    return run(QUICK)
+
+
+def main(argv: Sequence[str]) -> int:
     from benchmarks.run import table
 
-    rows = run()
+    unknown = [a for a in argv if a != "--quick"]
+    if unknown:
+        print(f"unknown argument(s) {unknown}; the one flag is --quick", file=sys.stderr)
+        return 2
+    rows = run(QUICK if "--quick" in argv else FULL)
     print(table(rows))
     return 0 if all(r.passed for r in rows) else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -31,7 +31,6 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 
 import msgspec
 
-import compaction  # noqa: F401  (registers compact/* event types)
 from benchmarks.bench_load import build
 from benchmarks.common import Result, fmt_seconds, scratch_dir, timed
 from compaction.sessions.events import SessionEvent, event_class

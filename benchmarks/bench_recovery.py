@@ -19,10 +19,10 @@ from pathlib import Path
 
 from benchmarks.common import Result, best_of, fmt_seconds, scratch_dir, timed
 from benchmarks.workload import compacted_batches
-from compaction.events import CompactStart, Lease
 from compaction.sessions.events import SessionEvent
 from compaction.sessions.store import SessionStore
 from compaction.sessions.surface import Surface
+from compaction.vocabulary.events import CompactStart, Lease
 from recovery import RecoveryConfig, RecoveryReport, recover
 
 SESSIONS = 1_000

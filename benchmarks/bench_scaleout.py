@@ -48,7 +48,6 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import compaction  # noqa: F401  (registers compact/* event types)
 from benchmarks.workload import agent_batches
 from compaction.sessions.events import SessionEvent
 from compaction.sessions.partitioned import PartitionedSessionStore, open_store

@@ -14,7 +14,6 @@ from uuid import uuid4
 
 import msgspec
 
-import compaction  # noqa: F401  (registers every event type)
 from compaction.sessions.blocks import Block, Message, TextBlock, ToolCallBlock, ToolResultBlock
 from compaction.sessions.importers import import_path
 from compaction.sessions.importers.builder import SessionBuilder

@@ -1,7 +1,8 @@
 """Run the benchmarks and print one Markdown table.
 
-    .venv/bin/python -m benchmarks.run            # all of them
-    .venv/bin/python benchmarks/run.py surface    # only the named ones (see BENCHMARKS)
+    .venv/bin/python -m benchmarks.run                # all of them
+    .venv/bin/python benchmarks/run.py surface        # only the named ones (see BENCHMARKS)
+    .venv/bin/python -m benchmarks.run peers --quick  # a flag, for the benchmarks that take it (FLAGS)
 
 The PostgreSQL scale-out benchmark has its own runner (``python -m benchmarks.bench_scaleout``):
 it starts worker processes and takes minutes, so it is not part of the default set.
@@ -27,6 +28,7 @@ from benchmarks import (
     bench_decision,
     bench_fidelity,
     bench_load,
+    bench_memory,
     bench_meter,
     bench_peers,
     bench_rebuild,
@@ -43,10 +45,16 @@ BENCHMARKS: dict[str, Callable[[], list[Result]]] = {
     "decision": bench_decision.run,
     "fidelity": bench_fidelity.run,
     "meter": bench_meter.run,
+    "memory": bench_memory.run,
     "rebuild": bench_rebuild.run,
     "recovery": bench_recovery.run,
     "peers": bench_peers.run,  # in the default set only with the bench extra (bench_peers.available)
 }
+
+FLAGS: dict[str, dict[str, Callable[[], list[Result]]]] = {
+    "--quick": {"peers": bench_peers.run_quick},  # 100k only, one round, every target still judged
+}
+"""Per flag, the benchmarks that take it and what runs in place of theirs when it is given."""
 
 
 def table(results: list[Result]) -> str:
@@ -63,16 +71,36 @@ def table(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str]) -> int:
-    names = argv or [n for n in BENCHMARKS if n != "peers" or bench_peers.available()]
+def chosen(argv: list[str]) -> dict[str, Callable[[], list[Result]]] | str:
+    """What to run, by name, with the flags of ``argv`` applied; or why ``argv`` is refused."""
+    flags = [a for a in argv if a.startswith("--")]
+    names = [a for a in argv if not a.startswith("--")]
+    names = names or [n for n in BENCHMARKS if n != "peers" or bench_peers.available()]
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
-        print(f"unknown benchmark(s) {unknown}; choose from {list(BENCHMARKS)}", file=sys.stderr)
+        return f"unknown benchmark(s) {unknown}; choose from {list(BENCHMARKS)}"
+    runs = {name: BENCHMARKS[name] for name in names}
+    known = ", ".join(f"{f} ({', '.join(takers)})" for f, takers in FLAGS.items())
+    for flag in flags:
+        takers = FLAGS.get(flag)
+        if takers is None:
+            return f"unknown flag {flag}; flags (and the benchmarks that take them): {known}"
+        applied = [name for name in names if name in takers]
+        if not applied:
+            return f"{flag} applies to none of {names}; flags (and the benchmarks that take them): {known}"
+        runs.update((name, takers[name]) for name in applied)
+    return runs
+
+
+def main(argv: list[str]) -> int:
+    runs = chosen(argv)
+    if isinstance(runs, str):
+        print(runs, file=sys.stderr)
         return 2
     results: list[Result] = []
-    for name in names:
+    for name, run in runs.items():
         print(f"running {name} ...", file=sys.stderr, flush=True)
-        results.extend(BENCHMARKS[name]())
+        results.extend(run())
     print(
         f"Python {platform.python_version()} on {platform.system()} {platform.machine()}, "
         f"{os.cpu_count()} CPUs\n"

@@ -15,14 +15,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
-from compaction.events import (
-    COMPACT_PLUGIN,
-    CompactEnd,
-    CompactStart,
-    CompactSummary,
-    Lease,
-    ShadowedRange,
-)
 from compaction.sessions.blocks import Message, Source, TextBlock, ToolCallBlock, ToolResultBlock
 from compaction.sessions.events import (
     AssistantMessage,
@@ -38,6 +30,14 @@ from compaction.sessions.events import (
     UserMessage,
 )
 from compaction.sessions.session import Session
+from compaction.vocabulary.events import (
+    COMPACT_PLUGIN,
+    CompactEnd,
+    CompactStart,
+    CompactSummary,
+    Lease,
+    ShadowedRange,
+)
 
 STEPS_PER_TURN = 8
 MODEL = Source(kind="model", provider="bench", model="bench-1")

@@ -1,14 +1,17 @@
 """Event-sourced context compaction for LLM agent sessions.
 
-Importing ``compaction`` (which Python does before any ``compaction.*`` module) registers every
-event type of the library (``compact/*``, ``scratchpad/set``, ``phase/end``) in the session event
-registry and installs the importers' handler for other harnesses' compactions, so no result depends
-on what else was imported. It imports nothing else eagerly: the public names below load on first use.
+Importing ``compaction`` (which Python does before any ``compaction.*`` module) loads nothing: the
+public names below load on first use, and the log's event types defined above the log are resolved
+by topic when a stored row first names them (:data:`compaction.sessions.events.EVENT_TOPICS`), so
+no result depends on what else was imported.
 
-Subpackages: :mod:`compaction.sessions` (the log), :mod:`compaction.summarizers`,
-:mod:`compaction.strategies`, :mod:`compaction.audit`, :mod:`compaction.cli`; :mod:`compaction.testing`
-for scripted models; :mod:`compaction.errors` for the whole error tree. The public names are pinned by
-``tests/test_public_api.py``.
+The rooms, bottom up (docs/architecture.md): :mod:`compaction.errors` (the whole error tree),
+:mod:`compaction.sessions` (the log), :mod:`compaction.vocabulary` (the words every room shares),
+:mod:`compaction.handover` (what a checkpoint must keep), :mod:`compaction.engine` (when and where
+to cut, how to commit), then :mod:`compaction.summarizers`, :mod:`compaction.strategies`,
+:mod:`compaction.service` (the engine with its default summarizer), :mod:`compaction.audit`,
+:mod:`compaction.integrations` and :mod:`compaction.cli`; :mod:`compaction.testing` for scripted
+models. The public names are pinned by ``tests/test_public_api.py``.
 """
 
 from __future__ import annotations
@@ -16,13 +19,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from compaction import events as _events  # noqa: F401  (registers the event types)
-from compaction import foreign as _foreign  # noqa: F401  (installs the foreign-compaction handler)
-
 if TYPE_CHECKING:
-    from compaction.basic import BasicCompactService
-    from compaction.config import BasicConfig
-    from compaction.contract import CompactionResult, CompactService
+    from compaction.engine.meters import HeuristicMeter, Meter, TiktokenMeter
+    from compaction.engine.prune import PruneConfig, prune_session
     from compaction.errors import (
         BusyError,
         CommitError,
@@ -39,7 +38,13 @@ if TYPE_CHECKING:
         TruncatedError,
         UnsupportedOutputError,
     )
-    from compaction.events import (
+    from compaction.service import BasicCompactService
+    from compaction.strategies.checkpoint import CheckpointCompactService
+    from compaction.strategies.overflow import OverflowRecovery
+    from compaction.summarizers.template import TemplateSummarizer
+    from compaction.vocabulary.config import BasicConfig
+    from compaction.vocabulary.contract import CompactionResult, CompactService
+    from compaction.vocabulary.events import (
         CompactEnd,
         CompactPrune,
         CompactStart,
@@ -49,51 +54,46 @@ if TYPE_CHECKING:
         PhaseEnd,
         ScratchpadSet,
     )
-    from compaction.meters import HeuristicMeter, Meter, TiktokenMeter
-    from compaction.strategies.checkpoint import CheckpointCompactService
-    from compaction.strategies.overflow import OverflowRecovery
-    from compaction.strategies.prune import PruneConfig, prune_session
-    from compaction.summarizers.base import Summarizer, SummaryOutput, SummaryRequest
-    from compaction.summarizers.template import TemplateSummarizer
+    from compaction.vocabulary.summarizer import Summarizer, SummaryOutput, SummaryRequest
 
 _HOMES: dict[str, str] = {
-    "BasicCompactService": "compaction.basic",
-    "BasicConfig": "compaction.config",
+    "BasicCompactService": "compaction.service",
+    "BasicConfig": "compaction.vocabulary.config",
     "BusyError": "compaction.errors",
     "CheckpointCompactService": "compaction.strategies.checkpoint",
     "CommitError": "compaction.errors",
-    "CompactEnd": "compaction.events",
-    "CompactPrune": "compaction.events",
-    "CompactService": "compaction.contract",
-    "CompactStart": "compaction.events",
-    "CompactSummary": "compaction.events",
+    "CompactEnd": "compaction.vocabulary.events",
+    "CompactPrune": "compaction.vocabulary.events",
+    "CompactService": "compaction.vocabulary.contract",
+    "CompactStart": "compaction.vocabulary.events",
+    "CompactSummary": "compaction.vocabulary.events",
     "CompactionConfigError": "compaction.errors",
     "CompactionError": "compaction.errors",
-    "CompactionResult": "compaction.contract",
+    "CompactionResult": "compaction.vocabulary.contract",
     "ContextLengthError": "compaction.errors",
     "ConvergenceError": "compaction.errors",
     "EmptySummaryError": "compaction.errors",
-    "Fidelity": "compaction.events",
+    "Fidelity": "compaction.vocabulary.events",
     "FidelityError": "compaction.errors",
-    "HeuristicMeter": "compaction.meters",
-    "Lease": "compaction.events",
-    "Meter": "compaction.meters",
+    "HeuristicMeter": "compaction.engine.meters",
+    "Lease": "compaction.vocabulary.events",
+    "Meter": "compaction.engine.meters",
     "OverflowRecovery": "compaction.strategies.overflow",
-    "PhaseEnd": "compaction.events",
-    "PruneConfig": "compaction.strategies.prune",
-    "ScratchpadSet": "compaction.events",
+    "PhaseEnd": "compaction.vocabulary.events",
+    "PruneConfig": "compaction.engine.prune",
+    "ScratchpadSet": "compaction.vocabulary.events",
     "ShrinkError": "compaction.errors",
     "SpanError": "compaction.errors",
-    "Summarizer": "compaction.summarizers.base",
+    "Summarizer": "compaction.vocabulary.summarizer",
     "SummarizerError": "compaction.errors",
-    "SummaryOutput": "compaction.summarizers.base",
-    "SummaryRequest": "compaction.summarizers.base",
+    "SummaryOutput": "compaction.vocabulary.summarizer",
+    "SummaryRequest": "compaction.vocabulary.summarizer",
     "SurfaceChangedError": "compaction.errors",
     "TemplateSummarizer": "compaction.summarizers.template",
-    "TiktokenMeter": "compaction.meters",
+    "TiktokenMeter": "compaction.engine.meters",
     "TruncatedError": "compaction.errors",
     "UnsupportedOutputError": "compaction.errors",
-    "prune_session": "compaction.strategies.prune",
+    "prune_session": "compaction.engine.prune",
 }
 
 __all__ = [

@@ -11,10 +11,10 @@
     │   └── PluginError                        a command plugin (entry point) could not be loaded
     ├── UnknownEventTypeError (LookupError)    a stored or imported event type nobody registered
     ├── EventRuleError (ValueError)            an append broke a rule; carries rule, seq, values
-    │   ├── SurfaceRuleError                   a surface rule of spec §b.2 (contiguity, eligibility, ...)
-    │   ├── StructureRuleError                 a turn/step rule of spec §a.7
-    │   └── MessageShapeError                  a message's role, source or tool-result block (§a.2)
-    ├── CorruptSurfaceError                    tool-pairing balance went negative (spec §c)
+    │   ├── SurfaceRuleError                   a surface rule (contiguity, eligibility, replace range, ...)
+    │   ├── StructureRuleError                 a turn/step rule (docs/sessions.md)
+    │   └── MessageShapeError                  a message's role, source or tool-result block
+    ├── CorruptSurfaceError                    tool-pairing balance went negative
     ├── SessionStateError (ValueError)         a rollback past saved events, adopting another session
     ├── StoreError                             the event store failed
     │   ├── StoreNotFoundError                 a read-only open found no store at the URL
@@ -96,15 +96,15 @@ class EventRuleError(EventCompactionError, ValueError):
 
 
 class SurfaceRuleError(EventRuleError):
-    """A surface validation rule (spec §b.2) rejected the event."""
+    """A surface validation rule rejected the event (docs/sessions.md)."""
 
 
 class StructureRuleError(EventRuleError):
-    """A turn/step structure rule (spec §a.7) rejected the event."""
+    """A turn/step structure rule rejected the event (docs/sessions.md)."""
 
 
 class MessageShapeError(EventRuleError):
-    """A surface event's message has the wrong shape for its type (spec §a.2): role, source,
+    """A surface event's message has the wrong shape for its type: role, source,
     tool-result block or call id; the rule is ``message-shape``."""
 
 

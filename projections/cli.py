@@ -23,7 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from compaction.cli.command import Command, Context, Document
 from compaction.cli.output import positive_int, table
-from compaction.meters import meter_named
+from compaction.engine.meters import meter_named
 from compaction.sessions.polling import DEFAULT_POLL_INTERVAL
 from projections import ALL, ProjectionReport, ProjectionRunner, resolve_names, stop_on_signals
 from projections.runner import DEFAULT_BATCH_SIZE

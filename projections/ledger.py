@@ -11,7 +11,7 @@ and the outcome:
 - ``orphaned``: a ``compact/start`` with no ``compact/end`` yet; re-evaluated as events arrive, so
   an orphan that recovery closes later becomes ``failed``.
 
-Which event belongs to which bracket, and the outcome, are :mod:`compaction.brackets`' rules (the
+Which event belongs to which bracket, and the outcome, are :mod:`compaction.engine.brackets`' rules (the
 audit and the orphan scan read brackets through them too); this projection only keeps the rows.
 """
 
@@ -23,9 +23,9 @@ from uuid import UUID
 
 import msgspec
 
-from compaction.brackets import ORPHANED, member_of, outcome_of
-from compaction.events import CompactEnd, CompactStart, CompactSummary
+from compaction.engine.brackets import ORPHANED, member_of, outcome_of
 from compaction.sessions.events import SessionEvent
+from compaction.vocabulary.events import CompactEnd, CompactStart, CompactSummary
 from projections.base import SessionProjection
 from projections.tables import table
 from projections.views.base import ViewRecorder

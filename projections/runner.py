@@ -24,13 +24,13 @@ from uuid import UUID
 
 from eventsourcing.persistence import Tracking
 
+from compaction.engine.meters import Meter
 from compaction.errors import (
     ProjectionConfigError,
     ProjectionFoldError,
     ProjectionTimeoutError,
     UnreadableRowError,
 )
-from compaction.meters import Meter
 from compaction.sessions.polling import DEFAULT_POLL_INTERVAL
 from compaction.sessions.store import NotificationFeed, SessionStore, StoredNotification
 from projections.base import DEFAULT_MAX_CACHED_SESSIONS, SessionProjection

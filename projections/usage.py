@@ -3,7 +3,7 @@
 ``usage_sessions(session_id, events, nodes, surface_tokens, generation, meter)`` and
 ``usage_steps(session_id, seq, turn, step, surface_tokens, nodes)`` (one row per ``step/end``,
 ``seq`` being the step/end's). Tokens are the surface's price under the projection's meter
-(:class:`~compaction.meters.HeuristicMeter` unless another is given; its name is recorded on every
+(:class:`~compaction.engine.meters.HeuristicMeter` unless another is given; its name is recorded on every
 session row, and resuming a view with a different meter is refused). Each node is priced once when
 it joins the surface; a replacement subtracts what it shadows, so the running total is O(new
 events).
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+from compaction.engine.meters import HeuristicMeter, Meter
 from compaction.errors import ProjectionConfigError
-from compaction.meters import HeuristicMeter, Meter
 from compaction.sessions.events import SessionEvent, StepEnd
 from compaction.sessions.store import SessionStore
 from compaction.sessions.surface import EventLookup, Surface

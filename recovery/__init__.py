@@ -4,7 +4,7 @@ An orphan is a ``compact/start`` with no ``compact/end`` of the same compaction 
 them all in one pass over the store (:class:`OrphanScanner`), decides live or stale from the lease
 each start records (:func:`judge`), proves each one inert by folding the surface with and without
 its events (:func:`prove_inert`), and, only when asked, closes stale inert ones with
-``compact/end{error: "abandoned: ..."}`` plus the interrupted-turn closers of spec §d.16
+``compact/end{error: "abandoned: ..."}`` plus the interrupted-turn closers
 (:func:`settle`). :func:`recover` runs one pass; :class:`Recovery` also follows the store.
 :func:`surface_hash` (from :mod:`compaction.sessions.hashing`, re-exported here) is the stable
 fingerprint of a surface that export and copy reuse.
@@ -13,7 +13,6 @@ See ``docs/recovery.md``.
 
 from __future__ import annotations
 
-import compaction  # noqa: F401  (registers the compact/* event types recovery reads)
 from compaction.errors import (
     OrphanCorruptionError,
     RecoveryConfigError,

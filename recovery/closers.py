@@ -1,4 +1,4 @@
-"""Interrupted-turn closers (spec §d.16): the events that close a turn its process left open.
+"""Interrupted-turn closers: the events that close a turn its process left open.
 
 A pure function over a loaded log. The scan of the open turn and the closers themselves are
 :mod:`compaction.sessions.interrupted`'s (the agent loop closes a cancelled turn with the same

@@ -3,14 +3,14 @@
 For an orphaned ``compact/start`` of compaction ``C`` at seq ``S``, the orphan's events are the
 start itself, any ``compact/summary`` of ``C``, and any surface event that cites ``S`` in
 ``source_event_seqs`` or carries the checkpoint of ``C`` (``message.source.compaction_id == C``).
-The proof folds the session's surface twice from the log (spec §b.2 validation on every event):
+The proof folds the session's surface twice from the log (every surface rule checked on every event):
 
 * **with** every event, as stored;
 * **without** the orphan's events (their seqs are left unused, every other event keeps its seq).
 
 The orphan is **inert** when both folds give the same surface seqs, the same derived messages and
 the same :func:`~compaction.sessions.hashing.hash_surface`, and no surface event cites the start or carries
-its checkpoint. With the atomic commit ("Beyond the reference" 1) an orphan is only ever a lone
+its checkpoint. With the atomic commit (docs/architecture.md, difference 1) an orphan is only ever a lone
 start, so anything else is a corruption, reported with the evidence collected here.
 """
 
@@ -22,12 +22,12 @@ from dataclasses import dataclass
 import msgspec
 
 from compaction.errors import EventCompactionError
-from compaction.events import CompactStart, CompactSummary
 from compaction.sessions.blocks import Message
 from compaction.sessions.events import SessionEvent
 from compaction.sessions.hashing import hash_surface
 from compaction.sessions.session import Session, project
 from compaction.sessions.surface import Surface
+from compaction.vocabulary.events import CompactStart, CompactSummary
 
 _ENCODER = msgspec.json.Encoder(order="deterministic")
 
@@ -89,7 +89,7 @@ def fold(events: Sequence[SessionEvent], *, skip: frozenset[int]) -> Fold:
                 surface.length = event.seq + 1  # the seq stays taken, nothing else happens
                 continue
             surface.fold(event, by_seq.__getitem__)
-        surface.cuts()  # tool-pairing balance must hold over the folded surface (spec §c)
+        surface.cuts()  # tool-pairing balance must hold over the folded surface
     except EventCompactionError as e:
         return Fold((), (), None, f"{type(e).__name__}: {e}")
     seqs = tuple(surface.nodes)

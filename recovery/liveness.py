@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
-from compaction.events import CompactStart
+from compaction.vocabulary.events import CompactStart
 
 Rule = Literal["resume", "lease-expired", "owner-gone", "live"]
 

@@ -4,7 +4,7 @@ The repair appends, in ONE atomic save:
 
 1. ``compact/end {compaction_id, turn, error: "abandoned: <why it is stale>; closed by recovery on
    <host> pid <pid>"}``, which releases the lock;
-2. the interrupted-turn closers of spec §d.16 (:mod:`recovery.closers`), only when the orphan owned
+2. the interrupted-turn closers (:mod:`recovery.closers`), only when the orphan owned
    a turn (``turn`` is a number), that turn is still the open one, and the orphan is stale because
    its owner is gone or its lease expired (after a ``session/resume`` the open turn, if any, belongs
    to the new lifecycle and is left alone).
@@ -23,13 +23,13 @@ import socket
 from dataclasses import dataclass
 from typing import Literal
 
-from compaction.brackets import is_closed
+from compaction.engine.brackets import is_closed
 from compaction.errors import ConcurrencyError, RepairConflictError
-from compaction.events import CompactEnd
 from compaction.sessions.events import SessionEvent
 from compaction.sessions.interrupted import open_turn
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
+from compaction.vocabulary.events import CompactEnd
 from recovery.closers import interrupted_turn_closers
 from recovery.inertness import InertnessProof, prove_inert
 from recovery.liveness import Liveness

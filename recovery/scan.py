@@ -16,11 +16,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from uuid import UUID
 
-from compaction.brackets import BracketFold
+from compaction.engine.brackets import BracketFold
 from compaction.errors import UnreadableRowError
-from compaction.events import CompactEnd, CompactStart, Lease
 from compaction.sessions.events import SessionEvent, SessionResume
 from compaction.sessions.store import SessionStore
+from compaction.vocabulary.events import CompactEnd, CompactStart, Lease
 
 SCAN_TOPICS = (CompactStart.TYPE, CompactEnd.TYPE, SessionResume.TYPE)
 BATCH = 5000

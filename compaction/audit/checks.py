@@ -26,18 +26,18 @@ from functools import partial
 from typing import Any
 
 from compaction.audit.replay import Moment, Replay, replay
-from compaction.brackets import COMMITTED, FAILED, ORPHANED, Bracket, find_brackets, member_of
-from compaction.checkpoint import frame
-from compaction.completion import model_text, span_identifiers
-from compaction.events import CompactPrune, CompactStart, CompactSummary, Completion
-from compaction.fidelity import section_bodies
-from compaction.identifiers import extract, retained
-from compaction.instruction import SECTIONS
-from compaction.meters import Meter, meter_named
+from compaction.engine.brackets import COMMITTED, FAILED, ORPHANED, Bracket, find_brackets, member_of
+from compaction.engine.meters import Meter, meter_named
+from compaction.handover.completion import model_text, span_identifiers
+from compaction.handover.fidelity import section_bodies
+from compaction.handover.identifiers import extract, retained
 from compaction.sessions.blocks import Message, text_of
 from compaction.sessions.events import Replace, SessionEvent, ToolResult, UserMessage
 from compaction.sessions.hashing import event_hash
 from compaction.sessions.session import first_user_seq, project
+from compaction.vocabulary.checkpoint import frame
+from compaction.vocabulary.events import CompactPrune, CompactStart, CompactSummary, Completion
+from compaction.vocabulary.instruction import SECTIONS
 
 DEFAULT_MIN_RATIO = 0.9
 

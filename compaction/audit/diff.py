@@ -16,12 +16,12 @@ from rich.table import Table
 from rich.text import Text
 
 from compaction.audit.replay import replay
+from compaction.engine.meters import HeuristicMeter, Meter
 from compaction.errors import ConfigurationError
-from compaction.events import CompactPrune
-from compaction.meters import HeuristicMeter, Meter
 from compaction.sessions.events import Replace, SessionEvent
 from compaction.sessions.render import to_text
 from compaction.sessions.session import project
+from compaction.vocabulary.events import CompactPrune
 
 Document = dict[str, Any]
 

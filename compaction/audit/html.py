@@ -20,14 +20,14 @@ from datetime import UTC, datetime
 from compaction.audit.checks import Check, CompactionAudit
 from compaction.audit.diff import clip, message_text
 from compaction.audit.report import SessionAudit
-from compaction.completion import model_text
+from compaction.engine.meters import HeuristicMeter, Meter
 from compaction.errors import EventRuleError
-from compaction.events import CompactSummary, Completion
-from compaction.meters import HeuristicMeter, Meter
+from compaction.handover.completion import model_text
 from compaction.sessions.blocks import text_of
 from compaction.sessions.events import SessionEvent
 from compaction.sessions.session import latest_header
 from compaction.sessions.surface import Surface
+from compaction.vocabulary.events import CompactSummary, Completion
 
 WIDTH, HEIGHT = 960, 300
 LEFT, RIGHT, TOP, BOTTOM = 64, 16, 16, 36

@@ -2,13 +2,13 @@
 
 The log records the span (``compact/summary.shadowed_seqs``), the provider and model, and
 ``max_tokens``; the code supplies the rest the same way the transaction did
-(:func:`compaction.transaction.build_request`: the latest ``request/header``'s system prompt and
+(:func:`compaction.engine.transaction.build_request`: the latest ``request/header``'s system prompt and
 tools, the protected first user message, the shadowed messages, the one instruction). For an
 OpenAI-compatible or Anthropic provider the request body is rebuilt with the summarizer's own pure
 payload builder (:mod:`compaction.summarizers.payloads`, chosen by the provider's request shape in
 :data:`compaction.summarizers.registry.SUMMARIZERS`), so it is the body that was sent; for the
 offline summarizers (``template``, the ``checkpoint`` strategy) and for compactions imported from
-another harness it is the :class:`~compaction.summarizers.base.SummaryRequest` itself. Nothing
+another harness it is the :class:`~compaction.vocabulary.summarizer.SummaryRequest` itself. Nothing
 here loads an HTTP client.
 
 A span sent as a digest (``compact/summary.digest``, :mod:`compaction.summarizers.digest`: the
@@ -34,8 +34,9 @@ from uuid import UUID
 
 import msgspec
 
-from compaction.brackets import Bracket, find_brackets
-from compaction.config import BasicConfig
+from compaction.engine.brackets import Bracket, find_brackets
+from compaction.engine.selection import leading_task_statement
+from compaction.engine.transaction import build_request
 from compaction.errors import (
     CompactionConfigError,
     CompactionNotFoundError,
@@ -43,15 +44,14 @@ from compaction.errors import (
     EventRuleError,
     UnrebuildableError,
 )
-from compaction.events import CompactSummary, DigestRecord
-from compaction.selection import leading_task_statement
 from compaction.sessions.events import SessionEvent
 from compaction.sessions.session import Session
-from compaction.summarizers.base import SummaryRequest
 from compaction.summarizers.digest import Digest, digest_span, estimate_named
 from compaction.summarizers.payloads import MaxTokensField, build_payload
 from compaction.summarizers.registry import SUMMARIZERS, RequestShape
-from compaction.transaction import build_request
+from compaction.vocabulary.config import BasicConfig
+from compaction.vocabulary.events import CompactSummary, DigestRecord
+from compaction.vocabulary.summarizer import SummaryRequest
 
 STRATEGY_PROVIDERS = frozenset({"checkpoint"})
 """Providers recorded by strategies rather than by a registered summarizer (the checkpoint

@@ -27,8 +27,8 @@ from compaction.audit.request import RebuiltRequest, find_bracket, rebuild_reque
 from compaction.cli.command import Command, Context, Document
 from compaction.cli.output import positive_int, write_json_value
 from compaction.errors import CompactionNotFoundError, UsageError
-from compaction.events import CompactPrune
 from compaction.sessions.events import SessionEvent
+from compaction.vocabulary.events import CompactPrune
 
 PRUNE_PREFIX = "prune-"
 """The audit lists a ``compact/prune`` record as ``prune-SEQ`` (see ``compaction.audit.checks``)."""

@@ -1,14 +1,14 @@
 """``compaction compact SESSION``: compact now, or until the session fits under its threshold.
 
 Strategies: ``summary`` (the default: BasicCompactService with the chosen summarizer), ``prune``
-(tool-result pruning, model-free) and ``checkpoint`` (rebuild from the typed scratchpad, seed 002).
+(tool-result pruning, model-free) and ``checkpoint`` (rebuild from the typed scratchpad, docs/operations.md).
 ``--manual`` compacts once, keeping only the newest unit; otherwise the session is compacted until its
 request total is under ``--threshold`` x ``--window`` (or nothing more can be compacted).
 
 JSON: ``{session_id, strategy, compactions: [{compaction_id, start_seq, summary_seq, end_seq,
 shadowed_seqs, shadowed_tokens, summary_tokens}], pruned: [...], tokens_before, tokens_after, meter,
 window, threshold, overhead_tokens, ratio, status, reason, failed_attempt}``. ``tokens_*`` are the
-request total as :meth:`Meter.measure <compaction.meters.Meter.measure>` prices it (calibrated on the
+request total as :meth:`Meter.measure <compaction.engine.meters.Meter.measure>` prices it (calibrated on the
 session's provider usage when it has some): the figure ``sessions`` and ``show`` print too.
 ``status`` is ``under_threshold``, ``above_threshold`` or ``above_window`` (null when no window is
 known); above the threshold, ``reason`` is ``{kind, message, tokens, seqs}`` with ``kind`` one of
@@ -25,17 +25,17 @@ from typing import Any
 
 from rich.console import Console
 
-from compaction.basic import BasicCompactService
 from compaction.cli.command import Command, Context, Document
 from compaction.cli.output import positive_int, table
-from compaction.config import COMPLETION_MODES, BasicConfig
-from compaction.contract import CompactionResult, FitReport
+from compaction.engine.meters import HeuristicMeter, Meter, TiktokenMeter
+from compaction.engine.prune import PruneConfig, prune_session
 from compaction.errors import CompactionConfigError
-from compaction.meters import HeuristicMeter, Meter, TiktokenMeter
+from compaction.service import BasicCompactService
 from compaction.sessions.session import Session
 from compaction.strategies.checkpoint import CheckpointCompactService
-from compaction.strategies.prune import PruneConfig, prune_session
 from compaction.summarizers.registry import LOCAL_CONTEXT_TOKENS, SUMMARIZERS, SummarizerOptions
+from compaction.vocabulary.config import COMPLETION_MODES, BasicConfig
+from compaction.vocabulary.contract import CompactionResult, FitReport
 
 DEFAULT_MAX_TOKENS = 8192
 

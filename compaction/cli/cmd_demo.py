@@ -20,19 +20,19 @@ from typing import Any
 from rich.console import Console
 
 from compaction.audit.checks import audit_events
-from compaction.basic import BasicCompactService
-from compaction.brackets import committed_count
 from compaction.cli.command import Command, Context, Document
 from compaction.cli.demo import run_demo_session
 from compaction.cli.demo.phases import compare_strategies
 from compaction.cli.output import positive_int, table
-from compaction.config import BasicConfig
-from compaction.meters import HeuristicMeter, Meter
+from compaction.engine.brackets import committed_count
+from compaction.engine.meters import HeuristicMeter, Meter
+from compaction.service import BasicCompactService
 from compaction.sessions.events import Replace
 from compaction.sessions.loop import StepContext
 from compaction.sessions.render import pairing_problems
 from compaction.sessions.session import Session, project
 from compaction.sessions.store import default_url
+from compaction.vocabulary.config import BasicConfig
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

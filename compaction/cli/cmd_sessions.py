@@ -1,7 +1,7 @@
 """``compaction sessions``: one row per stored session.
 
 JSON: ``{sessions: [{session_id, events, surface_nodes, surface_tokens, tokens, compactions}]}``;
-``tokens`` is the request total (:meth:`HeuristicMeter.measure <compaction.meters.Meter.measure>`,
+``tokens`` is the request total (:meth:`HeuristicMeter.measure <compaction.engine.meters.Meter.measure>`,
 calibrated on the session's provider usage when it has some): the figure ``compact`` reports as
 ``tokens_before``/``tokens_after`` and ``show`` prints. ``surface_tokens`` is the messages alone at
 the heuristic's own price, uncalibrated. ``compactions`` counts the completed ones (``compact/end``
@@ -17,11 +17,11 @@ from uuid import UUID
 from rich.console import Console
 from rich.text import Text
 
-from compaction.brackets import committed_count
 from compaction.cli.command import Command, Context, Document
 from compaction.cli.output import table
+from compaction.engine.brackets import committed_count
+from compaction.engine.meters import HeuristicMeter, Meter
 from compaction.errors import EventCompactionError
-from compaction.meters import HeuristicMeter, Meter
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
 

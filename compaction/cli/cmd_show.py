@@ -8,7 +8,7 @@ rendering added (on the first item of each message; any further items a message 
 ``""``).
 
 ``tokens`` is the request total at that point, the figure ``sessions`` and ``compact`` report
-(:meth:`HeuristicMeter.measure <compaction.meters.Meter.measure>`, calibrated on provider usage).
+(:meth:`HeuristicMeter.measure <compaction.engine.meters.Meter.measure>`, calibrated on provider usage).
 
 ``--diff A B`` compares what the model saw right after seqs A and B instead (see
 :mod:`compaction.audit.diff`): ``{kind: "diff", session_id, a, b, surface_a, surface_b, removed,
@@ -27,7 +27,7 @@ from compaction.audit.diff import render_diff, surface_diff
 from compaction.audit.report import load_log
 from compaction.cli.command import Command, Context, Document
 from compaction.cli.output import write_json_lines, write_text
-from compaction.meters import HeuristicMeter
+from compaction.engine.meters import HeuristicMeter
 from compaction.sessions.blocks import Message
 from compaction.sessions.render import to_anthropic, to_openai, to_text
 from compaction.sessions.session import Session

@@ -23,7 +23,6 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from compaction.basic import BasicCompactService
 from compaction.errors import FrameworkMissingError, IntegrationError
 from compaction.integrations.memory import (
     AssistantItem,
@@ -33,6 +32,7 @@ from compaction.integrations.memory import (
     ResultItem,
     UserItem,
 )
+from compaction.service import BasicCompactService
 from compaction.sessions.blocks import (
     Block,
     Message,

@@ -26,10 +26,8 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from compaction.basic import BasicCompactService
-from compaction.config import BasicConfig
-from compaction.contract import CompactionResult
 from compaction.errors import CompactionError, IntegrationError
+from compaction.service import BasicCompactService
 from compaction.sessions.blocks import ImageBlock, Message, Source, TextBlock, ToolCallBlock, tool_calls_of
 from compaction.sessions.events import (
     AssistantMessage,
@@ -45,6 +43,8 @@ from compaction.sessions.importers.builder import SessionBuilder, _PendingCall
 from compaction.sessions.interrupted import open_turn
 from compaction.sessions.session import Session, project
 from compaction.sessions.store import SessionStore
+from compaction.vocabulary.config import BasicConfig
+from compaction.vocabulary.contract import CompactionResult
 
 log = logging.getLogger("compaction.integrations")
 

@@ -25,7 +25,6 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from compaction.basic import BasicCompactService
 from compaction.errors import FrameworkMissingError, IntegrationError
 from compaction.integrations.memory import (
     AssistantItem,
@@ -35,6 +34,7 @@ from compaction.integrations.memory import (
     ResultItem,
     UserItem,
 )
+from compaction.service import BasicCompactService
 from compaction.sessions.blocks import (
     Block,
     Message,

@@ -6,8 +6,12 @@ Every event carries ``seq`` (its position in the session log, contiguous from 0)
 ``surface_op`` or ``source_event_seqs``.
 
 The registry is open: another package subclasses :class:`SessionEvent`, sets ``TYPE`` and calls
-:func:`register_event_type` (compaction adds ``compact/*`` this way). Reading a stored type that
-nobody registered raises :class:`~compaction.errors.UnknownEventTypeError`.
+:func:`register_event_type`. Types defined above this package are resolved on demand, the way
+eventsourcing resolves topics: :data:`EVENT_TOPICS` names the class of each (``module:Class``), and
+the first read of such a type imports that module, whose class registers itself. A process that
+imports only :mod:`compaction.sessions` thus decodes every stored event, and importing it loads
+nothing above it. Reading a type that is neither registered nor named by a topic raises
+:class:`~compaction.errors.UnknownEventTypeError`.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any, ClassVar, Literal, NoReturn, TypeVar
 
 import msgspec
 import msgspec.inspect as mi
+from eventsourcing.utils import TopicError, resolve_topic
 
 from compaction.errors import UnknownEventTypeError
 from compaction.sessions.blocks import Message, ToolCallBlock
@@ -224,20 +229,59 @@ def register_event_type(cls: E) -> E:
     return cls
 
 
+EVENT_TOPICS: dict[str, str] = {
+    "compact/start": "compaction.vocabulary.events:CompactStart",
+    "compact/summary": "compaction.vocabulary.events:CompactSummary",
+    "compact/end": "compaction.vocabulary.events:CompactEnd",
+    "compact/prune": "compaction.vocabulary.events:CompactPrune",
+    "scratchpad/set": "compaction.vocabulary.events:ScratchpadSet",
+    "phase/end": "compaction.vocabulary.events:PhaseEnd",
+}
+"""Event types whose classes live above this package, by stable type name: the topic
+(``module:Class``) of each, resolved on the first read (:func:`register_event_topic` adds more)."""
+
+
+def register_event_topic(event_type: str, topic: str) -> None:
+    """Name the class of ``event_type`` by its topic, to be imported when a row first needs it."""
+    known = EVENT_TOPICS.get(event_type)
+    if known is not None and known != topic:
+        raise ValueError(f"event type {event_type!r} already names topic {known!r}, not {topic!r}")
+    EVENT_TOPICS[event_type] = topic
+
+
 def event_class(event_type: str, where: str = "") -> type[SessionEvent]:
+    """The class of ``event_type``: registered, or resolved from its topic on this first use."""
+    cls = _REGISTRY.get(event_type)
+    if cls is not None:
+        return cls
+    topic = EVENT_TOPICS.get(event_type)
+    if topic is None:
+        raise UnknownEventTypeError(event_type, where)
     try:
-        return _REGISTRY[event_type]
-    except KeyError:
-        raise UnknownEventTypeError(event_type, where) from None
+        resolved = resolve_topic(topic)
+    except TopicError as e:
+        raise UnknownEventTypeError(event_type, f"{where}: {e}" if where else str(e)) from e
+    if not (isinstance(resolved, type) and issubclass(resolved, SessionEvent)):
+        raise UnknownEventTypeError(event_type, f"topic {topic!r} names no session event class")
+    if event_type != resolved.TYPE:
+        raise UnknownEventTypeError(
+            event_type, f"topic {topic!r} names {resolved.__qualname__}, whose TYPE is {resolved.TYPE!r}"
+        )
+    return register_event_type(resolved)
 
 
 def registered_types() -> dict[str, type[SessionEvent]]:
+    """Every known event class, those named by a topic resolved now."""
+    for event_type in tuple(EVENT_TOPICS):
+        event_class(event_type)
     return dict(_REGISTRY)
 
 
 def is_surface_type(event_type: str) -> bool:
-    cls = _REGISTRY.get(event_type)
-    return cls is not None and cls.SURFACE
+    try:
+        return event_class(event_type).SURFACE
+    except UnknownEventTypeError:
+        return False
 
 
 for _cls in (
@@ -267,7 +311,8 @@ def message_of(event: SessionEvent) -> Message | None:
 
 
 def tool_call_count(event: SessionEvent) -> int:
-    """Tool-pairing delta of a surface node (spec §c)."""
+    """Tool-pairing delta of a surface node: +1 per tool call of an assistant message, -1 for a
+    tool result, 0 otherwise."""
     if isinstance(event, AssistantMessage):
         return sum(1 for b in event.message.content if isinstance(b, ToolCallBlock))
     if isinstance(event, ToolResult):

@@ -8,8 +8,8 @@ lowercase hex sha256 of::
     msgspec.json.encode(message)                   # for each derived message, in surface order
 
 with nothing between the parts (each is a self-delimiting JSON value). ``surface_seqs`` is the
-surface (``Session.nodes``); the messages are what ``Session.derive_messages()`` returns (spec
-§b.7: one message per node that projects to one). Messages hold only Structs (field order fixed by
+surface (``Session.nodes``); the messages are what ``Session.derive_messages()`` returns (one
+message per node that projects to one). Messages hold only Structs (field order fixed by
 their declarations) and strings, so the encoding is deterministic.
 
 Two sessions with the same hash show the model the same history at the same positions. The hash is
@@ -32,10 +32,9 @@ import msgspec
 from compaction.sessions.blocks import Message
 from compaction.sessions.events import SessionEvent
 from compaction.sessions.mapper import encode_event
-from compaction.sessions.memo import IdentityCache
 from compaction.sessions.session import Session
 
-__all__ = ["SURFACE_HASH_VERSION", "clear_cache", "event_hash", "hash_surface", "surface_hash"]
+__all__ = ["SURFACE_HASH_VERSION", "event_hash", "hash_surface", "surface_hash"]
 
 SURFACE_HASH_VERSION = 1
 _ENCODER = msgspec.json.Encoder()
@@ -54,18 +53,8 @@ def surface_hash(session: Session) -> str:
     return hash_surface(session.nodes, session.derive_messages())
 
 
-def _event_hash(event: SessionEvent) -> str:
+def event_hash(event: SessionEvent) -> str:
+    """sha256 of the event's stored encoding (what the store holds for that seq). Computed on each
+    call: a compaction asks its session's analysis, which hashes each event once
+    (:meth:`compaction.handover.analysis.SpanAnalysis.event_hash`)."""
     return hashlib.sha256(encode_event(event)).hexdigest()
-
-
-HASH_CACHE_LIMIT = 1 << 18
-"""Events whose hash is kept; past it the cache starts over."""
-
-event_hash: IdentityCache[SessionEvent, str] = IdentityCache(_event_hash, HASH_CACHE_LIMIT)
-"""sha256 of the event's stored encoding (what the store holds for that seq). Events are
-immutable: each one is hashed once (kept by identity, the event held with its hash)."""
-
-
-def clear_cache() -> None:
-    """Forget the kept event hashes."""
-    event_hash.clear()

@@ -1,4 +1,4 @@
-"""An interrupted turn (spec §d.16), in one place: which turn is open, which calls are pending in
+"""An interrupted turn, in one place: which turn is open, which calls are pending in
 it, and the events that close it.
 
 Crash repair (``recovery``), a cancelled or failed step (``compaction.sessions.loop``) and importers

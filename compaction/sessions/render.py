@@ -48,7 +48,7 @@ def _plain(blocks: tuple[Block, ...] | tuple[TextBlock | ImageBlock, ...]) -> st
 def to_openai(messages: list[Message], system: str | None = None) -> list[JSON]:
     """OpenAI requires the ``tool`` messages to follow their assistant message directly, so a
     user-role message that sits between a call and its result on the surface (injected context,
-    steering; spec §c allows it) is held back until the step's calls are answered, as the
+    steering; the pairing balance allows it) is held back until the step's calls are answered, as the
     Anthropic shape does by leading the merged user message with the ``tool_result`` blocks."""
     out: list[JSON] = [{"role": "system", "content": system}] if system else []
     unanswered: set[str] = set()

@@ -182,9 +182,14 @@ class Session:
         """Seq of the latest event of ``event_type``, or None."""
         return self.last_by_type.get(event_type)
 
+    def header_seq(self) -> int | None:
+        """Seq of the latest ``request/header`` (the envelope of the next model call), or None: the
+        one lookup of the header, for :meth:`latest_header` and every reader of the session."""
+        return self.last_of(RequestHeader.TYPE)
+
     def latest_header(self) -> RequestHeader | None:
         """The latest ``request/header`` (the envelope of the next model call), or None."""
-        seq = self.last_of(RequestHeader.TYPE)
+        seq = self.header_seq()
         if seq is None:
             return None
         event = self.event(seq)
@@ -329,7 +334,8 @@ class Session:
         return self.surface.nodes
 
     def derive_messages(self) -> list[Message]:
-        """The surface as provider-neutral messages (spec §b.7), cached per replace generation."""
+        """The surface as provider-neutral messages (one per node that projects to one), cached per
+        replace generation."""
         nodes = self.surface.nodes
         if self._derived_generation != self.surface.generation or len(self._derived) > len(nodes):
             self._derived = []

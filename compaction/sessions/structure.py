@@ -1,5 +1,5 @@
-"""Turn and step structure (spec §a.7): turns numbered in order, steps inside turns, tool results
-answering a pending call of the same step.
+"""Turn and step structure (docs/sessions.md, "Turns and steps"): turns numbered in order, steps
+inside turns, tool results answering a pending call of the same step.
 
 :class:`Structure` is a small mutable fold; :meth:`check` validates without mutating and
 :meth:`apply` commits. Its state round-trips through :class:`StructureState` for snapshots.

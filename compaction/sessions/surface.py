@@ -1,12 +1,12 @@
 """The surface: the ordered list of seqs the model sees, folded positionally from the log.
 
-Validation follows spec §b.2, in order: contiguity, marker eligibility, replace range,
-provenance (``source_event_seqs``), and the single tool-result rewrite rule.
+Validation runs these rules, in order (docs/sessions.md): contiguity, marker eligibility, replace
+range, provenance (``source_event_seqs``), and the single tool-result rewrite rule.
 :meth:`Surface.plan` validates without mutating; :meth:`Surface.apply` commits a plan. Appending
 costs O(1); a replacement costs O(surface) once (a splice and a position-index rebuild).
 
-Tool-pairing balance (spec §c) is folded lazily over surface order and cached per replace
-generation.
+Tool-pairing balance (+calls of an assistant message, -1 per tool result) is folded lazily over
+surface order and cached per replace generation.
 """
 
 from __future__ import annotations
@@ -309,7 +309,7 @@ class Surface:
         self.apply(plan)
         return plan
 
-    # ------------------------------------------------------------ tool-pairing balance (spec §c)
+    # ------------------------------------------------------------ tool-pairing balance
 
     def cuts(self) -> list[int]:
         """Running balance at each of the ``len(nodes) + 1`` cuts; raises on a corrupt surface.
@@ -470,7 +470,8 @@ def _check_tool_result_rewrite(
 
 
 def _blank_content(event: ToolResult) -> tuple[object, ...]:
-    """The event's data with only ``message.content[0].content`` blanked (spec §b.2 step 6)."""
+    """The event's data with only ``message.content[0].content`` blanked (the tool-result rewrite
+    rule compares the rest)."""
     message = event.message
     head: object = message.content[0] if message.content else None
     if isinstance(head, ToolResultBlock):
@@ -489,7 +490,7 @@ def _blank_content(event: ToolResult) -> tuple[object, ...]:
     )
 
 
-# ---------------------------------------------------------------- message shape (spec §a.2)
+# ---------------------------------------------------------------- message shape
 
 _BLOCKS = frozenset({TextBlock, ReasoningBlock, ImageBlock, ToolCallBlock, ToolResultBlock})
 

@@ -1,4 +1,4 @@
-"""Checkpoint rebuild from a typed scratchpad (seed 002).
+"""Checkpoint rebuild from a typed scratchpad (docs/operations.md).
 
 At a boundary (a phase ending, an approval returning, a subtask finishing, a resume) the context is
 rebuilt from verified state instead of edited: everything after the original request is replaced by one
@@ -18,18 +18,18 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from compaction.brackets import committed_count
-from compaction.config import BasicConfig
-from compaction.contract import CompactionResult, CompactService, Trigger
+from compaction.engine.brackets import committed_count
+from compaction.engine.lock import busy_message, inspect_lock
+from compaction.engine.meters import HeuristicMeter, Meter
+from compaction.engine.selection import Span
+from compaction.engine.transaction import Transaction
 from compaction.errors import BusyError, CompactionError, SpanError
-from compaction.events import PhaseEnd, ScratchpadSet
-from compaction.lock import busy_message, inspect_lock
-from compaction.meters import HeuristicMeter, Meter
-from compaction.selection import Span
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
-from compaction.summarizers.base import Summarizer, SummaryOutput, SummaryRequest
-from compaction.transaction import Transaction
+from compaction.vocabulary.config import BasicConfig
+from compaction.vocabulary.contract import CompactionResult, CompactService, Trigger
+from compaction.vocabulary.events import PhaseEnd, ScratchpadSet
+from compaction.vocabulary.summarizer import Summarizer, SummaryOutput, SummaryRequest
 
 BOUNDARY_TYPES = ("phase/end", "session/resume", "approval/result", "subtask/end")
 
@@ -94,7 +94,7 @@ class _ScratchpadRenderer(Summarizer):
 
 
 class CheckpointCompactService(CompactService):
-    """Rebuilds the context at boundaries from the typed scratchpad (seed 002)."""
+    """Rebuilds the context at boundaries from the typed scratchpad."""
 
     def __init__(self, config: BasicConfig | None = None, *, meter: Meter | None = None) -> None:
         base = config or BasicConfig()

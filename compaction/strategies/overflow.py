@@ -1,4 +1,4 @@
-"""Overflow recovery (spec §d.6, §d.18): when a model call fails because the request does not fit,
+"""Overflow recovery (docs/operations.md): when a model call fails because the request does not fit,
 compact with no retained budget beyond the newest unit and retry the call, once per configured retry,
 only when the surface really changed. Cancellation always wins; when recovery cannot help, the original
 error surfaces unchanged (the hook returns False and the loop re-raises it).
@@ -11,9 +11,9 @@ import logging
 import weakref
 from typing import TYPE_CHECKING
 
-from compaction.contract import CompactService
 from compaction.errors import ContextLengthError
 from compaction.sessions.session import Session
+from compaction.vocabulary.contract import CompactService
 
 if TYPE_CHECKING:
     from compaction.sessions.loop import StepContext

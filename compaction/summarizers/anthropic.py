@@ -15,11 +15,11 @@ from collections.abc import Callable
 
 from compaction.errors import CompactionConfigError, UnsupportedOutputError
 from compaction.sessions.events import Usage
-from compaction.summarizers.base import SummaryRequest
 from compaction.summarizers.http import HttpSummarizer, StreamResult, stream_error
 from compaction.summarizers.payloads import JSON, build_anthropic_payload
 from compaction.summarizers.sse import SSEEvent, decode_event
 from compaction.summarizers.transport import DEFAULT_TIMEOUTS, Timeouts, Transport
+from compaction.vocabulary.summarizer import SummaryRequest
 
 __all__ = [
     "ANTHROPIC_URL",

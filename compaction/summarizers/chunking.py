@@ -1,4 +1,4 @@
-"""Oversize spans summarized in chunks, then merged (architecture: "beyond the reference" 5).
+"""Oversize spans summarized in chunks, then merged (docs/architecture.md, difference 5).
 
 When the request's messages do not fit the summarizer's own window (the window minus the
 instruction, the system prompt, the tools and ``max_tokens``), the messages are cut into balanced
@@ -10,7 +10,7 @@ server still rejects as too long is split again. A unit that alone exceeds the b
 :class:`~compaction.errors.ContextLengthError` naming the window to raise, unless ``elide=True``:
 then its longest texts (tool output, file contents in tool arguments) are cut to their head and
 tail, the elision marked, until it fits. The log keeps every message whole; only what this one
-summarization request shows is shortened (and the completion step, ``compaction.completion``,
+summarization request shows is shortened (and the completion step, ``compaction.handover.completion``,
 restores the span's verbatim identifiers in the checkpoint). ``keep_header=False`` leaves the
 conversation's system prompt and tools out of the requests (a small local model gains nothing
 from them: no prompt cache to share, and they can fill its whole window).
@@ -24,7 +24,6 @@ from collections.abc import Callable, Sequence
 import msgspec
 
 from compaction.errors import ContextLengthError
-from compaction.instruction import CLOSE_TAG, INSTRUCTION_PLUGIN, OPEN_TAG
 from compaction.sessions.blocks import (
     Block,
     Message,
@@ -35,8 +34,9 @@ from compaction.sessions.blocks import (
     tool_calls_of,
 )
 from compaction.sessions.events import Usage
-from compaction.summarizers.base import Summarizer, SummaryOutput, SummaryRequest
 from compaction.summarizers.payloads import instruction_message
+from compaction.vocabulary.instruction import CLOSE_TAG, INSTRUCTION_PLUGIN, OPEN_TAG
+from compaction.vocabulary.summarizer import Summarizer, SummaryOutput, SummaryRequest
 
 Estimate = Callable[[Message], int]
 Unit = tuple[Message, ...]

@@ -22,12 +22,12 @@ still over the budget:
 4. leave out the oldest user messages kept from elided turns, the run's marker counting them.
 
 Nothing goes silently: every cut leaves a marker saying what went. Only the request is shortened;
-the log keeps every message, and the completion step (:mod:`compaction.completion`, default
+the log keeps every message, and the completion step (:mod:`compaction.handover.completion`, default
 ``appendix``) restores in the checkpoint the identifiers, user asks and errors of the whole span
 that the summary missed.
 
 The digest is a pure function of the span, the budget and the price of a message, so
-:class:`DigestSummarizer` records those on its output (:class:`~compaction.events.DigestRecord`,
+:class:`DigestSummarizer` records those on its output (:class:`~compaction.vocabulary.events.DigestRecord`,
 stored on ``compact/summary.digest``) and ``compaction audit --request`` rebuilds the digested
 request that was sent. The price is recorded by name: a meter's ``message`` (``meter.name``), or a
 :class:`ScaledEstimate` of one (what :func:`~compaction.summarizers.local.local_estimate` returns);
@@ -45,10 +45,9 @@ from itertools import pairwise
 
 import msgspec
 
-from compaction.checkpoint import framed_summary
+from compaction.engine.meters import Meter, meter_named
 from compaction.errors import CompactionConfigError, ContextLengthError
-from compaction.events import DigestRecord
-from compaction.facts import (
+from compaction.handover.facts import (
     FENCE_RE,
     HARNESS_BLOCK_RE,
     clean_user_text,
@@ -56,7 +55,6 @@ from compaction.facts import (
     first_informative_line,
     result_text,
 )
-from compaction.meters import Meter, meter_named
 from compaction.sessions.blocks import (
     Block,
     Message,
@@ -68,8 +66,10 @@ from compaction.sessions.blocks import (
     text_of,
     tool_calls_of,
 )
-from compaction.summarizers.base import Summarizer, SummaryOutput, SummaryRequest
 from compaction.summarizers.chunking import ChunkingSummarizer, Estimate, elide_text, fit_unit, tool_units
+from compaction.vocabulary.checkpoint import framed_summary
+from compaction.vocabulary.events import DigestRecord
+from compaction.vocabulary.summarizer import Summarizer, SummaryOutput, SummaryRequest
 
 __all__ = [
     "DIGEST_HINT",
@@ -543,7 +543,7 @@ class DigestSummarizer(Summarizer):
         return msgspec.structs.replace(output, digest=self.record(digest, budget))
 
     def record(self, digest: Digest, budget: int) -> DigestRecord:
-        """What the log keeps of ``digest`` (see :class:`~compaction.events.DigestRecord`)."""
+        """What the log keeps of ``digest`` (see :class:`~compaction.vocabulary.events.DigestRecord`)."""
         named = estimate_name(self.estimate)
         meter, ratio = named if named is not None else (unnamed(self.estimate), 1.0)
         chunker = self.inner if isinstance(self.inner, ChunkingSummarizer) else None

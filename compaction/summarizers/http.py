@@ -52,7 +52,6 @@ from compaction.errors import (
     TruncatedError,
 )
 from compaction.sessions.events import Usage
-from compaction.summarizers.base import Summarizer, SummaryOutput, SummaryRequest
 from compaction.summarizers.payloads import JSON
 from compaction.summarizers.sse import SSEDecoder, SSEEvent
 from compaction.summarizers.transport import (
@@ -63,6 +62,7 @@ from compaction.summarizers.transport import (
     TransportResponse,
     default_transport,
 )
+from compaction.vocabulary.summarizer import Summarizer, SummaryOutput, SummaryRequest
 
 __all__ = [
     "DEFAULT_TIMEOUTS",

@@ -37,10 +37,10 @@ from typing import Any, Self
 from urllib.parse import urlsplit
 
 from compaction.errors import CompactionConfigError, LocalServerError
-from compaction.instruction import SECTIONS
 from compaction.sessions.blocks import Message
 from compaction.summarizers.digest import ScaledEstimate
 from compaction.summarizers.openai import OpenAISummarizer
+from compaction.vocabulary.instruction import SECTIONS
 
 LOCAL_TOKEN_RATIO = 2.0
 """SmolLM2's tokenizer against the heuristic meter on the public transcripts' messages (measured

@@ -14,11 +14,11 @@ from typing import Any
 
 from compaction.errors import UnsupportedOutputError
 from compaction.sessions.events import Usage
-from compaction.summarizers.base import SummaryRequest
 from compaction.summarizers.http import HttpSummarizer, StreamResult, stream_error
 from compaction.summarizers.payloads import JSON, MaxTokensField, build_openai_payload
 from compaction.summarizers.sse import SSEEvent, decode_event
 from compaction.summarizers.transport import DEFAULT_TIMEOUTS, Timeouts, Transport
+from compaction.vocabulary.summarizer import SummaryRequest
 
 __all__ = [
     "MaxTokensField",

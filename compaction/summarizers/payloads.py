@@ -22,10 +22,10 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from compaction.errors import CompactionConfigError
-from compaction.instruction import INSTRUCTION_PLUGIN
 from compaction.sessions.blocks import Message, Source, TextBlock
 from compaction.sessions.render import to_anthropic, to_openai
-from compaction.summarizers.base import SummaryRequest
+from compaction.vocabulary.instruction import INSTRUCTION_PLUGIN
+from compaction.vocabulary.summarizer import SummaryRequest
 
 JSON = dict[str, Any]
 MaxTokensField = Literal["max_tokens", "max_completion_tokens"]
@@ -38,7 +38,7 @@ require a user message first)."""
 
 
 def instruction_message(request: SummaryRequest) -> Message:
-    """The single final user message carrying the instruction (spec §d.12)."""
+    """The single final user message carrying the instruction."""
     return Message(
         id=f"{request.compaction_id}/instruction",
         role="user",

@@ -39,10 +39,9 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Literal
 
+from compaction.engine.meters import HeuristicMeter
 from compaction.errors import CompactionConfigError, UnknownSummarizerError
-from compaction.meters import HeuristicMeter
 from compaction.summarizers.anthropic import AnthropicSummarizer
-from compaction.summarizers.base import Summarizer
 from compaction.summarizers.chunking import ChunkingSummarizer
 from compaction.summarizers.digest import DigestSummarizer
 from compaction.summarizers.http import HttpSummarizer
@@ -50,10 +49,11 @@ from compaction.summarizers.local import LocalModelServer, checkpoint_grammar, l
 from compaction.summarizers.openai import OpenAISummarizer
 from compaction.summarizers.template import TemplateSummarizer
 from compaction.summarizers.transport import Transport
+from compaction.vocabulary.summarizer import Summarizer
 
 RequestShape = Literal["openai", "anthropic", "summary-request"]
 """The body a summarizer sends: an OpenAI or Anthropic payload, or (offline summarizers) the
-:class:`~compaction.summarizers.base.SummaryRequest` itself."""
+:class:`~compaction.vocabulary.summarizer.SummaryRequest` itself."""
 
 LOCAL_CONTEXT_TOKENS = 4096
 LOCAL_MAX_TOKENS = 512

@@ -1,6 +1,6 @@
 """The deterministic template summarizer: offline, extractive, the default.
 
-It renders the handover facts of the shadowed span (:func:`compaction.facts.span_facts`) into the
+It renders the handover facts of the shadowed span (:func:`compaction.handover.facts.span_facts`) into the
 eight sections of the instruction: every natural-language user message (verbatim up to a budget,
 then head and tail with the elision marked) apart from slash commands and interruptions; the errors
 with their first informative line, the command that produced them and whether a later run fixed
@@ -17,9 +17,8 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 
-from compaction.checkpoint import framed_summary, is_checkpoint
 from compaction.errors import EmptySummaryError
-from compaction.facts import (
+from compaction.handover.facts import (
     ErrorFact,
     SpanFacts,
     led_span_facts,
@@ -28,10 +27,11 @@ from compaction.facts import (
     read,
     span_facts,
 )
-from compaction.fidelity import section_bodies
-from compaction.instruction import CLOSE_TAG, OPEN_TAG, PREAMBLE, SECTIONS
+from compaction.handover.fidelity import section_bodies
 from compaction.sessions.blocks import Message, text_of
-from compaction.summarizers.base import Summarizer, SummaryOutput, SummaryRequest
+from compaction.vocabulary.checkpoint import framed_summary, is_checkpoint
+from compaction.vocabulary.instruction import CLOSE_TAG, OPEN_TAG, PREAMBLE, SECTIONS
+from compaction.vocabulary.summarizer import Summarizer, SummaryOutput, SummaryRequest
 
 ASK_CHARS = 800
 """An ask longer than this is kept as head and tail."""

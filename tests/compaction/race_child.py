@@ -26,14 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from uuid import UUID
 
-import compaction  # noqa: F401  (registers compact/* event types)
-from compaction.basic import BasicCompactService
 from compaction.errors import BusyError, SurfaceChangedError
+from compaction.service import BasicCompactService
 from compaction.sessions.blocks import Message, TextBlock
 from compaction.sessions.events import UserMessage
 from compaction.sessions.store import SessionStore
-from compaction.summarizers.base import SummaryOutput, SummaryRequest
 from compaction.summarizers.template import TemplateSummarizer
+from compaction.vocabulary.summarizer import SummaryOutput, SummaryRequest
 
 TIMEOUT = 30.0
 

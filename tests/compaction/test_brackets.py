@@ -8,7 +8,7 @@ from typing import TypeVar
 
 import msgspec
 
-from compaction.brackets import (
+from compaction.engine.brackets import (
     COMMITTED,
     FAILED,
     ORPHANED,
@@ -19,12 +19,12 @@ from compaction.brackets import (
     member_of,
     open_start,
 )
-from compaction.checkpoint import checkpoint_message, framed_summary, is_checkpoint
-from compaction.events import COMPACT_PLUGIN, CompactEnd, CompactStart, Lease
-from compaction.instruction import CLOSE_TAG, OPEN_TAG
 from compaction.sessions.blocks import Message, Source, TextBlock
 from compaction.sessions.events import Replace, RequestHeader, SessionEvent, UserMessage
 from compaction.sessions.session import Session, first_user_seq, latest_header
+from compaction.vocabulary.checkpoint import checkpoint_message, framed_summary, is_checkpoint
+from compaction.vocabulary.events import COMPACT_PLUGIN, CompactEnd, CompactStart, Lease
+from compaction.vocabulary.instruction import CLOSE_TAG, OPEN_TAG
 
 LEASE = Lease(host="test", pid=1, expires_at=datetime(2030, 1, 1, tzinfo=UTC))
 E = TypeVar("E", bound=SessionEvent)

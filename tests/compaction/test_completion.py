@@ -1,4 +1,4 @@
-"""Summaries completed before the gate (compaction.completion): a weak model's text, a user's own
+"""Summaries completed before the gate (compaction.handover.completion): a weak model's text, a user's own
 summarizer's text, an OpenAI-compatible server's text all commit with the default config; the
 checkpoint carries what they missed; ``compact/summary`` records what the model wrote and what was
 added, and the audit shows both and still passes."""
@@ -16,8 +16,8 @@ import pytest
 
 from compaction.audit.checks import audit_events
 from compaction.audit.report import audit_document, audit_log, load_log, render_document
-from compaction.basic import BasicCompactService
-from compaction.completion import (
+from compaction.errors import CompactionConfigError, FidelityError, SummarizerError
+from compaction.handover.completion import (
     APPENDIX_TITLE,
     ERROR_COMMAND_CHARS,
     MAX_ERRORS,
@@ -27,18 +27,18 @@ from compaction.completion import (
     model_text,
     repair_request,
 )
-from compaction.config import BasicConfig
-from compaction.errors import CompactionConfigError, FidelityError, SummarizerError
-from compaction.events import CompactSummary
-from compaction.facts import ErrorFact, Retention, SpanFacts, retention, span_facts
-from compaction.fidelity import missing_sections
-from compaction.identifiers import extract
-from compaction.instruction import SECTIONS
+from compaction.handover.facts import ErrorFact, Retention, SpanFacts, retention, span_facts
+from compaction.handover.fidelity import missing_sections
+from compaction.handover.identifiers import extract
+from compaction.service import BasicCompactService
 from compaction.sessions.blocks import text_of
 from compaction.sessions.importers import import_path
 from compaction.sessions.session import Session, project
 from compaction.sessions.store import SessionStore
-from compaction.summarizers.base import Summarizer, SummaryOutput, SummaryRequest
+from compaction.vocabulary.config import BasicConfig
+from compaction.vocabulary.events import CompactSummary
+from compaction.vocabulary.instruction import SECTIONS
+from compaction.vocabulary.summarizer import Summarizer, SummaryOutput, SummaryRequest
 from tests.builders import run_json, start_turn, tool_step, user
 from tests.compaction.summarizers.provider_servers import ProviderServer, Reply, openai_frames, openai_usage
 from tests.compaction.test_support import ScriptedSummarizer, bracket, sectioned

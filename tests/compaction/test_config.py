@@ -1,5 +1,5 @@
-"""BasicConfig validation (spec §d.2, with our knobs): every rule rejects with the key, the value
-and the rule, and the budget for a window follows the spec's formulas."""
+"""BasicConfig validation: every rule rejects with the key, the value and the rule, and the budget
+for a window follows the documented formulas (docs/compaction.md)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from compaction.config import BasicConfig
 from compaction.errors import CompactionConfigError, CompactionError, ConfigurationError
+from compaction.vocabulary.config import BasicConfig
 
 
 def test_defaults() -> None:

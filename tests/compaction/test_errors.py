@@ -1,7 +1,7 @@
-"""Every rejection names its rule, its seq, the spec's wording and the offending values.
+"""Every rejection names its rule, its seq, the rule's wording and the offending values.
 
-One test per validation rule of spec §b.2 (surface), per turn/step rule of §a.7 (structure), and for
-the tool-pairing balance of §c. Each rejected append must leave the session exactly as it was.
+One test per surface validation rule, per turn/step structure rule (docs/sessions.md), and for
+the tool-pairing balance. Each rejected append must leave the session exactly as it was.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def stored_result(session: Session, seq: int) -> ToolResult:
     return event
 
 
-# ---------------------------------------------------------------- §b.2 step 1: contiguity
+# ---------------------------------------------------------------- surface rule: contiguity
 
 
 @pytest.mark.parametrize("seq", [4, 2, 0])
@@ -137,7 +137,7 @@ def test_contiguity_names_the_seq_and_the_expected_one(seq: int) -> None:
     assert err.values == {"expected": 3, "found": seq}
 
 
-# ---------------------------------------------------------------- §b.2 step 2: marker eligibility
+# ---------------------------------------------------------------- surface rule: marker eligibility
 
 
 def test_log_only_type_cannot_carry_surface_op() -> None:
@@ -193,7 +193,7 @@ def test_replace_ends_must_be_non_negative_integers(start: Any, end: Any) -> Non
     )
 
 
-# ---------------------------------------------------------------- §b.2 step 4: replace range
+# ---------------------------------------------------------------- surface rule: replace range
 
 
 def test_replace_start_must_be_on_the_surface() -> None:
@@ -255,7 +255,7 @@ def test_positions_not_numbers_decide_the_order() -> None:
     assert session.nodes == [4]
 
 
-# ---------------------------------------------------------------- §b.2 step 5: provenance
+# ---------------------------------------------------------------- surface rule: provenance
 
 
 def test_source_event_seqs_must_be_an_array() -> None:
@@ -343,7 +343,7 @@ def test_a_replacement_without_sources_misses_every_shadowed_node() -> None:
     assert err.values == {"missing": [0, 1, 2]}
 
 
-# ---------------------------------------------------------------- §b.2 step 6: tool-result rewrite
+# ---------------------------------------------------------------- surface rule: tool-result rewrite
 
 
 def test_a_tool_result_rewrite_shadows_exactly_one_node() -> None:
@@ -450,7 +450,7 @@ def test_a_tool_result_rewrite_keeps_the_blocks_after_the_first() -> None:
 
 def test_a_tool_result_rewrite_of_content_alone_is_accepted() -> None:
     session, result_seq = with_tool_result()
-    start_turn(session)  # the reference requires an open turn for a rewrite (spec §a.7)
+    start_turn(session)  # inside an open turn, where the reference harness requires a rewrite to be
     original = stored_result(session, result_seq)
     position = session.nodes.index(result_seq)
     accepted = session.append(rewrite(original))
@@ -464,7 +464,7 @@ def test_a_tool_result_rewrite_of_content_alone_is_accepted() -> None:
     assert session.surface.generation == generation + 1
 
 
-# ---------------------------------------------------------------- §a.7 turn/step structure
+# ---------------------------------------------------------------- turn/step structure
 
 
 def open_step_session() -> Session:
@@ -665,7 +665,7 @@ def test_a_not_started_repair_result_needs_no_pending_call() -> None:
             content=(msgspec.structs.replace(block, is_error=False),),
         ),
     )
-    reject(  # the repair exemption also needs content[0].is_error (spec §a.7)
+    reject(  # the repair exemption also needs content[0].is_error
         session,
         not_an_error,
         StructureRuleError,
@@ -697,7 +697,7 @@ def test_unconstrained_events_pass_anywhere_and_strict_off_skips_structure() -> 
     assert len(loose) == 2
 
 
-# ---------------------------------------------------------------- §c tool-pairing balance
+# ---------------------------------------------------------------- tool-pairing balance
 
 
 def test_a_tool_result_without_a_call_is_a_corrupt_surface() -> None:

@@ -1,6 +1,8 @@
 """Per-message facts found once (issue 13): the identifiers of a message are extracted once and
 shared by the template summarizer, the completion and the fidelity gate; a span's error facts
-parse each tool call once; a cold meter prices the surface in one batch, with the same figures."""
+parse each tool call once; a cold meter prices the surface in one batch, with the same figures.
+What is found once is kept by the session's analysis (:class:`SpanAnalysis`), active while a
+compaction runs; the tests make one active where the compaction would."""
 
 from __future__ import annotations
 
@@ -10,12 +12,10 @@ from collections.abc import Iterator
 import msgspec
 import pytest
 
-from compaction import facts, identifiers
-from compaction.basic import BasicCompactService
-from compaction.config import BasicConfig
-from compaction.contract import CompactionResult
-from compaction.identifiers import parsed_arguments
-from compaction.meters import HeuristicMeter, Meter
+from compaction.engine.meters import HeuristicMeter, Meter
+from compaction.handover import facts, identifiers
+from compaction.handover.analysis import SpanAnalysis
+from compaction.service import BasicCompactService
 from compaction.sessions.blocks import (
     ImageBlock,
     Message,
@@ -27,6 +27,8 @@ from compaction.sessions.blocks import (
 )
 from compaction.sessions.events import AssistantMessage, SessionEvent, UserMessage
 from compaction.sessions.session import Session
+from compaction.vocabulary.config import BasicConfig
+from compaction.vocabulary.contract import CompactionResult
 from tests.builders import MODEL, start_turn, tool_step, turn, user
 
 
@@ -57,22 +59,20 @@ def span() -> list[Message]:
     ]
 
 
-@pytest.fixture(autouse=True)
-def _empty_caches() -> Iterator[None]:
-    identifiers.clear_cache()
-    facts.clear_caches()
-    yield
-    identifiers.clear_cache()
-    facts.clear_caches()
+@pytest.fixture
+def analysis() -> Iterator[SpanAnalysis]:
+    """An analysis active for the test, as a compaction makes its session's."""
+    with SpanAnalysis().active() as active:
+        yield active
 
 
 @pytest.fixture
 def extracted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The ids of the messages whose identifiers were extracted (not served from the cache)."""
+    """The ids of the messages whose identifiers were extracted (not recalled)."""
     seen: list[str] = []
     original = identifiers._kinds_of
 
-    def counting(message: Message) -> identifiers._Kinds:
+    def counting(message: Message) -> identifiers.Kinds:
         seen.append(message.id)
         return original(message)
 
@@ -95,12 +95,13 @@ def test_a_span_is_the_union_of_its_messages_in_first_seen_order() -> None:
         [],  # ids come from tool-call arguments only
     ]
     # the same, message by message, as a cold extraction of each prefix gives
+    with SpanAnalysis().active():
+        warm = [kinds(identifiers.extract(messages[:end])) for end in range(len(messages) + 1)]
     for end in range(len(messages) + 1):
-        identifiers.clear_cache()
-        cold = kinds(identifiers.extract(messages[:end]))
-        assert kinds(identifiers.extract(messages[:end])) == cold
+        assert warm[end] == kinds(identifiers.extract(messages[:end]))
 
 
+@pytest.mark.usefixtures("analysis")
 def test_each_message_is_extracted_once(extracted: list[str]) -> None:
     messages = span()
     first = identifiers.extract(messages)
@@ -114,10 +115,27 @@ def test_each_message_is_extracted_once(extracted: list[str]) -> None:
     assert len(extracted) == len(messages)
 
 
-def test_the_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(identifiers, "CACHE_LIMIT", 3)
-    identifiers.extract(span())
-    assert 0 < len(identifiers._CACHE) <= 3
+def test_without_an_analysis_nothing_is_kept(extracted: list[str]) -> None:
+    messages = span()
+    first = identifiers.extract(messages)
+    assert kinds(identifiers.extract(messages)) == kinds(first)
+    assert sorted(extracted) == sorted(m.id for m in [*messages, *messages])
+
+
+def test_the_analysis_is_bounded_in_bytes(extracted: list[str]) -> None:
+    messages = span()
+    with SpanAnalysis().active() as roomy:
+        identifiers.extract(messages)
+    needed = roomy.bytes
+    assert needed > 0
+    extracted.clear()
+    with SpanAnalysis(max_bytes=needed // 2).active() as tight:
+        first = identifiers.extract(messages)
+        assert tight.bytes <= needed // 2
+        assert tight.budget.restarts > 0  # it started over past its bound ...
+        again = identifiers.extract(list(reversed(messages)))  # another sequence: message by message
+        assert sorted(map(sorted, kinds(again))) == sorted(map(sorted, kinds(first)))  # the same ...
+    assert len(extracted) > len(messages)  # ... what it forgot extracted again
 
 
 def compacted_turn() -> CompactionResult:
@@ -167,16 +185,16 @@ def test_led_span_facts_equal_the_facts_of_the_whole_request_on_every_transcript
         for i in leads[:6]:
             for end in sorted({i + 1, i + 2, i + 5, i + 40, (i + len(messages)) // 2, len(messages)}):
                 lead, rest = messages[i], messages[i + 1 : end]
-                facts.clear_caches()
                 whole = facts._span_facts([lead, *rest])
-                led = facts.led_span_facts(lead, rest)
+                with SpanAnalysis().active():
+                    led = facts.led_span_facts(lead, rest)
                 assert led == whole, (name, i, end)
                 assert led.identifiers.all() == whole.identifiers.all(), (name, i, end)
                 checked += 1
     assert checked > 200
 
 
-def test_error_facts_parse_each_call_once() -> None:
+def test_error_facts_parse_each_call_once(analysis: SpanAnalysis) -> None:
     messages = span()
     walk = facts._walk(messages, [facts.read(m) for m in messages])
     errors = facts._errors(walk)
@@ -184,22 +202,26 @@ def test_error_facts_parse_each_call_once() -> None:
         ("pytest tests/test_a.py", True),  # the same command passed later
         ("pytest tests/test_b.py", False),
     ]
-    info = facts.call_key.cache_info()
-    assert info.hits + info.misses == len(walk.steps)  # each call's key found when it was read
-    assert parsed_arguments.cache_info().misses == len({s.call.arguments for s in walk.steps})
+    found = analysis.call_keys.computed
+    assert found == len(walk.steps)  # each call's key found when it was read
+    assert analysis.arguments.computed == len({s.call.arguments for s in walk.steps})
     again = facts._walk(messages, [facts.read(m) for m in messages])
     assert facts._errors(again) == errors
-    assert facts.call_key.cache_info() == info  # the same messages are not read twice
+    assert analysis.call_keys.computed == found  # the same messages are not read twice
 
 
 def test_span_facts_are_the_same_with_warm_caches() -> None:
     cold = facts.span_facts(span())
-    assert facts.span_facts(span()) == cold
-    facts.clear_caches()
-    identifiers.clear_cache()
-    assert facts.span_facts(span()) == cold
+    with SpanAnalysis().active():
+        assert facts.span_facts(span()) == cold
+        assert facts.span_facts(span()) == cold
+    with SpanAnalysis().active():
+        messages = span()
+        assert facts.span_facts(messages) == cold
+        assert facts.span_facts(messages) == cold
 
 
+@pytest.mark.usefixtures("analysis")
 def test_arguments_of_returns_a_copy() -> None:
     block = call("c9", "make")
     facts.arguments_of(block)["command"] = "changed"
@@ -325,7 +347,7 @@ def long_session(steps: int = 30) -> Session:
 
 
 def test_a_selected_span_is_a_range_until_its_seqs_are_read() -> None:
-    from compaction.selection import select_span
+    from compaction.engine.selection import select_span
 
     session = long_session()
     meter = HeuristicMeter()
@@ -340,8 +362,8 @@ def test_a_selected_span_is_a_range_until_its_seqs_are_read() -> None:
 
 
 def test_a_lazy_span_refuses_a_surface_rolled_back_since() -> None:
+    from compaction.engine.selection import select_span
     from compaction.errors import SpanError
-    from compaction.selection import select_span
 
     session = long_session()
     meter = HeuristicMeter()
@@ -355,16 +377,11 @@ def test_a_lazy_span_refuses_a_surface_rolled_back_since() -> None:
         _ = span.seqs
 
 
-def test_a_second_reader_of_the_span_reuses_the_block_facts() -> None:
+def test_a_second_reader_of_the_span_reuses_the_block_facts(analysis: SpanAnalysis) -> None:
     messages = span()
+    memos = (analysis.first_lines, analysis.file_actions, analysis.result_texts, analysis.failures)
     facts.span_facts(messages)  # the template summarizer
-    cached = [
-        f.cache_info().misses
-        for f in (facts.first_informative_line, facts._file_action_of, facts.result_text, facts.failed)
-    ]
-    assert all(cached)
+    computed = [memo.computed for memo in memos]
+    assert all(computed)
     facts.span_facts(messages[1:])  # the completion: the shadowed span without the task statement
-    assert [
-        f.cache_info().misses
-        for f in (facts.first_informative_line, facts._file_action_of, facts.result_text, facts.failed)
-    ] == cached
+    assert [memo.computed for memo in memos] == computed

@@ -1,10 +1,10 @@
-"""The handover facts of a span (compaction.facts): user asks apart from harness wrappers, errors
+"""The handover facts of a span (compaction.handover.facts): user asks apart from harness wrappers, errors
 with their first informative line and fix, the agent's todo state, files by tool input, intent, and
 what a summary misses."""
 
 from __future__ import annotations
 
-from compaction.facts import (
+from compaction.handover.facts import (
     HARNESS_TOOL,
     ErrorFact,
     clean_user_text,

@@ -1,14 +1,14 @@
-"""The fidelity gate's parsers (ARCHITECTURE.md "Beyond the reference" 4): section headings and the
+"""The fidelity gate's parsers (docs/compaction.md, "The fidelity gate"): section headings and the
 identifier extractor, on model output shapes and on adversarial input sizes (they must stay linear)."""
 
 from __future__ import annotations
 
 import time
 
-from compaction.fidelity import missing_sections, normalized_title, section_bodies, section_named
-from compaction.identifiers import extract
-from compaction.instruction import SECTIONS
+from compaction.handover.fidelity import missing_sections, normalized_title, section_bodies, section_named
+from compaction.handover.identifiers import extract
 from compaction.sessions.blocks import Message, TextBlock, ToolResultBlock
+from compaction.vocabulary.instruction import SECTIONS
 
 
 def fast(seconds: float = 0.5) -> _Clock:

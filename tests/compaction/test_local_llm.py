@@ -18,10 +18,8 @@ import pytest
 
 from compaction.audit.checks import audit_events
 from compaction.audit.request import rebuild_request
-from compaction.basic import BasicCompactService
-from compaction.config import BasicConfig
-from compaction.events import CompactEnd, CompactStart, CompactSummary
-from compaction.meters import HeuristicMeter
+from compaction.engine.meters import HeuristicMeter
+from compaction.service import BasicCompactService
 from compaction.sessions.events import UserMessage
 from compaction.sessions.importers import import_path
 from compaction.sessions.render import pairing_problems
@@ -29,6 +27,8 @@ from compaction.sessions.store import SessionStore
 from compaction.summarizers.chunking import ChunkingSummarizer
 from compaction.summarizers.local import LocalModelServer, checkpoint_grammar
 from compaction.summarizers.registry import LOCAL_CONTEXT_TOKENS
+from compaction.vocabulary.config import BasicConfig
+from compaction.vocabulary.events import CompactEnd, CompactStart, CompactSummary
 from tests.builders import run_json
 from tests.compaction.summarizers.test_local_model import GREEDY, require_local_model, short_request
 from tests.conftest import PUBLIC_TRANSCRIPTS, TRANSCRIPTS

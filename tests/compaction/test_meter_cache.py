@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compaction.meters import HeuristicMeter
+from compaction.engine.meters import HeuristicMeter
 from compaction.sessions.events import Replace, SessionEvent
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore

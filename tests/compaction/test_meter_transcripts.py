@@ -24,7 +24,7 @@ from benchmarks.bench_meter import (
     sweep_point,
     usage_records,
 )
-from compaction.meters import HeuristicMeter
+from compaction.engine.meters import HeuristicMeter
 from compaction.sessions.session import Session
 
 SESSIONS = dict(sessions_with_usage())

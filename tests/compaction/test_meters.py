@@ -1,4 +1,4 @@
-"""Token meters (spec §d.3, §d.4): the heuristic's worked values, UTF-16 lengths, real tiktoken
+"""Token meters: the heuristic's worked values, UTF-16 lengths, real tiktoken
 counts, and the pressure check: incremental, and anchored on provider usage when the log has it."""
 
 from __future__ import annotations
@@ -9,9 +9,8 @@ import msgspec
 import pytest
 import tiktoken
 
-from compaction.checkpoint import checkpoint_message
+from compaction.engine.meters import HeuristicMeter, Meter, TiktokenMeter, meter_named, utf16_length
 from compaction.errors import CompactionConfigError
-from compaction.meters import HeuristicMeter, Meter, TiktokenMeter, meter_named, utf16_length
 from compaction.sessions.blocks import (
     ImageBlock,
     Message,
@@ -30,6 +29,7 @@ from compaction.sessions.events import (
     Usage,
 )
 from compaction.sessions.session import Session
+from compaction.vocabulary.checkpoint import checkpoint_message
 from tests.builders import MODEL, end_turn, start_turn, tool_step, user
 from tests.compaction.test_support import text_of_price
 
@@ -169,9 +169,9 @@ def test_the_pressure_check_prices_only_new_nodes() -> None:
 
 
 def test_a_replacement_resums_cached_prices_and_prices_only_the_checkpoint() -> None:
-    from compaction.events import CompactEnd, CompactStart, CompactSummary, ShadowedRange
-    from compaction.lock import new_lease
+    from compaction.engine.lock import new_lease
     from compaction.sessions.events import Replace, UserMessage
+    from compaction.vocabulary.events import CompactEnd, CompactStart, CompactSummary, ShadowedRange
 
     session = Session()
     user(session, "task")
@@ -260,8 +260,8 @@ async def test_a_fresh_meter_agrees_with_the_live_one_after_a_later_replacement(
     """The usage anchor comes from the log, not from when the meter first saw it: a meter that
     meets the session only after a compaction (another process, or a cache reset by adopt) must not
     count the shadowed span again."""
-    from compaction.basic import BasicCompactService
-    from compaction.config import BasicConfig
+    from compaction.service import BasicCompactService
+    from compaction.vocabulary.config import BasicConfig
     from tests.compaction.test_support import ScriptedSummarizer
 
     session = Session()
@@ -366,8 +366,8 @@ async def test_a_compaction_removes_the_shadowed_text_at_the_providers_price() -
     """Issue 12: after a compaction the estimate is overhead + the surface left, at the provider's
     ratio; the 0.1 meter subtracted the shadowed text at the heuristic's price and kept the rest of
     the provider's count as phantom overhead."""
-    from compaction.basic import BasicCompactService
-    from compaction.config import BasicConfig
+    from compaction.service import BasicCompactService
+    from compaction.vocabulary.config import BasicConfig
     from tests.compaction.test_support import ScriptedSummarizer
 
     session = provider_session(overhead=2000, ratio=1.5, steps=40)
@@ -394,8 +394,8 @@ def test_the_next_request_after_a_compaction_recalibrates_from_the_log() -> None
     session = provider_session(overhead=1000, ratio=1.3, steps=30)
     live = HeuristicMeter()
     live.measure(session)
-    from compaction.events import CompactStart
-    from compaction.lock import new_lease
+    from compaction.engine.lock import new_lease
+    from compaction.vocabulary.events import CompactStart
 
     start = session.append(CompactStart(compaction_id="c", turn=None, lease=new_lease(60)))
     shadowed = tuple(session.nodes[1:-2])

@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 
 from compaction.audit.checks import audit_events
-from compaction.basic import BasicCompactService
-from compaction.config import BasicConfig
+from compaction.service import BasicCompactService
 from compaction.sessions.importers import import_path
 from compaction.sessions.render import pairing_problems
+from compaction.vocabulary.config import BasicConfig
 from tests.conftest import TRANSCRIPTS
 
 PYDICOM = TRANSCRIPTS / "swe-agent" / "pydicom__pydicom-1458.traj"

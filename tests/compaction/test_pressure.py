@@ -1,4 +1,4 @@
-"""Automatic compaction (spec §d.5, §d.8, §d.9, §d.18): the pressure check, head anchoring and the
+"""Automatic compaction: the pressure check, head anchoring and the
 merge of a prior checkpoint, convergence, the task statement kept structurally, and a runaway turn
 compacted by the loop's pre-step hook."""
 
@@ -10,18 +10,18 @@ from typing import Any
 
 import pytest
 
-from compaction.basic import BasicCompactService
-from compaction.config import BasicConfig
-from compaction.contract import CompactionResult
+from compaction.engine.meters import HeuristicMeter
 from compaction.errors import CompactionConfigError, ConvergenceError, SummarizerError
-from compaction.events import CompactEnd, CompactStart
-from compaction.meters import HeuristicMeter
+from compaction.service import BasicCompactService
 from compaction.sessions.blocks import TextBlock
 from compaction.sessions.events import StepEnd, StepStart
 from compaction.sessions.loop import AgentLoop, ToolOutput
 from compaction.sessions.session import Session
 from compaction.summarizers.template import TemplateSummarizer
 from compaction.testing import ScriptedModel, reply, tool_call
+from compaction.vocabulary.config import BasicConfig
+from compaction.vocabulary.contract import CompactionResult
+from compaction.vocabulary.events import CompactEnd, CompactStart
 from tests.builders import end_turn, log_types, start_turn, tool_step, user
 from tests.compaction.test_support import (
     FailingSummarizer,

@@ -17,12 +17,12 @@ from uuid import UUID
 
 import pytest
 
-from compaction.checkpoint import is_checkpoint
-from compaction.events import CompactEnd, CompactStart
 from compaction.sessions import render
 from compaction.sessions.mapper import encode_event
 from compaction.sessions.session import Session, project
 from compaction.sessions.store import SessionStore
+from compaction.vocabulary.checkpoint import is_checkpoint
+from compaction.vocabulary.events import CompactEnd, CompactStart
 from tests.builders import end_turn, start_turn, tool_step, user
 
 CHILD = Path(__file__).with_name("race_child.py")

@@ -6,35 +6,25 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Iterator
 
 import pytest
 
-from compaction import facts, identifiers
-from compaction.basic import BasicCompactService
-from compaction.config import BasicConfig
-from compaction.events import CompactSummary
+from compaction.handover import facts, identifiers
+from compaction.service import BasicCompactService
 from compaction.sessions import hashing
 from compaction.sessions.mapper import encode_event
 from compaction.sessions.session import Session
+from compaction.vocabulary.config import BasicConfig
+from compaction.vocabulary.events import CompactSummary
 from tests.builders import end_turn, start_turn, tool_step, user
-
-
-@pytest.fixture(autouse=True)
-def _empty_caches() -> Iterator[None]:
-    for clear in (identifiers.clear_cache, facts.clear_caches, hashing.clear_cache):
-        clear()
-    yield
-    for clear in (identifiers.clear_cache, facts.clear_caches, hashing.clear_cache):
-        clear()
 
 
 @pytest.fixture
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every message read anew for its facts or identifiers, and every event hashed anew."""
     seen: list[str] = []
-    real_read, real_kinds, real_encode = facts.read.compute, identifiers._kinds_of, hashing.encode_event
-    monkeypatch.setattr(facts.read, "compute", lambda m: seen.append(f"read {m.id}") or real_read(m))
+    real_read, real_kinds, real_encode = facts._read, identifiers._kinds_of, hashing.encode_event
+    monkeypatch.setattr(facts, "_read", lambda m: seen.append(f"read {m.id}") or real_read(m))
     monkeypatch.setattr(identifiers, "_kinds_of", lambda m: seen.append(f"ids {m.id}") or real_kinds(m))
     monkeypatch.setattr(hashing, "encode_event", lambda e: seen.append(f"hash {e.seq}") or real_encode(e))
     return seen
@@ -80,9 +70,6 @@ def test_a_compaction_after_the_read_ahead_reads_nothing_anew(reads: list[str]) 
 
 def test_the_read_ahead_changes_nothing_of_what_is_compacted() -> None:
     def compacted(read_ahead: bool) -> CompactSummary:
-        facts.clear_caches()
-        identifiers.clear_cache()
-        hashing.clear_cache()
         session = task()
         steps(session, 12)
         service = BasicCompactService(BasicConfig(context_window=100_000, min_identifier_ratio=0.0))

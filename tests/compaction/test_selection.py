@@ -1,13 +1,13 @@
-"""Which span is compacted (spec §d.7): the retention walk from the tail, snapping toward the head
+"""Which span is compacted: the retention walk from the tail, snapping toward the head
 to a tool-pairing balanced cut, the open tail, and the task statement kept structurally."""
 
 from __future__ import annotations
 
 import pytest
 
+from compaction.engine.meters import HeuristicMeter
+from compaction.engine.selection import select_span, span_for
 from compaction.errors import SpanError
-from compaction.meters import HeuristicMeter
-from compaction.selection import select_span, span_for
 from compaction.sessions.blocks import Message, TextBlock
 from compaction.sessions.events import ContextMessage
 from compaction.sessions.session import Session

@@ -8,12 +8,11 @@ from pathlib import Path
 import pytest
 
 from compaction.audit.checks import audit_events
-from compaction.basic import BasicCompactService
-from compaction.brackets import committed_count
-from compaction.config import BasicConfig
+from compaction.engine.brackets import committed_count
+from compaction.engine.meters import HeuristicMeter
+from compaction.engine.prune import MARKER, PruneConfig, prune_session
 from compaction.errors import BusyError, CompactionError, ContextLengthError
-from compaction.events import CompactEnd, CompactPrune, CompactStart
-from compaction.meters import HeuristicMeter
+from compaction.service import BasicCompactService
 from compaction.sessions.blocks import TextBlock, ToolResultBlock, text_of
 from compaction.sessions.events import StepStart, ToolResult
 from compaction.sessions.importers import import_path
@@ -27,8 +26,9 @@ from compaction.strategies.checkpoint import (
     ScratchpadSet,
 )
 from compaction.strategies.overflow import OverflowRecovery
-from compaction.strategies.prune import MARKER, PruneConfig, prune_session
 from compaction.testing import ScriptedModel, reply, tool_call
+from compaction.vocabulary.config import BasicConfig
+from compaction.vocabulary.events import CompactEnd, CompactPrune, CompactStart
 from tests.builders import end_turn, start_turn, tool_step, user
 from tests.conftest import PUBLIC_TRANSCRIPTS
 
@@ -266,7 +266,7 @@ def test_the_overflow_counter_resets_when_a_new_turn_starts() -> None:
     assert asyncio.run(recovery(_overflow_context(session, 2), overflow)) is True  # type: ignore[arg-type]
 
 
-# ---------------------------------------------------------------- checkpoint rebuild (seed 002)
+# ---------------------------------------------------------------- checkpoint rebuild
 
 REQUEST = "Customer reports order 4921 arrived damaged. Decide the credit under the current policy."
 

@@ -10,17 +10,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 
-from compaction.checkpoint import is_checkpoint
-from compaction.contract import CompactionResult
-from compaction.events import CompactEnd, CompactStart, CompactSummary
-from compaction.instruction import SECTIONS
-from compaction.meters import HeuristicMeter, Meter
+from compaction.engine.meters import HeuristicMeter, Meter
 from compaction.sessions import render
 from compaction.sessions.blocks import Message
 from compaction.sessions.events import UserMessage
 from compaction.sessions.session import Session, project
-from compaction.summarizers.base import Summarizer, SummaryOutput, SummaryRequest
 from compaction.summarizers.template import TemplateSummarizer
+from compaction.vocabulary.checkpoint import is_checkpoint
+from compaction.vocabulary.contract import CompactionResult
+from compaction.vocabulary.events import CompactEnd, CompactStart, CompactSummary
+from compaction.vocabulary.instruction import SECTIONS
+from compaction.vocabulary.summarizer import Summarizer, SummaryOutput, SummaryRequest
 
 OnSummarize = Callable[[SummaryRequest], Awaitable[None] | None]
 
@@ -129,7 +129,7 @@ def bracket(session: Session, result: CompactionResult) -> tuple[CompactStart, C
 
 
 def assert_committed(session: Session, result: CompactionResult, first_user: Message | None) -> None:
-    """The invariants of one committed compaction (ARCHITECTURE.md "Compaction")."""
+    """The invariants of one committed compaction (docs/architecture.md, "The compaction transaction")."""
     start, summary, end = bracket(session, result)
     assert start.compaction_id == summary.compaction_id == end.compaction_id == result.compaction_id
     assert end.error is None

@@ -1,4 +1,4 @@
-"""The region transaction (spec §d.10-§d.11, ARCHITECTURE.md "Compaction"): both compact/end
+"""The region transaction (docs/architecture.md, "The compaction transaction"): both compact/end
 outcomes, the shrink check, the fidelity gate, the two stability assertions, the lock, manual
 compaction, and cancellation mid-summary."""
 
@@ -11,9 +11,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from compaction.basic import BasicCompactService
-from compaction.checkpoint import is_checkpoint
-from compaction.config import BasicConfig
+from compaction.engine.lock import inspect_lock, new_lease
 from compaction.errors import (
     BusyError,
     CommitError,
@@ -25,9 +23,7 @@ from compaction.errors import (
     SummarizerError,
     SurfaceChangedError,
 )
-from compaction.events import CompactEnd, CompactStart, CompactSummary
-from compaction.instruction import INSTRUCTION, PREAMBLE
-from compaction.lock import inspect_lock, new_lease
+from compaction.service import BasicCompactService
 from compaction.sessions.blocks import Message, TextBlock, ToolResultBlock
 from compaction.sessions.events import (
     UNSET_SEQ,
@@ -41,8 +37,12 @@ from compaction.sessions.events import (
 from compaction.sessions.mapper import encode_event
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
-from compaction.summarizers.base import Summarizer
 from compaction.summarizers.template import TemplateSummarizer
+from compaction.vocabulary.checkpoint import is_checkpoint
+from compaction.vocabulary.config import BasicConfig
+from compaction.vocabulary.events import CompactEnd, CompactStart, CompactSummary
+from compaction.vocabulary.instruction import INSTRUCTION, PREAMBLE
+from compaction.vocabulary.summarizer import Summarizer
 from tests.builders import end_turn, log_types, start_turn, tool_step, user
 from tests.compaction.test_support import (
     FailingSummarizer,

@@ -21,16 +21,16 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from compaction.basic import BasicCompactService
-from compaction.checkpoint import is_checkpoint
-from compaction.config import BasicConfig
-from compaction.contract import CompactionResult
-from compaction.meters import HeuristicMeter
-from compaction.selection import protected_position
+from compaction.engine.meters import HeuristicMeter
+from compaction.engine.selection import protected_position
+from compaction.service import BasicCompactService
 from compaction.sessions.blocks import Message
 from compaction.sessions.events import UNSET_SEQ, UNSET_TIME, RequestHeader, TurnStart
 from compaction.sessions.importers import import_path
 from compaction.sessions.session import Session, project
+from compaction.vocabulary.checkpoint import is_checkpoint
+from compaction.vocabulary.config import BasicConfig
+from compaction.vocabulary.contract import CompactionResult
 from tests.compaction.test_support import assert_committed, bracket, checkpoints_on_surface
 from tests.conftest import PUBLIC_TRANSCRIPTS
 

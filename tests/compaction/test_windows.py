@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from compaction.basic import BasicCompactService
-from compaction.config import BasicConfig
+from compaction.engine.windows import KNOWN_WINDOWS, WindowTable, known_window, normalise
 from compaction.errors import CompactionConfigError
+from compaction.service import BasicCompactService
 from compaction.sessions.events import RequestHeader, TurnStart
 from compaction.sessions.session import Session
-from compaction.windows import KNOWN_WINDOWS, WindowTable, known_window, normalise
+from compaction.vocabulary.config import BasicConfig
 from tests.builders import user
 
 

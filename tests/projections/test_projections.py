@@ -17,7 +17,13 @@ from eventsourcing.persistence import StoredEvent
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compaction.events import (
+from compaction.engine.meters import HeuristicMeter, Meter
+from compaction.engine.prune import PruneConfig, prune_session
+from compaction.sessions.blocks import Message, Source, TextBlock
+from compaction.sessions.events import Replace, StepEnd, UserMessage
+from compaction.sessions.session import Session
+from compaction.sessions.store import SessionStore
+from compaction.vocabulary.events import (
     COMPACT_PLUGIN,
     CompactEnd,
     CompactStart,
@@ -26,12 +32,6 @@ from compaction.events import (
     Lease,
     ShadowedRange,
 )
-from compaction.meters import HeuristicMeter, Meter
-from compaction.sessions.blocks import Message, Source, TextBlock
-from compaction.sessions.events import Replace, StepEnd, UserMessage
-from compaction.sessions.session import Session
-from compaction.sessions.store import SessionStore
-from compaction.strategies.prune import PruneConfig, prune_session
 from projections import (
     ALL,
     ProjectionConfigError,

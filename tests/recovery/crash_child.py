@@ -21,13 +21,12 @@ import threading
 from pathlib import Path
 from uuid import UUID
 
-import compaction  # noqa: F401  (registers compact/* event types)
-from compaction.basic import BasicCompactService
-from compaction.config import BasicConfig
 from compaction.errors import EventCompactionError
+from compaction.service import BasicCompactService
 from compaction.sessions.store import SessionStore
-from compaction.summarizers.base import SummaryOutput, SummaryRequest
 from compaction.summarizers.template import TemplateSummarizer
+from compaction.vocabulary.config import BasicConfig
+from compaction.vocabulary.summarizer import SummaryOutput, SummaryRequest
 
 PROGRESS_STAGES = ("started", "summarized", "before-commit", "committed")
 STAGES = (*PROGRESS_STAGES, "during-summary", "none")

@@ -19,12 +19,12 @@ from uuid import UUID
 
 import pytest
 
-from compaction.basic import BasicCompactService
-from compaction.config import BasicConfig
-from compaction.events import CompactEnd, CompactStart, CompactSummary
-from compaction.lock import inspect_lock
+from compaction.engine.lock import inspect_lock
+from compaction.service import BasicCompactService
 from compaction.sessions.events import SessionEvent, SessionResume, TurnEnd, UserMessage
 from compaction.sessions.store import SessionStore
+from compaction.vocabulary.config import BasicConfig
+from compaction.vocabulary.events import CompactEnd, CompactStart, CompactSummary
 from recovery import RecoveryConfig, RecoveryReport, recover, surface_hash
 from tests.builders import end_turn, start_turn, tool_step, user, wait_until
 

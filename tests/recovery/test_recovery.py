@@ -19,13 +19,10 @@ import msgspec
 import pytest
 
 import recovery
-from compaction.basic import BasicCompactService
-from compaction.checkpoint import checkpoint_message
 from compaction.cli.main import main as cli_main
-from compaction.config import BasicConfig
+from compaction.engine.lock import inspect_lock
 from compaction.errors import ConfigurationError
-from compaction.events import CompactEnd, CompactStart, CompactSummary, Lease, ShadowedRange
-from compaction.lock import inspect_lock
+from compaction.service import BasicCompactService
 from compaction.sessions import hashing
 from compaction.sessions.blocks import Message, TextBlock, ToolCallBlock
 from compaction.sessions.events import (
@@ -43,6 +40,9 @@ from compaction.sessions.events import (
 from compaction.sessions.interrupted import NOT_STARTED_TEXT, OUTCOME_UNKNOWN_TEXT
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
+from compaction.vocabulary.checkpoint import checkpoint_message
+from compaction.vocabulary.config import BasicConfig
+from compaction.vocabulary.events import CompactEnd, CompactStart, CompactSummary, Lease, ShadowedRange
 from recovery import (
     OrphanCorruptionError,
     OrphanReport,
@@ -342,7 +342,7 @@ def test_a_corrupt_orphan_is_reported_loudly_and_left_alone(
         assert any("cites the start" in line for line in raised.value.evidence)
 
 
-# ---------------------------------------------------------------- interrupted-turn closers (§d.16)
+# ---------------------------------------------------------------- interrupted-turn closers
 
 
 def open_step_with_calls(session: Session) -> tuple[int, int]:

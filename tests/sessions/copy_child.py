@@ -16,7 +16,6 @@ import threading
 from pathlib import Path
 from uuid import UUID
 
-import compaction  # noqa: F401  (registers compact/* event types)
 from compaction.sessions.copy import copy_sessions
 from compaction.sessions.partitioned import open_store
 

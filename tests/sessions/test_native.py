@@ -18,11 +18,10 @@ from uuid import UUID
 import pytest
 
 from compaction.audit.checks import audit_events
-from compaction.basic import BasicCompactService
 from compaction.cli.cmd_import import import_events
 from compaction.cli.main import main
-from compaction.config import BasicConfig
 from compaction.errors import CompactionError, TranscriptError
+from compaction.service import BasicCompactService
 from compaction.sessions.blocks import Message
 from compaction.sessions.events import SessionEvent
 from compaction.sessions.hashing import surface_hash
@@ -30,6 +29,7 @@ from compaction.sessions.importers import import_path
 from compaction.sessions.native import FORMAT, UPCASTERS, VERSION, import_session
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
+from compaction.vocabulary.config import BasicConfig
 from tests.builders import Doc, run_json
 from tests.conftest import PUBLIC_TRANSCRIPTS
 

@@ -86,7 +86,8 @@ def user(text: str) -> Message:
 
 
 def test_a_user_message_between_a_call_and_its_result_renders_validly() -> None:
-    # spec §c: a neutral node (injected context, steering) may sit between a call and its result
+    # the pairing balance lets a neutral node (injected context, steering) sit between a call and
+    # its result
     history = [user("task"), assistant("a1", "c1", "c2"), result("c1"), user("steer"), result("c2")]
     openai = to_openai(history)
     assert openai_problems(openai) == []

@@ -21,18 +21,6 @@ from compaction.errors import (
     StoreError,
     UnknownEventTypeError,
 )
-from compaction.events import (
-    COMPACT_PLUGIN,
-    CompactEnd,
-    CompactPrune,
-    CompactStart,
-    CompactSummary,
-    Fidelity,
-    Lease,
-    PhaseEnd,
-    ScratchpadSet,
-    ShadowedRange,
-)
 from compaction.sessions.blocks import (
     ImageBlock,
     Message,
@@ -68,6 +56,18 @@ from compaction.sessions.events import (
 from compaction.sessions.mapper import encode_event
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore, parse_store_url
+from compaction.vocabulary.events import (
+    COMPACT_PLUGIN,
+    CompactEnd,
+    CompactPrune,
+    CompactStart,
+    CompactSummary,
+    Fidelity,
+    Lease,
+    PhaseEnd,
+    ScratchpadSet,
+    ShadowedRange,
+)
 from tests.builders import (
     MODEL,
     state_of,
@@ -250,7 +250,8 @@ def test_every_event_type_and_block_round_trips(store: SessionStore) -> None:
     ours = {
         name
         for name, cls in registered_types().items()
-        if cls.__module__ in ("compaction.sessions.events", "compaction.events")  # the core vocabulary
+        # the core vocabulary
+        if cls.__module__ in ("compaction.sessions.events", "compaction.vocabulary.events")
     }
     assert ours <= {e.TYPE for e in session.events()}, "add the new event type to this test"
     loaded = store.load_events(session.id)

@@ -1,4 +1,4 @@
-"""The positional surface (spec §b) and the tool-pairing balance over it (spec §c)."""
+"""The positional surface and the tool-pairing balance over it."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def test_start_equal_to_end_replaces_one_node() -> None:
 
 
 def test_a_numerically_reversed_range_is_valid_by_position() -> None:
-    """Spec §h.1: nodes [2, 1] replaced by {start: 2, end: 1}."""
+    """Nodes [2, 1] replaced by {start: 2, end: 1}: the range is located by position."""
     session = Session()
     user(session, "a")
     user(session, "b")
@@ -106,7 +106,7 @@ def test_a_numerically_reversed_range_is_valid_by_position() -> None:
 
 
 def test_context_appended_during_a_span_keeps_its_later_position() -> None:
-    """Spec §h.17: the checkpoint sits where the span was, later nodes stay after it."""
+    """The checkpoint sits where the span was, later nodes stay after it."""
     session = Session()
     for text in "abc":
         user(session, text)
@@ -210,7 +210,7 @@ def test_a_tool_result_rewrite_changes_only_what_the_model_sees() -> None:
     assert session.surface.is_balanced()  # the rewrite is still a result: delta -1
 
 
-# ---------------------------------------------------------------- derive_messages (spec §b.7)
+# ---------------------------------------------------------------- derive_messages
 
 
 def test_derive_messages_projects_surface_nodes_in_order() -> None:
@@ -251,7 +251,7 @@ def test_messages_at_shows_the_surface_as_it_was() -> None:
     assert [m.content[0].text for m in session.messages_at(3)] == ["abc"]  # type: ignore[union-attr]
 
 
-# ---------------------------------------------------------------- tool-pairing balance (spec §c)
+# ---------------------------------------------------------------- tool-pairing balance
 
 
 def test_cuts_follow_calls_and_results_in_surface_order() -> None:

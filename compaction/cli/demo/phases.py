@@ -1,6 +1,7 @@
-"""The phase-structured workflow of the demo (seed 002's damage-claim shape), run twice: once with the
-checkpoint strategy (rebuild from the typed scratchpad at each boundary) and once with the summary
-strategy (manual compaction at each boundary), so the two can be compared on the same work.
+"""The phase-structured workflow of the demo (a damage claim: investigate, conclude, ask for
+approval), run twice: once with the checkpoint strategy (rebuild from the typed scratchpad at each
+boundary) and once with the summary strategy (manual compaction at each boundary), so the two can be
+compared on the same work.
 """
 
 from __future__ import annotations
@@ -10,17 +11,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from compaction.basic import BasicCompactService
-from compaction.config import BasicConfig
-from compaction.contract import CompactionResult
-from compaction.events import PhaseEnd, ScratchpadSet
-from compaction.meters import HeuristicMeter
+from compaction.engine.meters import HeuristicMeter
+from compaction.service import BasicCompactService
 from compaction.sessions.events import ToolCall
 from compaction.sessions.loop import AgentLoop, ToolFunction, ToolOutput
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
 from compaction.strategies.checkpoint import CheckpointCompactService
 from compaction.testing import ScriptedModel, reply, tool_call
+from compaction.vocabulary.config import BasicConfig
+from compaction.vocabulary.contract import CompactionResult
+from compaction.vocabulary.events import PhaseEnd, ScratchpadSet
 
 REQUEST = (
     "Customer ticket T-7731: order 4921 arrived with a cracked screen. Investigate the order, find "

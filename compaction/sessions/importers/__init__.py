@@ -3,9 +3,9 @@
 ``import_path(path, format="auto")`` returns one :class:`ImportedSession` per session in the file
 (OpenHands output holds one run per line; Claude Code sidechain threads are kept apart). Every
 session is new and unsaved, satisfies the surface and turn/step rules, and is tool-pairing
-balanced: a call that never got a result gets a synthesized error result (spec §d.16). Every event
-carries ``origin`` (the input line, uuid, run or message it came from), and every input item not
-turned into an event is listed in ``skipped`` with the reason.
+balanced: a call that never got a result gets a synthesized error result (as interrupted-turn
+repair does). Every event carries ``origin`` (the input line, uuid, run or message it came from),
+and every input item not turned into an event is listed in ``skipped`` with the reason.
 
 Session ids are ``uuid5(NAMESPACE, f"{format}:{sha256 of the file}:{index}")``, so importing the
 same file twice yields the same ids.

@@ -1,6 +1,6 @@
 """The session builder: a normalized stream (user prompts, harness context, assistant steps,
-tool results) into session events that satisfy the surface rules (§b.2) and the turn/step
-rules (§a.7):
+tool results) into session events that satisfy the surface rules and the turn/step rules
+(docs/sessions.md):
 
     user/message ...                      a user prompt closes the open turn; it sits between turns
     turn/start n                          opened lazily by the first model call after a prompt
@@ -9,7 +9,7 @@ rules (§a.7):
         assistant/message                 one per model call
         tool/call                         one per dispatched call of that message
         tool/result                       real answers (source_event_seqs = (tool/call seq,))
-        tool/result synthesized           any call still unanswered when the step closes (§d.16)
+        tool/result synthesized           any call still unanswered when the step closes
       step/end n.s
     turn/end n
 

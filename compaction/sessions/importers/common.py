@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from eventsourcing.utils import TopicError, resolve_topic
 
 from compaction.errors import TranscriptError
 from compaction.sessions.blocks import (
@@ -46,18 +47,30 @@ class ForeignCompaction:
 
 
 CompactionHandler = Callable[[Session, ForeignCompaction], None]
-"""Turns a foreign compaction into events; registered by the compaction package."""
+"""Turns a foreign compaction into events."""
+
+FOREIGN_COMPACTION_TOPIC = "compaction.engine.foreign:import_foreign_compaction"
+"""The handler importers call for foreign compactions, resolved by topic on first use (the way
+stored event types are, :data:`compaction.sessions.events.EVENT_TOPICS`), so importing the
+importers loads nothing above this package."""
 
 _HANDLERS: list[CompactionHandler] = []
 
 
 def register_compaction_handler(handler: CompactionHandler) -> None:
-    """Install the handler importers call for foreign compactions (the latest one wins)."""
+    """Install another handler for foreign compactions (the latest one wins)."""
     _HANDLERS[:] = [handler]
 
 
 def compaction_handler() -> CompactionHandler | None:
-    return _HANDLERS[0] if _HANDLERS else None
+    """The installed handler, else the one :data:`FOREIGN_COMPACTION_TOPIC` names (None when that
+    cannot be imported: the summary is then imported as a plain user message)."""
+    if not _HANDLERS:
+        try:
+            register_compaction_handler(resolve_topic(FOREIGN_COMPACTION_TOPIC))
+        except TopicError:
+            return None
+    return _HANDLERS[0]
 
 
 # ---------------------------------------------------------------- the result record

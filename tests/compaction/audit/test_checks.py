@@ -16,16 +16,13 @@ import pytest
 
 from compaction.audit.checks import CHECK_NAMES, Check, CompactionAudit, audit_events
 from compaction.audit.report import SessionAudit, audit_session, load_log
-from compaction.basic import BasicCompactService
-from compaction.checkpoint import checkpoint_message, is_checkpoint
 from compaction.cli.demo import run_demo_session
 from compaction.cli.main import main
-from compaction.config import BasicConfig
+from compaction.engine.lock import new_lease
+from compaction.engine.meters import HeuristicMeter
+from compaction.engine.selection import select_span
 from compaction.errors import FidelityError, ShrinkError
-from compaction.events import CompactEnd, CompactStart, CompactSummary, ShadowedRange
-from compaction.lock import new_lease
-from compaction.meters import HeuristicMeter
-from compaction.selection import select_span
+from compaction.service import BasicCompactService
 from compaction.sessions.blocks import TextBlock
 from compaction.sessions.events import Replace, UserMessage
 from compaction.sessions.hashing import event_hash
@@ -33,6 +30,9 @@ from compaction.sessions.importers import import_path
 from compaction.sessions.session import Session, project
 from compaction.sessions.store import SessionStore
 from compaction.summarizers.template import render_summary
+from compaction.vocabulary.checkpoint import checkpoint_message, is_checkpoint
+from compaction.vocabulary.config import BasicConfig
+from compaction.vocabulary.events import CompactEnd, CompactStart, CompactSummary, ShadowedRange
 from tests.builders import answer_step, end_turn, start_turn, tool_step, user
 from tests.conftest import PUBLIC_TRANSCRIPTS
 

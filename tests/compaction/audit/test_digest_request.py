@@ -21,24 +21,24 @@ import pytest
 
 from compaction.audit.checks import audit_events
 from compaction.audit.request import rebuild_request
-from compaction.basic import BasicCompactService
-from compaction.brackets import find_brackets
-from compaction.config import BasicConfig
+from compaction.engine.brackets import find_brackets
+from compaction.engine.meters import HeuristicMeter
+from compaction.engine.transaction import build_request
 from compaction.errors import UnrebuildableError
-from compaction.events import CompactSummary, DigestRecord
-from compaction.meters import HeuristicMeter
+from compaction.service import BasicCompactService
 from compaction.sessions.events import SessionEvent
 from compaction.sessions.importers import import_path
 from compaction.sessions.mapper import decode_event, encode_event
 from compaction.sessions.native import import_session
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
-from compaction.summarizers.base import Summarizer
 from compaction.summarizers.chunking import ChunkingSummarizer
 from compaction.summarizers.digest import DigestSummarizer
 from compaction.summarizers.local import LOCAL_TOKEN_RATIO, LocalSummarizer, local_estimate
 from compaction.summarizers.registry import LOCAL_CONTEXT_TOKENS, LOCAL_MAX_TOKENS
-from compaction.transaction import build_request
+from compaction.vocabulary.config import BasicConfig
+from compaction.vocabulary.events import CompactSummary, DigestRecord
+from compaction.vocabulary.summarizer import Summarizer
 from tests.compaction.summarizers.provider_servers import ProviderServer
 from tests.compaction.summarizers.test_http import chunk_replies
 from tests.compaction.test_completion import WEAK

@@ -20,18 +20,18 @@ import pytest
 
 from compaction.audit.html import Limits, render_html, surface_tokens
 from compaction.audit.report import audit_log, audit_session, load_log
-from compaction.basic import BasicCompactService
 from compaction.cli.demo import run_demo_session
 from compaction.cli.main import main
-from compaction.completion import APPENDIX_TITLE
-from compaction.config import BasicConfig, CompletionMode
-from compaction.events import CompactSummary
-from compaction.instruction import SECTIONS
-from compaction.meters import HeuristicMeter
+from compaction.engine.meters import HeuristicMeter
+from compaction.handover.completion import APPENDIX_TITLE
+from compaction.service import BasicCompactService
 from compaction.sessions.blocks import Message, TextBlock, text_of
 from compaction.sessions.events import UserMessage
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
+from compaction.vocabulary.config import BasicConfig, CompletionMode
+from compaction.vocabulary.events import CompactSummary
+from compaction.vocabulary.instruction import SECTIONS
 from tests.builders import start_turn, tool_step, user
 from tests.compaction.test_support import ScriptedSummarizer
 

@@ -15,19 +15,19 @@ import pytest
 
 from compaction.audit.report import load_log
 from compaction.audit.request import rebuild_request
-from compaction.basic import BasicCompactService
 from compaction.cli.demo import run_demo_session
-from compaction.config import BasicConfig
-from compaction.meters import HeuristicMeter
-from compaction.selection import select_span
+from compaction.engine.meters import HeuristicMeter
+from compaction.engine.selection import select_span
+from compaction.engine.transaction import build_request
+from compaction.service import BasicCompactService
 from compaction.sessions.importers import import_path
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
 from compaction.summarizers.anthropic import AnthropicSummarizer
-from compaction.summarizers.base import Summarizer, SummaryRequest
 from compaction.summarizers.openai import OpenAISummarizer
 from compaction.summarizers.template import render_summary
-from compaction.transaction import build_request
+from compaction.vocabulary.config import BasicConfig
+from compaction.vocabulary.summarizer import Summarizer, SummaryRequest
 from tests.builders import Doc, run_human, run_json
 from tests.compaction.summarizers.provider_servers import (
     ProviderServer,

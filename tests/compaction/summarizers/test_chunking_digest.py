@@ -16,10 +16,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from compaction.engine.meters import HeuristicMeter
 from compaction.errors import CompactionConfigError, ContextLengthError
-from compaction.events import CompactSummary
-from compaction.facts import normalized, span_facts
-from compaction.meters import HeuristicMeter
+from compaction.handover.facts import normalized, span_facts
 from compaction.sessions.blocks import (
     Message,
     ReasoningBlock,
@@ -31,7 +30,6 @@ from compaction.sessions.blocks import (
 from compaction.sessions.importers import import_path
 from compaction.sessions.render import pairing_problems
 from compaction.sessions.store import SessionStore
-from compaction.summarizers.base import SummaryRequest
 from compaction.summarizers.chunking import ChunkingSummarizer
 from compaction.summarizers.digest import (
     HEAD_LINES,
@@ -45,6 +43,8 @@ from compaction.summarizers.digest import (
 )
 from compaction.summarizers.local import LOCAL_TOKEN_RATIO, local_estimate
 from compaction.summarizers.registry import SUMMARIZERS, SummarizerOptions
+from compaction.vocabulary.events import CompactSummary
+from compaction.vocabulary.summarizer import SummaryRequest
 from tests.builders import run_json
 from tests.compaction.summarizers.provider_servers import ProviderServer
 from tests.compaction.summarizers.test_http import METER, chunk_replies, conversation, make_request, openai

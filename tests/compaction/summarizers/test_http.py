@@ -12,6 +12,7 @@ import aiohttp
 import msgspec
 import pytest
 
+from compaction.engine.meters import HeuristicMeter
 from compaction.errors import (
     CompactionConfigError,
     ContextLengthError,
@@ -20,8 +21,6 @@ from compaction.errors import (
     TruncatedError,
     UnsupportedOutputError,
 )
-from compaction.instruction import INSTRUCTION
-from compaction.meters import HeuristicMeter
 from compaction.sessions.blocks import (
     ImageBlock,
     Message,
@@ -33,7 +32,6 @@ from compaction.sessions.blocks import (
 from compaction.sessions.events import ToolSpec, Usage
 from compaction.summarizers.aiohttp_transport import AiohttpTransport
 from compaction.summarizers.anthropic import AnthropicSummarizer
-from compaction.summarizers.base import SummaryOutput, SummaryRequest
 from compaction.summarizers.chunking import (
     ChunkingSummarizer,
     balanced_chunks,
@@ -45,6 +43,8 @@ from compaction.summarizers.openai import OpenAISummarizer
 from compaction.summarizers.payloads import build_anthropic_payload, build_openai_payload
 from compaction.summarizers.sse import SSEDecoder, SSEEvent
 from compaction.summarizers.transport import Timeouts
+from compaction.vocabulary.instruction import INSTRUCTION
+from compaction.vocabulary.summarizer import SummaryOutput, SummaryRequest
 from tests.compaction.summarizers.provider_servers import (
     ANTHROPIC_CONTEXT_ERROR,
     ANTHROPIC_MODEL,

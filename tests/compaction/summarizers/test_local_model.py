@@ -20,13 +20,13 @@ import msgspec
 import pytest
 
 from compaction.errors import CompactionConfigError, ContextLengthError, LocalServerError, TruncatedError
-from compaction.fidelity import section_bodies
-from compaction.instruction import INSTRUCTION, SECTIONS
+from compaction.handover.fidelity import section_bodies
 from compaction.sessions.blocks import Message, TextBlock, ToolCallBlock, ToolResultBlock
-from compaction.summarizers.base import SummaryRequest
 from compaction.summarizers.local import LocalModelServer, checkpoint_grammar
 from compaction.summarizers.openai import OpenAISummarizer
 from compaction.summarizers.payloads import build_openai_payload
+from compaction.vocabulary.instruction import INSTRUCTION, SECTIONS
+from compaction.vocabulary.summarizer import SummaryRequest
 from tests.builders import run_python
 
 pytestmark = pytest.mark.llm

@@ -10,17 +10,16 @@ from pathlib import Path
 
 import pytest
 
-import compaction  # noqa: F401  (registers compact/* and the foreign-compaction handler)
-from compaction.basic import BasicCompactService
-from compaction.checkpoint import checkpoint_message
-from compaction.events import CompactSummary
-from compaction.facts import Retention, retention, span_facts
-from compaction.fidelity import section_bodies
-from compaction.meters import HeuristicMeter
+from compaction.engine.meters import HeuristicMeter
+from compaction.handover.facts import Retention, retention, span_facts
+from compaction.handover.fidelity import section_bodies
+from compaction.service import BasicCompactService
 from compaction.sessions.blocks import Message, Source, TextBlock, ToolCallBlock, ToolResultBlock, text_of
 from compaction.sessions.importers import import_path
 from compaction.sessions.session import Session, project
 from compaction.summarizers.template import ASK_CHARS, render_summary
+from compaction.vocabulary.checkpoint import checkpoint_message
+from compaction.vocabulary.events import CompactSummary
 from tests.compaction.spans import agent, step, user
 from tests.conftest import PUBLIC_TRANSCRIPTS, TRANSCRIPTS
 

@@ -18,7 +18,6 @@ from compaction.errors import (
     UnknownSummarizerError,
     UsageError,
 )
-from compaction.instruction import INSTRUCTION
 from compaction.summarizers.anthropic import AnthropicSummarizer
 from compaction.summarizers.chunking import ChunkingSummarizer
 from compaction.summarizers.openai import OpenAISummarizer
@@ -34,6 +33,7 @@ from compaction.summarizers.registry import (
 from compaction.summarizers.sse import SSEEvent, decode_events
 from compaction.summarizers.template import TemplateSummarizer
 from compaction.summarizers.transport import MockResponse, MockTransport, Timeouts, TransportRequest
+from compaction.vocabulary.instruction import INSTRUCTION
 from tests.compaction.summarizers.provider_servers import (
     ANTHROPIC_MODEL,
     OPENAI_MODEL,

@@ -32,12 +32,10 @@ from uuid import UUID
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parents[2])]  # the repository root, for tests.builders
 
-import compaction  # noqa: E402,F401  (registers compact/* event types)
-from compaction import transaction  # noqa: E402
-from compaction.basic import BasicCompactService  # noqa: E402
-from compaction.config import BasicConfig  # noqa: E402
-from compaction.events import CompactEnd, CompactStart, Lease  # noqa: E402
-from compaction.meters import HeuristicMeter  # noqa: E402
+from compaction.engine import transaction  # noqa: E402
+from compaction.engine.meters import HeuristicMeter  # noqa: E402
+from compaction.engine.prune import PruneConfig, prune_session  # noqa: E402
+from compaction.service import BasicCompactService  # noqa: E402
 from compaction.sessions.blocks import (  # noqa: E402
     ImageBlock,
     Message,
@@ -65,8 +63,9 @@ from compaction.sessions.events import (  # noqa: E402
 from compaction.sessions.native import export_session  # noqa: E402
 from compaction.sessions.session import Session  # noqa: E402
 from compaction.sessions.store import SessionStore  # noqa: E402
-from compaction.strategies.prune import PruneConfig, prune_session  # noqa: E402
 from compaction.summarizers.template import TemplateSummarizer  # noqa: E402
+from compaction.vocabulary.config import BasicConfig  # noqa: E402
+from compaction.vocabulary.events import CompactEnd, CompactStart, Lease  # noqa: E402
 from tests import builders  # noqa: E402
 from tests.builders import answer_step, end_turn, start_turn, user  # noqa: E402
 

@@ -52,7 +52,8 @@ class Fidelity(msgspec.Struct, frozen=True, omit_defaults=True):
 
 
 class Completion(msgspec.Struct, frozen=True, omit_defaults=True):
-    """What the compaction added to the summarizer's text before the gate (``compaction.completion``).
+    """What the compaction added to the summarizer's text before the gate
+    (``compaction.handover.completion``).
 
     The recorded summary is the summarizer's text, then ``appendix`` when it is not empty (joined by
     a blank line), so the model's own words are the summary minus that suffix. ``draft`` is the
@@ -77,7 +78,7 @@ class DigestRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     message by message.
 
     Enough to rebuild the request sent from the log plus the code: the span's request
-    (``compaction.transaction.build_request``), its messages digested by ``digest_span`` under
+    (``compaction.engine.transaction.build_request``), its messages digested by ``digest_span`` under
     ``budget`` tokens as ``meter``'s message price times ``ratio`` counts them, then sent without
     the conversation's system prompt and tools when ``header`` is False. The rest is what the
     digest measured, so an audit can tell its rebuild is the digest that was sent."""
@@ -85,7 +86,7 @@ class DigestRecord(msgspec.Struct, frozen=True, omit_defaults=True):
     budget: int
     """The input budget for the messages, in estimated tokens."""
     meter: str
-    """The meter (``compaction.meters.meter_named``) whose message price planned the digest."""
+    """The meter (``compaction.engine.meters.meter_named``) whose message price planned the digest."""
     ratio: float = 1.0
     """The factor on that price (the local model's tokenizer against the heuristic: 2.0)."""
     window: int | None = None
@@ -147,7 +148,7 @@ class CompactEnd(SessionEvent, frozen=True, kw_only=True):
 
 @register_event_type
 class CompactPrune(SessionEvent, frozen=True, kw_only=True):
-    """Shadow price of the immediately following ``tool/result`` replacement (spec §f)."""
+    """Shadow price of the immediately following ``tool/result`` replacement (pruning)."""
 
     TYPE: ClassVar[str] = "compact/prune"
     shadowed_range: ShadowedRange

@@ -1,5 +1,5 @@
 """Which span to compact: the retention walk from the tail, snapped head-ward to a tool-pairing
-balanced cut (spec §d.7), with the session's first user message kept structurally.
+balanced cut, with the session's first user message kept structurally.
 
 A *unit* is what snapping makes indivisible: a closed step (an assistant message with calls and all
 its results) or one standalone message. An open step cannot be split, so selection declines until it
@@ -11,8 +11,8 @@ from __future__ import annotations
 from array import array
 from collections.abc import Collection
 
+from compaction.engine.meters import Meter
 from compaction.errors import SpanError
-from compaction.meters import Meter
 from compaction.sessions.session import Session
 
 
@@ -149,7 +149,8 @@ def _retention_index(session: Session, meter: Meter, retain_tokens: int) -> int:
 
 
 def span_for(session: Session, start: int, end: int, *, keep_first_user: bool = True) -> Span:
-    """Validate an explicit region (spec §d.10 step 2) and return it."""
+    """Validate an explicit region (both ends on the surface, in order, both edges balanced) and
+    return it."""
     surface = session.surface
     first = surface.position(start)
     if first is None:

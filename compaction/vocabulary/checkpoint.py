@@ -1,12 +1,16 @@
-"""The checkpoint message (spec §d.13 framing): how a summary is framed, and how it is recognised."""
+"""The checkpoint message: how a summary is framed, and how it is recognised.
+
+Every checkpoint on a surface is made here: ours (:func:`checkpoint_message`, the summary between
+the preamble's tags) and another harness's (:func:`foreign_checkpoint`, its summary verbatim).
+Both carry the compact plugin's provenance, which is what :func:`is_checkpoint` reads."""
 
 from __future__ import annotations
 
 import uuid
 
-from compaction.events import COMPACT_PLUGIN
-from compaction.instruction import CLOSE_TAG, OPEN_TAG, PREAMBLE
 from compaction.sessions.blocks import Message, Source, TextBlock, text_of
+from compaction.vocabulary.events import COMPACT_PLUGIN
+from compaction.vocabulary.instruction import CLOSE_TAG, OPEN_TAG, PREAMBLE
 
 
 def frame(summary: tuple[TextBlock, ...]) -> tuple[TextBlock, ...]:
@@ -18,8 +22,20 @@ def checkpoint_message(compaction_id: str, summary: tuple[TextBlock, ...]) -> Me
         id=f"checkpoint-{compaction_id}",
         role="user",
         content=frame(summary),
-        source=Source(kind="plugin", plugin=COMPACT_PLUGIN, compaction_id=compaction_id),
+        source=_provenance(compaction_id),
     )
+
+
+def foreign_checkpoint(compaction_id: str, summary: Message) -> Message:
+    """The checkpoint of another harness's compaction: its summary message's id and content as the
+    harness wrote them (unframed, so the audit compares them verbatim), our provenance."""
+    return Message(
+        id=summary.id, role="user", content=summary.content, source=_provenance(compaction_id)
+    )
+
+
+def _provenance(compaction_id: str) -> Source:
+    return Source(kind="plugin", plugin=COMPACT_PLUGIN, compaction_id=compaction_id)
 
 
 def is_checkpoint(message: Message) -> bool:

@@ -14,9 +14,9 @@ from typing import Self
 
 import msgspec
 
-from compaction.events import DigestRecord
 from compaction.sessions.blocks import Message
 from compaction.sessions.events import ToolSpec, Usage
+from compaction.vocabulary.events import DigestRecord
 
 
 class SummaryRequest(msgspec.Struct, frozen=True, kw_only=True):

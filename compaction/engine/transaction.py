@@ -1,14 +1,14 @@
 """The region transaction: the one code path every compaction entry point commits through.
 
-In order (ARCHITECTURE.md "Compaction"): the caller has validated the span and the lock; this module
-appends ``compact/start`` and stores it before any await; builds the summarization input; awaits the
-summary (the only slow, cancellable step); checks the framed summary is smaller than what it shadows and
-passes the fidelity gate; asserts stability (the whole surface for automatic compaction, the selected
-span for manual); then stores ``compact/summary`` + the replacement ``user/message`` + ``compact/end``
-in ONE atomic save. Any failure after the start stores ``compact/end{error}`` and leaves the surface
-untouched. A conflicting save means another writer got there first: the start reports busy; a commit
-re-checks stability on a fresh load and retries once, and never commits over a bracket that recovery
-already closed.
+In order (docs/architecture.md, "The compaction transaction"): the caller has validated the span and
+the lock; this module appends ``compact/start`` and stores it before any await; builds the
+summarization input; awaits the summary (the only slow, cancellable step); checks the framed summary
+is smaller than what it shadows and passes the fidelity gate; asserts stability (the whole surface
+for automatic compaction, the selected span for manual); then stores ``compact/summary`` + the
+replacement ``user/message`` + ``compact/end`` in ONE atomic save. Any failure after the start
+stores ``compact/end{error}`` and leaves the surface untouched. A conflicting save means another
+writer got there first: the start reports busy; a commit re-checks stability on a fresh load and
+retries once, and never commits over a bracket that recovery already closed.
 """
 
 from __future__ import annotations
@@ -16,13 +16,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
-from compaction.checkpoint import checkpoint_message, new_compaction_id
-from compaction.completion import complete
-from compaction.config import BasicConfig
-from compaction.contract import CompactionResult
+from compaction.engine.lock import inspect_lock, new_lease
+from compaction.engine.meters import Meter
+from compaction.engine.selection import Span, leading_task_statement, span_for
 from compaction.errors import (
     BusyError,
     CommitError,
@@ -35,19 +34,20 @@ from compaction.errors import (
     SurfaceChangedError,
     error_chain,
 )
-from compaction.events import CompactEnd, CompactStart, CompactSummary, ShadowedRange
-from compaction.fidelity import fidelity_problems, measure_fidelity
-from compaction.identifiers import extract
-from compaction.instruction import INSTRUCTION
-from compaction.lock import inspect_lock, new_lease
-from compaction.meters import Meter
-from compaction.selection import Span, leading_task_statement, span_for
+from compaction.handover.analysis import SpanAnalysis
+from compaction.handover.completion import complete
+from compaction.handover.fidelity import fidelity_problems, measure_fidelity
+from compaction.handover.identifiers import extract
 from compaction.sessions.blocks import Message, TextBlock
 from compaction.sessions.events import Replace, SessionEvent, UserMessage
-from compaction.sessions.hashing import event_hash
 from compaction.sessions.session import Session, project
 from compaction.sessions.store import SessionStore
-from compaction.summarizers.base import Summarizer, SummaryOutput, SummaryRequest
+from compaction.vocabulary.checkpoint import checkpoint_message, new_compaction_id
+from compaction.vocabulary.config import BasicConfig
+from compaction.vocabulary.contract import CompactionResult
+from compaction.vocabulary.events import CompactEnd, CompactStart, CompactSummary, ShadowedRange
+from compaction.vocabulary.instruction import INSTRUCTION
+from compaction.vocabulary.summarizer import Summarizer, SummaryOutput, SummaryRequest
 
 log = logging.getLogger("compaction")
 
@@ -68,8 +68,15 @@ class Transaction:
     stability: Stability
     strategy: str = "summary"
     on_progress: Callable[[str], None] | None = None  # called with the stage name
+    analysis: SpanAnalysis = field(default_factory=SpanAnalysis)
+    """What the handover has read of the session (the engine passes the read-ahead's): active while
+    the transaction runs, so the summarizer, the completion and the gate share one reading."""
 
     async def run(self) -> CompactionResult:
+        with self.analysis.active():
+            return await self._run()
+
+    async def _run(self) -> CompactionResult:
         start = self._start()
         try:
             return await self._summarize_and_commit(start)
@@ -180,7 +187,7 @@ class Transaction:
             max_tokens=output.max_tokens,
             usage=output.usage,
             fidelity=fidelity,
-            shadowed_hashes=dict(zip(map(str, shadowed), map(event_hash, events), strict=True)),
+            shadowed_hashes=dict(zip(map(str, shadowed), map(self.analysis.event_hash, events), strict=True)),
             meter=self.meter.name,
             summary_token_count=framed_tokens,
             chunks=output.chunks,
@@ -324,7 +331,7 @@ def build_request(
     keep_first_user: bool = True,
     messages: Sequence[Message] | None = None,
 ) -> SummaryRequest:
-    """The summarization request (spec §d.12): header system/tools, the shadowed messages (after the
+    """The summarization request: header system/tools, the shadowed messages (after the
     protected task statement, which the summarizer still sees), then the instruction.
     ``messages``: the shadowed seqs' messages when the caller has them (else projected here)."""
     header = session.latest_header()

@@ -18,9 +18,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from compaction.events import CompactEnd, CompactStart, CompactSummary
 from compaction.sessions.events import Replace, SessionEvent, UserMessage
 from compaction.sessions.session import Session
+from compaction.vocabulary.events import CompactEnd, CompactStart, CompactSummary
 
 Outcome = Literal["committed", "failed", "orphaned"]
 COMMITTED: Outcome = "committed"

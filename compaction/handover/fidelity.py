@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from compaction.events import Fidelity
-from compaction.identifiers import Identifiers, retained
-from compaction.instruction import SECTIONS
-from compaction.sessions.memo import LatestOnly
+from compaction.handover.analysis import active_analysis
+from compaction.handover.identifiers import Identifiers, retained
+from compaction.vocabulary.events import Fidelity
+from compaction.vocabulary.instruction import SECTIONS
 
 # One heading line: a Markdown heading, a numbered item or a bold line, its title the rest of the
 # line. Kept linear on purpose: the summary is model output, and a title pattern with several
@@ -104,9 +104,12 @@ def _known(marker: str, title: str) -> str | None:
 def section_bodies(summary: str) -> dict[str, str]:
     """Body text under each known section heading (``## Name``, ``1. Name:``, ``**Name:**`` or a
     synonym); a body runs to the next known heading, so numbered lists inside a section stay in it.
-    Two headings naming one section ("Errors and fixes", "Problem Solving") share its body. The
-    latest summary's are kept (the completion and the gate read the same text)."""
-    return dict(_latest_bodies(summary))
+    Two headings naming one section ("Errors and fixes", "Problem Solving") share its body. With an
+    active analysis the latest summary's are kept (the completion and the gate read the same text)."""
+    analysis = active_analysis()
+    if analysis is None:
+        return _section_bodies(summary)
+    return dict(analysis.bodies.get(summary, _section_bodies))
 
 
 def _section_bodies(summary: str) -> dict[str, str]:
@@ -118,10 +121,6 @@ def _section_bodies(summary: str) -> dict[str, str]:
         body = summary[match.end() : end].strip()
         bodies[name] = f"{bodies[name]}\n{body}".strip() if name in bodies else body
     return bodies
-
-
-_latest_bodies: LatestOnly[str, dict[str, str]] = LatestOnly(_section_bodies)
-"""The latest summary's section bodies (the completion and the gate read the same text)."""
 
 
 def missing_sections(summary: str) -> tuple[str, ...]:

@@ -1,13 +1,19 @@
-"""BasicCompactService: token pressure, the retention walk, the lock, summarize, commit.
+"""The compaction engine: token pressure, the retention walk, the lock, summarize, commit.
+
+The engine is given its summarizer (anything that meets
+:class:`~compaction.vocabulary.summarizer.Summarizer`); it imports none.
+:class:`compaction.service.BasicCompactService` is this engine with the template summarizer by
+default, composed above both rooms.
 
 Automatic compaction runs as a ``pre_step`` hook of the reference loop, before every step (so a
 runaway turn compacts its own early closed steps); its errors are contained and logged, and the turn
 continues. Manual compaction (:meth:`compact_now`) runs between turns and keeps only the newest unit.
 Offline compaction (:meth:`compact_to_fit`, the CLI's ``compact``) compacts until the request total
-is under the threshold and reports where it ended and why (:class:`~compaction.contract.FitReport`).
+is under the threshold and reports where it ended and why
+(:class:`~compaction.vocabulary.contract.FitReport`).
 
 Budgets are in request tokens as the provider counts them: the meter's reading carries the ratio
-its prices were calibrated to (:class:`~compaction.meters.Calibration`), and the retained tail is
+its prices were calibrated to (:class:`~compaction.engine.meters.Calibration`), and the retained tail is
 converted to the meter's units with it before the retention walk.
 """
 
@@ -18,16 +24,12 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from compaction.checkpoint import is_checkpoint
-from compaction.config import BasicConfig
-from compaction.contract import (
-    CompactionResult,
-    CompactService,
-    FitReport,
-    FitStatus,
-    Shortfall,
-    Trigger,
-)
+from compaction.engine.lock import busy_message, inspect_lock
+from compaction.engine.meters import HeuristicMeter, Measurement, Meter
+from compaction.engine.prune import PruneConfig, prune_session
+from compaction.engine.selection import Span, head_before_task, select_span, span_for
+from compaction.engine.transaction import Stability, Transaction
+from compaction.engine.windows import DEFAULT_WINDOWS, WindowTable
 from compaction.errors import (
     BusyError,
     CompactionConfigError,
@@ -35,17 +37,21 @@ from compaction.errors import (
     EventCompactionError,
     SpanError,
 )
-from compaction.lock import busy_message, inspect_lock
-from compaction.meters import HeuristicMeter, Measurement, Meter
-from compaction.readahead import READ_AHEAD_FROM, ReadAhead
-from compaction.selection import Span, head_before_task, select_span, span_for
+from compaction.handover.analysis import ANALYSIS_BYTES
+from compaction.handover.readahead import READ_AHEAD_FROM, ReadAhead
 from compaction.sessions.session import Session, project
 from compaction.sessions.store import SessionStore
-from compaction.strategies.prune import PruneConfig, prune_session
-from compaction.summarizers.base import Summarizer
-from compaction.summarizers.template import TemplateSummarizer
-from compaction.transaction import Stability, Transaction
-from compaction.windows import DEFAULT_WINDOWS, WindowTable
+from compaction.vocabulary.checkpoint import is_checkpoint
+from compaction.vocabulary.config import BasicConfig
+from compaction.vocabulary.contract import (
+    CompactionResult,
+    CompactService,
+    FitReport,
+    FitStatus,
+    Shortfall,
+    Trigger,
+)
+from compaction.vocabulary.summarizer import Summarizer
 
 if TYPE_CHECKING:
     from compaction.sessions.loop import StepContext
@@ -53,33 +59,38 @@ if TYPE_CHECKING:
 log = logging.getLogger("compaction")
 
 
-class BasicCompactService(CompactService):
+class CompactionEngine(CompactService):
     def __init__(
         self,
         config: BasicConfig | None = None,
         *,
-        summarizer: Summarizer | None = None,
+        summarizer: Summarizer,
         meter: Meter | None = None,
         on_progress: Callable[[str], None] | None = None,
         pruner: PruneConfig | None = None,
         windows: WindowTable | None = None,
+        analysis_bytes: int | None = None,
     ) -> None:
+        """``analysis_bytes``: the bound, in approximate bytes, of what the engine keeps of each
+        session it reads ahead or compacts (:class:`~compaction.handover.analysis.SpanAnalysis`,
+        held while the session lives); default
+        :data:`~compaction.handover.analysis.ANALYSIS_BYTES`."""
         self.config = config or BasicConfig()
         self.windows = windows or DEFAULT_WINDOWS
         self.pruner = pruner
-        self.summarizer = summarizer or TemplateSummarizer()
+        self.summarizer = summarizer
         self.meter = meter or HeuristicMeter()
         self.on_progress = on_progress
-        self.read_ahead = ReadAhead()
+        self.read_ahead = ReadAhead(ANALYSIS_BYTES if analysis_bytes is None else analysis_bytes)
         self._warned_targets: set[str] = set()
 
     def observe(self, session: Session) -> int:
         """Gather what a compaction of ``session`` will need, for the events since the last call:
         each new message read for the handover facts and the identifiers, each surface event
-        hashed, each node priced (:mod:`compaction.readahead`). The pressure check does it once the
-        request is past half the threshold; call it after appending, e.g. off the hot path, to make
-        the next compaction's own work a pass over what is already known. Returns the messages
-        read."""
+        hashed (kept in the session's analysis, :mod:`compaction.handover.readahead`), each node
+        priced. The pressure check does it once the request is past half the threshold; call it
+        after appending, e.g. off the hot path, to make the next compaction's own work a pass over
+        what is already known. Returns the messages read."""
         count = self.read_ahead.observe(session)
         self.meter.measure(session)
         return count
@@ -88,7 +99,7 @@ class BasicCompactService(CompactService):
 
     def context_window(self, session: Session) -> int:
         """``config.context_window``, else the latest header's, else the known window of its model
-        (:mod:`compaction.windows`, ``self.windows``)."""
+        (:mod:`compaction.engine.windows`, ``self.windows``)."""
         if self.config.context_window is not None:
             return self.config.context_window
         header = session.latest_header()
@@ -102,7 +113,7 @@ class BasicCompactService(CompactService):
         raise CompactionConfigError(
             f"compaction-basic: no context capacity for {target}; configure context_window "
             "(BasicConfig.context_window or --window), record it on request/header, or add the "
-            "model to the window table (WindowTable.with_overrides, compaction.windows)"
+            "model to the window table (WindowTable.with_overrides, compaction.engine.windows)"
         )
 
     def _retain_units(self, retain: int, measurement: Measurement) -> int:
@@ -270,7 +281,7 @@ class BasicCompactService(CompactService):
         )
 
     def _prune(self, session: Session, store: SessionStore | None) -> bool:
-        """The cheaper operation first (seed 002): prune oversized tool results."""
+        """The cheapest operation first (docs/operations.md): prune oversized tool results."""
         assert self.pruner is not None
         report = prune_session(session, self.meter, self.pruner, store=store)
         if report.pruned:
@@ -342,6 +353,7 @@ class BasicCompactService(CompactService):
             owner=None if manual else session.open_turn,
             stability=stability,
             on_progress=self.on_progress,
+            analysis=self.read_ahead.analysis(session),
         )
         result = await transaction.run()
         log.info("compaction (%s): %s", "manual" if manual else "step pressure", result.describe())
@@ -360,7 +372,7 @@ class BasicCompactService(CompactService):
             if key not in self._warned_targets:
                 self._warned_targets.add(key)
                 log.warning("step compaction failed: %s; continuing the turn", e)
-        except Exception as e:  # contained by design (spec §d.18)
+        except Exception as e:  # contained by design: a failed compaction never ends the turn
             log.warning("step compaction failed: %s; continuing the turn", e)
 
 
@@ -380,7 +392,7 @@ def overhead_source(session: Session, reading: Measurement) -> str:
             f"measured on the provider's count of the request at seq {calibration.first_seq}: "
             "system prompt, tools and what the harness sends beyond the logged messages"
         )
-    header = session.last_of("request/header")
+    header = session.header_seq()
     if header is None:
         return "no request/header and no provider usage: nothing is sent beyond the messages"
     return f"the system prompt and tool schemas of request/header seq {header}, at the meter's price"

@@ -1,4 +1,4 @@
-"""Configuration of the basic backend, validated on load (spec §d.2 knobs and defaults).
+"""Configuration of the basic backend, validated on load (knobs and defaults: docs/compaction.md).
 
 ``BasicConfig.from_mapping`` rejects unknown keys and bad values with the key, the value and the rule.
 """
@@ -15,7 +15,7 @@ from compaction.errors import CompactionConfigError
 NAME = "BasicCompactionConfig"
 
 CompletionMode = Literal["appendix", "repair", "both", "off"]
-"""How a summary is completed before the fidelity gate (:mod:`compaction.completion`): ``appendix``
+"""How a summary is completed before the fidelity gate (:mod:`compaction.handover.completion`): ``appendix``
 appends what it missed verbatim (no model call), ``repair`` asks the summarizer once more listing
 what is missing, ``both`` repairs then appends what is still missing, ``off`` leaves it as written."""
 COMPLETION_MODES: tuple[str, ...] = get_args(CompletionMode)

@@ -24,6 +24,10 @@ Sources, never arbitrary strings:
   carry a ``status``), its unfinished items;
 - files: the path arguments of file tools, refined by the paths the tool reported
   ("File created successfully at: ...").
+
+What is found of each message, call and result is kept by the session's analysis while one is
+active (a compaction, the read-ahead: :mod:`compaction.handover.analysis`); without one, every
+function here computes and keeps nothing.
 """
 
 from __future__ import annotations
@@ -32,10 +36,9 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 
-from compaction.checkpoint import framed_summary
-from compaction.identifiers import (
+from compaction.handover.analysis import active_analysis
+from compaction.handover.identifiers import (
     ERROR_LINE_RE,
     Identifiers,
     extract,
@@ -51,16 +54,13 @@ from compaction.sessions.blocks import (
     text_of,
 )
 from compaction.sessions.interrupted import NOT_STARTED_TEXT, OUTCOME_UNKNOWN_TEXT
-from compaction.sessions.memo import IdentityCache, SequenceMemo
+from compaction.vocabulary.checkpoint import framed_summary
 
 MATCH_PREFIX = 60
 """Characters of a normalized ask, task or error line that must appear in a summary to count."""
 LINE_CHARS = 160
 LAST_STEPS = 3
 COMMAND_CHARS = 160
-CALL_KEY_CACHE = 1 << 17
-_SPANS: SequenceMemo[SpanFacts] = SequenceMemo()
-"""Tool calls whose :func:`call_key` is kept (a pure function of the call)."""
 
 # ---------------------------------------------------------------- public shapes
 
@@ -132,10 +132,15 @@ def mentions(summary: str, text: str, *, prepared: bool = False) -> bool:
     return bool(needle) and needle in haystack
 
 
-@lru_cache(maxsize=CALL_KEY_CACHE)
 def _needle(text: str) -> str:
     """What :func:`mentions` looks for: ``text`` normalized, its first :data:`MATCH_PREFIX`
-    characters (once per text: the same asks and error lines are looked for in every summary)."""
+    characters (with an active analysis once per text: the same asks and error lines are looked
+    for in every summary)."""
+    analysis = active_analysis()
+    return _needle_of(text) if analysis is None else analysis.needles.get(text, _needle_of)
+
+
+def _needle_of(text: str) -> str:
     return normalized(text)[:MATCH_PREFIX].rstrip()
 
 
@@ -245,10 +250,14 @@ class UserText:
     interrupted: bool = False
 
 
-@lru_cache(maxsize=CALL_KEY_CACHE)
 def clean_user_text(text: str) -> UserText:
     """Separate the natural-language ask from harness wrappers, slash commands and interruption
-    markers (Claude Code, pi, Codex conventions)."""
+    markers (Claude Code, pi, Codex conventions); with an active analysis once per text."""
+    analysis = active_analysis()
+    return _clean_user_text(text) if analysis is None else analysis.user_texts.get(text, _clean_user_text)
+
+
+def _clean_user_text(text: str) -> UserText:
     text = ANSI_RE.sub("", text)
     commands = [
         " ".join(part for part in (name, _args(text)) if part) for name in COMMAND_NAME_RE.findall(text)
@@ -309,8 +318,9 @@ def arguments_of(call: ToolCallBlock) -> dict[str, object]:
 
 
 def _arguments(call: ToolCallBlock) -> dict[str, object]:
-    """:func:`arguments_of`, parsed once per argument string and shared with the identifiers
-    (:func:`~compaction.identifiers.parsed_arguments`): never mutate the result."""
+    """:func:`arguments_of`, shared with the identifiers (with an active analysis parsed once per
+    argument string, :func:`~compaction.handover.identifiers.parsed_arguments`): never mutate the
+    result."""
     value = parsed_arguments(call.arguments)
     return value if isinstance(value, dict) else {}
 
@@ -325,10 +335,15 @@ def _string(args: dict[str, object], keys: tuple[str, ...]) -> str:
     return ""
 
 
-@lru_cache(maxsize=CALL_KEY_CACHE)
 def call_key(call: ToolCallBlock) -> str:
-    """What a call acted on: its command, else its path, else its compact arguments (cached per
-    call: a span's facts ask for it once per step, and the same calls again at every compaction)."""
+    """What a call acted on: its command, else its path, else its compact arguments (with an active
+    analysis once per call: a span's facts ask for it once per step, and the same calls again at
+    every compaction)."""
+    analysis = active_analysis()
+    return _call_key(call) if analysis is None else analysis.call_keys.get(call, _call_key)
+
+
+def _call_key(call: ToolCallBlock) -> str:
     args = _arguments(call)
     command = _string(args, COMMAND_KEYS)
     if command and not _is_editor(call, args):
@@ -347,14 +362,25 @@ def _is_editor(call: ToolCallBlock, args: dict[str, object]) -> bool:
     return "editor" in call.name.lower() and isinstance(args.get("path"), str)
 
 
-@lru_cache(maxsize=CALL_KEY_CACHE)
 def result_text(block: ToolResultBlock) -> str:
+    """A result's text, ANSI codes removed (with an active analysis once per block)."""
+    analysis = active_analysis()
+    return _result_text(block) if analysis is None else analysis.result_texts.get(block, _result_text)
+
+
+def _result_text(block: ToolResultBlock) -> str:
     text = text_of(block.content)
     return ANSI_RE.sub("", text) if "\x1b" in text else text
 
 
-@lru_cache(maxsize=CALL_KEY_CACHE)
 def failed(block: ToolResultBlock) -> bool:
+    """Whether a result is a failure (not a synthesized or rejected one); with an active analysis
+    once per block."""
+    analysis = active_analysis()
+    return _failed(block) if analysis is None else analysis.failures.get(block, _failed)
+
+
+def _failed(block: ToolResultBlock) -> bool:
     text = result_text(block)
     if is_synthesized(text) or text.startswith(REJECTED):
         return False
@@ -384,10 +410,15 @@ WEAK_RE = re.compile(
 TAG_RE = re.compile(r"</?(?:tool_use_error|error|returncode|output)>")
 
 
-@lru_cache(maxsize=CALL_KEY_CACHE)
 def first_informative_line(text: str) -> str:
     """The line of an error output a reader needs: an exception line, else the first line naming
-    an error, else the first naming a failure, else the last substantive line."""
+    an error, else the first naming a failure, else the last substantive line (with an active
+    analysis once per text)."""
+    analysis = active_analysis()
+    return _first_line(text) if analysis is None else analysis.first_lines.get(text, _first_line)
+
+
+def _first_line(text: str) -> str:
     lines = []
     for raw in TAG_RE.sub("\n", ANSI_RE.sub("", text)).splitlines():
         line = raw.strip()
@@ -464,8 +495,12 @@ class Read:
     """Characters of the message's text blocks, tool calls (name and arguments) and results."""
 
 
-READ_CACHE = 1 << 18
-"""Messages whose :class:`Read` is kept, by identity (the message held with it)."""
+def read(message: Message) -> Read:
+    """One message read for the walk; with an active analysis once per message object, so a
+    compaction reads its span's messages again only when a message is new (the read-ahead reads
+    them as they arrive, :meth:`~compaction.engine.service.CompactionEngine.observe`)."""
+    analysis = active_analysis()
+    return _read(message) if analysis is None else analysis.reads.get(message, _read)
 
 
 def _read(message: Message) -> Read:
@@ -484,7 +519,7 @@ def _read(message: Message) -> Read:
             heard = said[1] if len(said) == 2 and said[1].strip() else None
             failure = failed(block)
             if failure:
-                first_informative_line(text)  # found now (cached by text), for the errors
+                first_informative_line(text)  # found now (kept by text), for the errors
             items.append(Result(block, failure, rejected, heard))
             chars += len(text_of(block.content))
         elif isinstance(block, TextBlock):
@@ -495,7 +530,7 @@ def _read(message: Message) -> Read:
         text = text_of(message.content).strip()
     elif from_user:
         text = text_of(message.content)
-        _needle(clean_user_text(text).ask)  # found now (cached by text), for the walk and the gate
+        _needle(clean_user_text(text).ask)  # found now (kept by text), for the walk and the gate
     return Read(
         checkpoint=framed_summary(message) is not None,
         role=message.role,
@@ -505,12 +540,6 @@ def _read(message: Message) -> Read:
         text=text,
         chars=chars,
     )
-
-
-read: IdentityCache[Message, Read] = IdentityCache(_read, READ_CACHE)
-"""One message read for the walk, once per message object: a compaction reads its span's messages
-again only when a message is new (the read-ahead reads them as they arrive,
-:meth:`~compaction.basic.BasicCompactService.observe`)."""
 
 
 @dataclass
@@ -607,10 +636,14 @@ def _fenced_command(previous: Message | None) -> str | None:
 
 def span_facts(messages: Sequence[Message]) -> SpanFacts:
     """The handover facts of a span (a prior framed checkpoint in it is skipped: merge it apart).
-    Found once per span: the template, the completion and the gate of one compaction share them
-    (recalled while the same message objects come again, :class:`~compaction.sessions.memo.SequenceMemo`)."""
-    recalled = _SPANS.recall(messages)
-    return recalled if recalled is not None else _SPANS.keep(messages, _span_facts(messages))
+    With an active analysis found once per span: the template, the completion and the gate of one
+    compaction share them (recalled while the same message objects come again,
+    :class:`~compaction.sessions.memo.SequenceMemo`)."""
+    analysis = active_analysis()
+    if analysis is None:
+        return _span_facts(messages)
+    recalled = analysis.spans.recall(messages)
+    return recalled if recalled is not None else analysis.spans.remember(messages, _span_facts(messages))
 
 
 def led_span_facts(lead: Message, span: Sequence[Message]) -> SpanFacts:
@@ -648,8 +681,17 @@ def led_span_facts(lead: Message, span: Sequence[Message]) -> SpanFacts:
     )
 
 
+def _reads(messages: Sequence[Message]) -> list[Read]:
+    """:func:`read` of every message (the active analysis looked up once)."""
+    analysis = active_analysis()
+    if analysis is None:
+        return list(map(_read, messages))
+    recall = analysis.reads.get
+    return [recall(message, _read) for message in messages]
+
+
 def _span_facts(messages: Sequence[Message]) -> SpanFacts:
-    reads = list(map(read, messages))
+    reads = _reads(messages)
     walk = _walk(messages, reads)
     tasks, active, seen = _tasks(walk.steps)
     edited, created, opened = _files(walk.steps)
@@ -829,7 +871,7 @@ def _files(steps: list[_Step]) -> tuple[list[str], list[str], list[str]]:
     for step in steps:
         if step.result is None or step.failed:
             continue
-        kind, paths = _file_action_of(step.call, step.result)
+        kind, paths = file_action(step.call, step.result)
         target = {"edited": edited, "created": created, "read": read}.get(kind)
         if target is None:
             continue
@@ -846,14 +888,15 @@ def _files(steps: list[_Step]) -> tuple[list[str], list[str], list[str]]:
 
 def file_action(call: ToolCallBlock, result: ToolResultBlock) -> tuple[str, tuple[str, ...]]:
     """``(kind, paths)`` of a call and its result: ``edited``, ``created``, ``read`` or ``""`` (no
-    file), found once per pair (the read-ahead finds it when the result arrives)."""
-    return _file_action_of(call, result)
+    file); with an active analysis once per pair (the read-ahead finds it when the result arrives)."""
+    analysis = active_analysis()
+    pair = (call, result)
+    return _file_action_of(pair) if analysis is None else analysis.file_actions.get(pair, _file_action_of)
 
 
-@lru_cache(maxsize=CALL_KEY_CACHE)
-def _file_action_of(call: ToolCallBlock, result: ToolResultBlock) -> tuple[str, tuple[str, ...]]:
-    """:func:`_file_action` of one call and its result, once per pair."""
-    kind, paths = _file_action(_Step(call, result))
+def _file_action_of(pair: tuple[ToolCallBlock, ToolResultBlock]) -> tuple[str, tuple[str, ...]]:
+    """:func:`_file_action` of one call and its result."""
+    kind, paths = _file_action(_Step(*pair))
     return kind, tuple(paths)
 
 
@@ -913,19 +956,3 @@ def _intent(walk: _Walk) -> str | None:
             if INTENT_RE.match(sentence):
                 return _clip(sentence, 300)
     return None
-
-
-def clear_caches() -> None:
-    """Empty the per-message and per-call caches (each message's :func:`read`, a span's facts, the
-    cleaned user text, :func:`call_key`, the parsed arguments, :func:`failed`, the first
-    informative line of a text, the file action of a call and its result)."""
-    _SPANS.clear()
-    read.clear()
-    _needle.cache_clear()
-    clean_user_text.cache_clear()
-    call_key.cache_clear()
-    parsed_arguments.cache_clear()
-    failed.cache_clear()
-    first_informative_line.cache_clear()
-    _file_action_of.cache_clear()
-    result_text.cache_clear()

@@ -1,7 +1,7 @@
 """The compaction seam: what a compaction backend promises, not how it does it.
 
 A :class:`CompactService` decides when and what to compact and commits the result as events. Backends
-(:class:`~compaction.basic.BasicCompactService`, the checkpoint strategy) implement every method.
+(:class:`~compaction.service.BasicCompactService`, the checkpoint strategy) implement every method.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Literal
 
-from compaction.events import ShadowedRange
 from compaction.sessions.blocks import TextBlock
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
+from compaction.vocabulary.events import ShadowedRange
 
 Trigger = Literal["pressure", "context-overflow"]
 
@@ -63,7 +63,7 @@ class Shortfall:
 @dataclass(frozen=True)
 class FitReport:
     """What compacting a session to its threshold achieved (:meth:`BasicCompactService.compact_to_fit
-    <compaction.basic.BasicCompactService.compact_to_fit>`): the compactions that committed, even when
+    <compaction.service.BasicCompactService.compact_to_fit>`): the compactions that committed, even when
     a later attempt failed (``failure``), and where the request total ended."""
 
     compactions: tuple[CompactionResult, ...]

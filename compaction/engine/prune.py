@@ -1,4 +1,4 @@
-"""Tool-result pruning (spec §f): the cheapest compaction operation, model-free.
+"""Tool-result pruning: the cheapest compaction operation, model-free (docs/operations.md).
 
 An oversized tool result keeps its head and tail around a marker. Each rewrite is a ``compact/prune``
 record (the shadow price of the original node, under the session's meter) immediately followed by a
@@ -15,13 +15,13 @@ from typing import Any
 
 import msgspec
 
+from compaction.engine.meters import Meter
 from compaction.errors import CompactionConfigError, CompactionError
-from compaction.events import CompactPrune, ShadowedRange
-from compaction.meters import Meter
 from compaction.sessions.blocks import ImageBlock, Message, TextBlock, ToolResultBlock
 from compaction.sessions.events import UNSET_SEQ, UNSET_TIME, Replace, ToolResult
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
+from compaction.vocabulary.events import CompactPrune, ShadowedRange
 
 MARKER = "\n\n[... tool result middle pruned ...]\n\n"
 NAME = "ToolResultPruneConfig"

@@ -8,7 +8,7 @@ an Ollama ``:tag`` suffix do not matter) and the longest matching prefix wins, s
 finds ``gpt-4o`` and not ``gpt-4``.
 
 Where the window comes from, first match wins (:meth:`BasicCompactService.context_window
-<compaction.basic.BasicCompactService.context_window>`): ``BasicConfig.context_window`` (``--window``),
+<compaction.service.BasicCompactService.context_window>`): ``BasicConfig.context_window`` (``--window``),
 the ``context_window`` recorded on the latest ``request/header``, then this table. Users extend or
 correct it without editing it: ``WindowTable().with_overrides({"my-finetune": 32_768})``, passed as
 ``BasicCompactService(windows=...)``. The figures are the vendors' published ones (December 2026);

@@ -5,28 +5,31 @@ becomes ``compact/start``, ``compact/summary`` (``provider`` = the harness), a `
 replacement of everything before the retained tail (the harness's own summary text, verbatim, as the
 checkpoint), and ``compact/end``. Nothing is repaired: where the harness's cut split a tool pair or
 dropped the first user message, the import still succeeds and the audit reports it.
+
+The importers find :func:`import_foreign_compaction` by its topic when they first meet a foreign
+compaction (:data:`compaction.sessions.importers.common.FOREIGN_COMPACTION_TOPIC`).
 """
 
 from __future__ import annotations
 
 import uuid
 
-from compaction.events import (
-    COMPACT_PLUGIN,
+from compaction.engine.meters import HeuristicMeter
+from compaction.handover.fidelity import measure_fidelity
+from compaction.handover.identifiers import extract
+from compaction.sessions.blocks import TextBlock, text_of
+from compaction.sessions.events import Replace, UserMessage
+from compaction.sessions.hashing import event_hash
+from compaction.sessions.importers.common import ForeignCompaction
+from compaction.sessions.session import Session, project
+from compaction.vocabulary.checkpoint import foreign_checkpoint
+from compaction.vocabulary.events import (
     CompactEnd,
     CompactStart,
     CompactSummary,
     Lease,
     ShadowedRange,
 )
-from compaction.fidelity import measure_fidelity
-from compaction.identifiers import extract
-from compaction.meters import HeuristicMeter
-from compaction.sessions.blocks import Message, Source, TextBlock, text_of
-from compaction.sessions.events import Replace, UserMessage
-from compaction.sessions.hashing import event_hash
-from compaction.sessions.importers.common import ForeignCompaction, register_compaction_handler
-from compaction.sessions.session import Session, project
 
 
 def shadowed_positions(session: Session, first_kept_seq: int | None) -> tuple[int, ...]:
@@ -49,12 +52,7 @@ def import_foreign_compaction(session: Session, foreign: ForeignCompaction) -> N
         return
     meter = HeuristicMeter()
     compaction_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{session.id}:{foreign.origin}"))
-    checkpoint = Message(
-        id=foreign.summary.id,
-        role="user",
-        content=foreign.summary.content,
-        source=Source(kind="plugin", plugin=COMPACT_PLUGIN, compaction_id=compaction_id),
-    )
+    checkpoint = foreign_checkpoint(compaction_id, foreign.summary)
     text = text_of(foreign.summary.content)
     identifiers = extract(m for m in (project(session.event(s)) for s in shadowed) if m)
     base = len(session)
@@ -91,5 +89,3 @@ def import_foreign_compaction(session: Session, foreign: ForeignCompaction) -> N
         ]
     )
 
-
-register_compaction_handler(import_foreign_compaction)

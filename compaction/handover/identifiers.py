@@ -2,19 +2,20 @@
 
 One extractor serves the template summarizer (what to keep), the fidelity gate (what was kept) and the
 audit (the retention ratio). Paths and commands come from the agent's own tool-call arguments and text;
-error names and error lines come from tool results and assistant text.
+error names and error lines come from tool results and assistant text. Each message's are kept by the
+session's analysis while one is active (:mod:`compaction.handover.analysis`), else found anew.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from functools import lru_cache
 
+from compaction.handover.analysis import SpanAnalysis, active_analysis
 from compaction.sessions.blocks import Message, TextBlock, ToolCallBlock, ToolResultBlock
-from compaction.sessions.memo import IdentityCache, LatestOnly, SequenceMemo
 
 PATH_RE = re.compile(
     r"(?<![\w/.-])(?:~/|\.{1,2}/|/)?(?:[\w.-]+/)+[\w.-]*[\w-]\.[A-Za-z0-9]{1,8}\b"  # a/b.py, /x/y.txt
@@ -59,23 +60,21 @@ class Identifiers:
         return len(self.all())
 
 
-_Kinds = tuple[dict[str, None], dict[str, None], dict[str, None], dict[str, None], dict[str, None]]
-_NONE: _Kinds = ({}, {}, {}, {}, {})
-_CACHE: dict[Message, _Kinds] = {}
-_UNIONS: SequenceMemo[Identifiers] = SequenceMemo()
-CACHE_LIMIT = 1 << 18
-"""Messages whose identifiers are kept (a pure function of the message: its role and content);
-past it the cache starts over."""
+Kinds = tuple[dict[str, None], dict[str, None], dict[str, None], dict[str, None], dict[str, None]]
+"""One message's identifiers by kind: paths, commands, errors, error lines, ids."""
+_NONE: Kinds = ({}, {}, {}, {}, {})
 
 
 def extract(messages: Iterable[Message]) -> Identifiers:
-    """The identifiers of ``messages``: the union, in order, of each message's own, which are
-    found once per message (cached by the message's value) and shared by the template summarizer,
-    the completion and the fidelity gate; the union itself is recalled when the same message
-    objects come again (:class:`~compaction.sessions.memo.SequenceMemo`). Never mutate the result."""
-    if isinstance(messages, list | tuple):
-        recalled = _UNIONS.recall(messages)
-        return recalled if recalled is not None else _UNIONS.keep(messages, _union(messages))
+    """The identifiers of ``messages``: the union, in order, of each message's own
+    (:func:`message_kinds`). With an active analysis (:mod:`compaction.handover.analysis`) each
+    message's are found once and shared by the template summarizer, the completion and the fidelity
+    gate, and the union itself is recalled when the same message objects come again. Never mutate
+    the result."""
+    analysis = active_analysis()
+    if analysis is not None and isinstance(messages, list | tuple):
+        recalled = analysis.unions.recall(messages)
+        return recalled if recalled is not None else analysis.unions.remember(messages, _union(messages))
     return _union(messages)
 
 
@@ -84,7 +83,9 @@ def _union(messages: Iterable[Message]) -> Identifiers:
     paths, commands, errors, lines, ids = (
         found.paths, found.commands, found.errors, found.error_lines, found.ids,
     )
-    for kinds in map(message_kinds, messages):
+    analysis = active_analysis()
+    found_kinds = _kinds_of if analysis is None else functools.partial(_kept_kinds, analysis)
+    for kinds in map(found_kinds, messages):
         if kinds is _NONE:
             continue
         paths.update(kinds[0])
@@ -105,33 +106,29 @@ def merged(*groups: Identifiers) -> Identifiers:
     return out
 
 
-def _kinds_by_value(message: Message) -> _Kinds:
-    try:
-        kinds = _CACHE.get(message)
-    except TypeError:  # an unhashable extension block: no caching
-        return _kinds_of(message)
+def message_kinds(message: Message) -> Kinds:
+    """One message's identifiers by kind (paths, commands, errors, error lines, ids). With an active
+    analysis, found once per message object (no hashing of its content), else once per value (an
+    equal message, another object, is not read again)."""
+    analysis = active_analysis()
+    return _kinds_of(message) if analysis is None else _kept_kinds(analysis, message)
+
+
+def _kept_kinds(analysis: SpanAnalysis, message: Message) -> Kinds:
+    kinds = analysis.kinds.recall(message)
     if kinds is None:
-        kinds = _kinds_of(message)
-        if len(_CACHE) >= CACHE_LIMIT:
-            _CACHE.clear()
-        _CACHE[message] = kinds
+        kinds = analysis.kinds.keep(message, _kinds_by_value(analysis, message))
     return kinds
 
 
-message_kinds: IdentityCache[Message, _Kinds] = IdentityCache(_kinds_by_value, CACHE_LIMIT)
-"""One message's identifiers by kind (paths, commands, errors, error lines, ids), found once per
-message object (no hashing of its content), else by its value."""
+def _kinds_by_value(analysis: SpanAnalysis, message: Message) -> Kinds:
+    try:
+        return analysis.kinds_by_value.get(message, _kinds_of)
+    except TypeError:  # an unhashable extension block: found, not kept
+        return _kinds_of(message)
 
 
-def clear_cache() -> None:
-    parsed_arguments.cache_clear()
-    _CACHE.clear()
-    message_kinds.clear()
-    _UNIONS.clear()
-    _found_in.clear()
-
-
-def _kinds_of(message: Message) -> _Kinds:
+def _kinds_of(message: Message) -> Kinds:
     found = Identifiers()
     for block in message.content:
         if isinstance(block, ToolCallBlock):
@@ -145,14 +142,17 @@ def _kinds_of(message: Message) -> _Kinds:
     return found.paths, found.commands, found.errors, found.error_lines, found.ids
 
 
-ARGUMENTS_CACHE = 1 << 17
-"""Tool-call argument strings whose parsed JSON is kept (shared by the identifiers and the facts)."""
-
-
-@lru_cache(maxsize=ARGUMENTS_CACHE)
 def parsed_arguments(arguments: str) -> object:
-    """A tool call's arguments parsed as JSON, once per string (``{}`` when blank, the string
-    itself when it is not JSON). Shared by every reader: never mutate the result."""
+    """A tool call's arguments parsed as JSON (``{}`` when blank, the string itself when it is not
+    JSON); with an active analysis once per string, shared by every reader: never mutate the
+    result."""
+    analysis = active_analysis()
+    if analysis is None:
+        return _parsed(arguments)
+    return analysis.arguments.get(arguments, _parsed)
+
+
+def _parsed(arguments: str) -> object:
     try:
         return json.loads(arguments) if arguments.strip() else {}
     except json.JSONDecodeError:
@@ -239,11 +239,13 @@ def _strings(value: object, key: str = "") -> Iterator[tuple[str, str]]:
 
 
 def retained(identifiers: Iterable[str], summary: str) -> tuple[list[str], list[str]]:
-    """``(kept, missing)``: identifiers found verbatim in the summary, and the rest. The answers
-    for the latest summary are kept: a compaction asks about the same text from the completion,
-    the gate and the handover measures (each search is a scan of the whole summary)."""
+    """``(kept, missing)``: identifiers found verbatim in the summary, and the rest. With an active
+    analysis the answers for the latest summary are kept: a compaction asks about the same text
+    from the completion, the gate and the handover measures (each search is a scan of the whole
+    summary)."""
     wanted = list(identifiers)
-    found = _found_in(summary)
+    analysis = active_analysis()
+    found = {} if analysis is None else analysis.found_in.get(summary, _nothing_found)
     for ident in wanted:
         if ident not in found:
             # From the end: a checkpoint lists its references in its later sections, so the
@@ -256,5 +258,6 @@ def retained(identifiers: Iterable[str], summary: str) -> tuple[list[str], list[
     return kept, missing
 
 
-_found_in: LatestOnly[str, dict[str, bool]] = LatestOnly(lambda summary: {})
-"""What was found in the latest summary searched (ident -> found)."""
+def _nothing_found(summary: str) -> dict[str, bool]:
+    """What was found in a summary not searched yet (ident -> found)."""
+    return {}

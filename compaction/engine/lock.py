@@ -1,4 +1,4 @@
-"""The log-recorded compaction lock (spec §d.14, with leases).
+"""The log-recorded compaction lock, with leases (docs/architecture.md, "The lock, leases and brackets").
 
 The lock is live when the latest of ``compact/start`` / ``compact/end`` is a start and no later
 ``session/resume`` exists. Across processes the lock holds through optimistic concurrency: the start is
@@ -12,10 +12,10 @@ import socket
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from compaction.brackets import open_start
-from compaction.events import CompactStart, Lease
+from compaction.engine.brackets import open_start
 from compaction.sessions.events import now_utc
 from compaction.sessions.session import Session
+from compaction.vocabulary.events import CompactStart, Lease
 
 
 @dataclass(frozen=True)

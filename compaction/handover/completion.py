@@ -1,8 +1,8 @@
 """Completing a summary before the fidelity gate, so model summaries pass by construction.
 
-A model (or a user's own :class:`~compaction.summarizers.base.Summarizer`) answers with whatever it
+A model (or a user's own :class:`~compaction.vocabulary.summarizer.Summarizer`) answers with whatever it
 wrote. Before the gate, the compaction measures what that text missed of the shadowed span (the
-eight sections, the verbatim identifiers, and, from :mod:`compaction.facts`, the user's asks, the
+eight sections, the verbatim identifiers, and, from :mod:`compaction.handover.facts`, the user's asks, the
 open tasks and the errors met) and completes it, as ``BasicConfig.completion`` says:
 
     appendix   (default) a deterministic "Verbatim references" block appended inside the same
@@ -11,7 +11,7 @@ open tasks and the errors met) and completes it, as ``BasicConfig.completion`` s
     both       the repair, then the appendix for whatever the repaired text still misses
     off        the text as written (the gate may refuse it)
 
-The result records what the model wrote and what was added (:class:`~compaction.events.Completion`
+The result records what the model wrote and what was added (:class:`~compaction.vocabulary.events.Completion`
 on ``compact/summary``), so the audit shows both.
 """
 
@@ -24,16 +24,16 @@ from dataclasses import dataclass
 
 import msgspec
 
-from compaction.checkpoint import is_checkpoint
-from compaction.config import CompletionMode
 from compaction.errors import SummarizerError, error_chain
-from compaction.events import Completion
-from compaction.facts import ErrorFact, SpanFacts, missing_from, span_facts
-from compaction.fidelity import measure_fidelity, missing_sections
-from compaction.identifiers import Identifiers, extract, merged, retained
-from compaction.instruction import CLOSE_TAG, INSTRUCTION, INSTRUCTION_PLUGIN, OPEN_TAG, SECTIONS
+from compaction.handover.facts import ErrorFact, SpanFacts, missing_from, span_facts
+from compaction.handover.fidelity import measure_fidelity, missing_sections
+from compaction.handover.identifiers import Identifiers, extract, merged, retained
 from compaction.sessions.blocks import Message, Source, TextBlock, text_of
-from compaction.summarizers.base import Summarizer, SummaryOutput, SummaryRequest
+from compaction.vocabulary.checkpoint import is_checkpoint
+from compaction.vocabulary.config import CompletionMode
+from compaction.vocabulary.events import Completion
+from compaction.vocabulary.instruction import CLOSE_TAG, INSTRUCTION, INSTRUCTION_PLUGIN, OPEN_TAG, SECTIONS
+from compaction.vocabulary.summarizer import Summarizer, SummaryOutput, SummaryRequest
 
 log = logging.getLogger("compaction")
 
@@ -115,7 +115,7 @@ def span_identifiers(messages: Sequence[Message], facts: SpanFacts | None = None
 def gaps(summary: str, facts: SpanFacts, wanted: Identifiers | None = None) -> Gaps:
     """What ``summary`` misses: sections (by the gate's tolerant reading), identifiers (verbatim, as
     the gate counts them: ``wanted``, default the span facts'), and the user asks, open tasks and
-    errors :func:`~compaction.facts.missing_from` reports."""
+    errors :func:`~compaction.handover.facts.missing_from` reports."""
     missing = missing_from(summary, facts)
     _, lost = retained((wanted if wanted is not None else facts.identifiers).all(), summary)
     identifiers = tuple(dict.fromkeys([*missing.identifiers, *lost]))

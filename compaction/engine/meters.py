@@ -1,12 +1,12 @@
 """Token meters: the pricing authority for pressure checks, selection and the shrink check.
 
-:class:`HeuristicMeter` is spec §d.3 exactly (``ceil(len/4)`` per text, +4 per block, +4 per message,
+:class:`HeuristicMeter` is the fixed heuristic (``ceil(len/4)`` per text, +4 per block, +4 per message,
 lengths in UTF-16 code units); ``chars_per_token`` is configurable. :class:`TiktokenMeter` counts
 real cl100k tokens from the offline encoding with the same overheads.
 
 Prices are cached per event and the surface sum is kept per session, so a pressure check costs
 O(new surface nodes) while the replace generation is unchanged (a replacement triggers one re-sum of
-cached prices). The request total (spec §d.4) is system prompt + tool schemas + surface, or, when
+cached prices). The request total is system prompt + tool schemas + surface, or, when
 the log has provider usage, a figure calibrated on it (:class:`Calibration`): the provider counts
 these messages at its own price, so the surface is priced at the ratio the session's usage records
 show (provider prompt tokens per meter token, fitted on the records since the latest
@@ -285,14 +285,15 @@ class Meter(ABC):
 
     def header_tokens(self, session: Session) -> int:
         state = self._state(session)
-        seq = session.last_of("request/header")
+        seq = session.header_seq()
         if seq != state.header_seq:
             state.header_seq = seq
             state.header_tokens = 0 if seq is None else self.header(session.latest_header())
         return state.header_tokens
 
     def measure(self, session: Session) -> Measurement:
-        """Request pressure now (spec §d.4). O(new events) between replacements."""
+        """Request pressure now (system prompt + tool schemas + surface, or calibrated on usage). O(new
+        events) between replacements."""
         surface = self.surface_tokens(session)
         header = self.header_tokens(session)
         calibration = self.calibration(session)
@@ -329,7 +330,7 @@ class Meter(ABC):
         log is folded once per session and meter, then O(new events) per call.
         """
         latest = session.last_of("assistant/message")
-        header = session.last_of("request/header")
+        header = session.header_seq()
         if latest is None or (header is not None and header > latest):
             return None
         event = session.event(latest)
@@ -409,7 +410,7 @@ def utf16_length(text: str) -> int:
 
 
 class HeuristicMeter(Meter):
-    """Spec §d.3: ``ceil(utf16_len / chars_per_token)`` per string, plus fixed overheads."""
+    """``ceil(utf16_len / chars_per_token)`` per string, plus +4 per block and +4 per message."""
 
     def __init__(self, chars_per_token: float = 4) -> None:
         if not chars_per_token > 0:

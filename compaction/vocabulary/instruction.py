@@ -1,4 +1,4 @@
-"""The summarization instruction (seed 000/001, spec §d.12) and the checkpoint framing (§d.13).
+"""The summarization instruction and the checkpoint framing (docs/compaction.md).
 
 This module is the one place the instruction text lives: every summarizer sends it, the fidelity gate
 checks its eight sections, and the audit rebuilds requests from it.

@@ -1,0 +1,84 @@
+"""Reading ahead: what a compaction will need of a session, gathered as its events arrive.
+
+A compaction reads every message of its span (the handover facts, the identifiers the gate counts)
+and hashes every shadowed event (``compact/summary.shadowed_hashes``). Done when the compaction
+runs, that is a pass over up to the whole surface at the moment the agent waits; done as the
+events arrive (the pressure check after each step, once the request is past
+:data:`READ_AHEAD_FROM` of the threshold), each event is read once, and the compaction finds the
+per-message facts, identifiers and hashes in the session's analysis
+(:class:`~compaction.handover.analysis.SpanAnalysis`).
+
+:class:`ReadAhead` owns the analyses: one per session, held weakly (a session dropped takes its
+analysis with it), each bounded by ``max_bytes``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from weakref import WeakKeyDictionary
+
+from compaction.handover.analysis import ANALYSIS_BYTES, SpanAnalysis
+from compaction.handover.facts import Call, Result, file_action, read
+from compaction.handover.identifiers import message_kinds
+from compaction.sessions.blocks import ToolCallBlock
+from compaction.sessions.memo import checked_limit
+from compaction.sessions.session import Session, project
+
+__all__ = ["READ_AHEAD_FROM", "ReadAhead"]
+
+READ_AHEAD_FROM = 0.5
+"""Share of the compaction threshold from which the pressure check reads ahead."""
+
+
+class ReadAhead:
+    """Every session's analysis (created at the first use, released with the session), and how far
+    each session has been read."""
+
+    def __init__(self, max_bytes: int = ANALYSIS_BYTES) -> None:
+        self.max_bytes = checked_limit(max_bytes)
+        self._analyses: WeakKeyDictionary[Session, SpanAnalysis] = WeakKeyDictionary()
+
+    def analysis(self, session: Session) -> SpanAnalysis:
+        """The analysis of ``session`` (a new, empty one at the first call)."""
+        found = self._analyses.get(session)
+        if found is None:
+            found = self._analyses[session] = SpanAnalysis(self.max_bytes)
+        return found
+
+    def __len__(self) -> int:
+        """The sessions whose analysis is held (live sessions only)."""
+        return len(self._analyses)
+
+    def observe(self, session: Session) -> int:
+        """Read the surface events appended since the last call (the whole surface at the first
+        call, or after a rollback); returns how many events were read."""
+        analysis = self.analysis(session)
+        progress = analysis.progress
+        seqs: Iterable[int]
+        if progress.epoch != session.epoch:
+            seqs = session.nodes
+            progress.waiting = {}
+        else:
+            seqs = range(progress.length, len(session))
+        count = 0
+        with analysis.active():
+            for seq in seqs:
+                event = session.event(seq)
+                message = project(event)
+                if message is not None:
+                    _pair(read(message).items, progress.waiting)
+                    message_kinds(message)
+                    analysis.event_hash(event)
+                    count += 1
+        progress.epoch, progress.length = session.epoch, len(session)
+        return count
+
+
+def _pair(items: Iterable[object], calls: dict[str, ToolCallBlock]) -> None:
+    for item in items:
+        if isinstance(item, Call):
+            calls[item.block.id] = item.block
+        elif isinstance(item, Result):
+            call = calls.pop(item.block.tool_call_id, None)
+            if call is not None:
+                file_action(call, item.block)
