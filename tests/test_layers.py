@@ -86,7 +86,7 @@ ALLOWED: dict[str, set[str]] = {
     # checkpoint must keep
     "compaction.summarizers": {ERRORS, SESSIONS, VOCABULARY, HANDOVER, ENGINE},
     "compaction.strategies": {ERRORS, SESSIONS, VOCABULARY, ENGINE},
-    "compaction.service": {VOCABULARY, ENGINE, "compaction.summarizers"},
+    "compaction.service": {ENGINE, "compaction.summarizers"},
     # the homes of the public API, named lazily by the facade's _HOMES table
     FACADE: {
         ERRORS,

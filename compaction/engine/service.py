@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from compaction.engine.lock import busy_message, inspect_lock
 from compaction.engine.meters import HeuristicMeter, Measurement, Meter
@@ -60,11 +60,15 @@ log = logging.getLogger("compaction")
 
 
 class CompactionEngine(CompactService):
+    default_summarizer: ClassVar[Callable[[], Summarizer] | None] = None
+    """What a composition subclass gives the engine when no ``summarizer`` is passed; the engine
+    itself names none (:class:`compaction.service.BasicCompactService` names the template)."""
+
     def __init__(
         self,
         config: BasicConfig | None = None,
         *,
-        summarizer: Summarizer,
+        summarizer: Summarizer | None = None,
         meter: Meter | None = None,
         on_progress: Callable[[str], None] | None = None,
         pruner: PruneConfig | None = None,
@@ -78,11 +82,20 @@ class CompactionEngine(CompactService):
         self.config = config or BasicConfig()
         self.windows = windows or DEFAULT_WINDOWS
         self.pruner = pruner
-        self.summarizer = summarizer
+        self.summarizer = summarizer if summarizer is not None else self._default_summarizer()
         self.meter = meter or HeuristicMeter()
         self.on_progress = on_progress
         self.read_ahead = ReadAhead(ANALYSIS_BYTES if analysis_bytes is None else analysis_bytes)
         self._warned_targets: set[str] = set()
+
+    def _default_summarizer(self) -> Summarizer:
+        make = type(self).default_summarizer
+        if make is None:
+            raise CompactionConfigError(
+                f"{type(self).__name__}: no summarizer; pass summarizer= (any Summarizer), or use "
+                "compaction.service.BasicCompactService, whose default is the template summarizer"
+            )
+        return make()
 
     def observe(self, session: Session) -> int:
         """Gather what a compaction of ``session`` will need, for the events since the last call:
