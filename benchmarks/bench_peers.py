@@ -538,10 +538,11 @@ def _time_adk(
 
 
 def _stored(store: SessionStore, messages: list[Message]) -> UUID:
-    """The session saved as an agent loop leaves it (priced by its pressure checks) to the
-    embedded SQLite store, with a snapshot."""
+    """The session saved as an agent loop leaves it (priced and read ahead by its pressure checks,
+    ``service.observe``) to the embedded SQLite store, with a snapshot, which carries what they
+    left (the node prices, the span's folded identifiers)."""
     session = build_session(messages)
-    HeuristicMeter().measure(session)
+    BasicCompactService(BasicConfig(context_window=WINDOW)).observe(session)
     store.save(session)
     return session.id
 
@@ -615,8 +616,9 @@ def _time_compactions(
 
 UNSTORED_NOTE = " (a fresh meter on a session whose node prices were never stored: every node priced)"
 UNREAD_NOTE = (
-    " (the first compaction of a process that just loaded the session from its SQLite snapshot: "
-    "every message fetched and read during the compaction)"
+    " (the first compaction of a process that just loaded the session from its SQLite snapshot, "
+    "written after the writer's read-ahead: the span's identifiers come from the snapshot's fold, "
+    "its messages are fetched and read for their facts during the compaction)"
 )
 READ_AHEAD_NOTE = (
     " (the pressure check's share of each agent step once the request is past half the threshold, "

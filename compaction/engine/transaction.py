@@ -37,6 +37,7 @@ from compaction.errors import (
 from compaction.handover.analysis import SpanAnalysis
 from compaction.handover.completion import complete
 from compaction.handover.fidelity import fidelity_problems, measure_fidelity
+from compaction.handover.fold import folded_identifiers
 from compaction.handover.identifiers import extract
 from compaction.sessions.blocks import Message, TextBlock
 from compaction.sessions.events import Replace, SessionEvent, UserMessage
@@ -134,8 +135,10 @@ class Transaction:
         shadowed = self.span.seqs
         prices = self.meter.prices_for(session, shadowed)
         shadowed_tokens = sum(map(prices.__getitem__, shadowed))
+        session.preload(shadowed)
         events = list(map(session.event, shadowed))
         shadowed_messages = [m for m in map(project, events) if m is not None]
+        self._recall_folded(shadowed, shadowed_messages)
         request = self._request(start.compaction_id, shadowed_messages)
         output = await self.summarizer.summarize(request)
         self._progress(f"summary received from {output.provider}/{output.model}", "summarized")
@@ -197,6 +200,14 @@ class Transaction:
             digest=output.digest,
         )
         return self._commit(start, summary_event, checkpoint, captured_nodes, output)
+
+    def _recall_folded(self, shadowed: tuple[int, ...], messages: list[Message]) -> None:
+        """The span's identifiers, when the read-ahead folded them (in this process or in the one
+        that saved the session's snapshot), kept in the analysis for these messages: the facts, the
+        completion and the gate find them without extracting each message's."""
+        folded = folded_identifiers(self.session, shadowed)
+        if folded is not None:
+            self.analysis.unions.remember(messages, folded)
 
     def _request(self, compaction_id: str, messages: list[Message]) -> SummaryRequest:
         return build_request(

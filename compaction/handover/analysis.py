@@ -6,7 +6,7 @@ them), hashes every shadowed event, and finds most of it already read when the r
 (:mod:`compaction.handover.readahead`) gathered it as the messages arrived. A
 :class:`SpanAnalysis` keeps all of that for one session: each message read for the walk
 (:func:`~compaction.handover.facts.read`), its identifiers by kind
-(:func:`~compaction.handover.identifiers.message_kinds`, by identity and by value), each event's
+(:func:`~compaction.handover.identifiers.message_kinds`), each event's
 hash, each call's key, parsed arguments and file action, each result's text and outcome, the
 cleaned user texts, the last spans' facts and identifiers, and the latest summary's section
 bodies and retained identifiers.
@@ -66,9 +66,13 @@ if TYPE_CHECKING:
 
 __all__ = ["ANALYSIS_BYTES", "ReadProgress", "SpanAnalysis", "active_analysis"]
 
+FileAction = tuple[str, tuple[str, ...]]
+"""What a call and its result did to files: ``(kind, paths)``
+(:func:`~compaction.handover.facts.file_action`)."""
+
 ANALYSIS_BYTES = 256 << 20
 """Default bound of one session's analysis, approximate bytes. A tool-heavy session's analysis
-takes about 1.2 kB a message once read ahead and compacted (the peers benchmark's sessions, counted
+takes about 1.1 kB a message once read ahead and compacted (the peers benchmark's sessions, counted
 here and measured with ``tracemalloc`` within 15%), so this holds about 200,000 messages."""
 
 _ACTIVE: ContextVar[SpanAnalysis | None] = ContextVar("compaction_span_analysis", default=None)
@@ -98,18 +102,19 @@ class SpanAnalysis:
         budget = self.budget
         self.reads: IdentityMemo[Message, Read] = IdentityMemo(budget, _read_size)
         self.kinds: IdentityMemo[Message, Kinds] = IdentityMemo(budget, _kinds_size)
-        self.kinds_by_value: ValueMemo[Message, Kinds] = ValueMemo(budget, _shared_size)
-        self.hashes: IdentityMemo[SessionEvent, str] = IdentityMemo(budget, _text_size)
+        self.hashes: IdentityMemo[SessionEvent, str] = IdentityMemo(budget, HASH_BYTES)
         self.arguments: ValueMemo[str, object] = ValueMemo(budget, _arguments_size)
         self.call_keys: IdentityMemo[ToolCallBlock, str] = IdentityMemo(budget, _text_size)
         self.result_texts: IdentityMemo[ToolResultBlock, str] = IdentityMemo(budget, _result_size)
-        self.failures: IdentityMemo[ToolResultBlock, bool] = IdentityMemo(budget, _shared_size)
+        self.failures: IdentityMemo[ToolResultBlock, bool] = IdentityMemo(budget, ENTRY_BYTES)
         self.first_lines: ValueMemo[str, str] = ValueMemo(budget, _text_size)
         self.user_texts: ValueMemo[str, UserText] = ValueMemo(budget, _user_text_size)
         self.needles: ValueMemo[str, str] = ValueMemo(budget, _text_size)
-        self.file_actions: ValueMemo[tuple[ToolCallBlock, ToolResultBlock], tuple[str, tuple[str, ...]]] = (
-            ValueMemo(budget, _file_action_size)
+        self.file_actions: IdentityMemo[ToolResultBlock, tuple[ToolCallBlock, FileAction]] = IdentityMemo(
+            budget, _file_action_size
         )
+        """Each result's file action, with the call it was paired with (by identity: a result
+        paired with another call is read again)."""
         self.spans: SequenceMemo[SpanFacts] = SequenceMemo(budget, _facts_size)
         self.unions: SequenceMemo[Identifiers] = SequenceMemo(budget, _identifiers_size)
         self.found_in: LatestOnly[str, dict[str, bool]] = LatestOnly(budget, _summary_size)
@@ -147,9 +152,8 @@ def _chars(texts: Iterator[str] | list[str] | tuple[str, ...]) -> int:
     return sum(len(text) + STRING_BYTES for text in texts)
 
 
-def _shared_size(key: object, value: object) -> int:
-    """An entry whose key and value are held elsewhere too (the message, a shared value)."""
-    return ENTRY_BYTES
+HASH_BYTES = ENTRY_BYTES + 64 + STRING_BYTES
+"""An event's hash: 64 hexadecimal digits."""
 
 
 def _text_size(key: object, value: str) -> int:
@@ -163,8 +167,10 @@ def _arguments_size(key: str, value: object) -> int:
 
 def _result_size(block: ToolResultBlock, value: str) -> int:
     """A result's text: nothing more when it is its one text block's own string."""
-    shared = any(getattr(inner, "text", None) is value for inner in block.content)
-    return ENTRY_BYTES + (0 if shared else len(value) + STRING_BYTES)
+    for inner in block.content:
+        if getattr(inner, "text", None) is value:
+            return ENTRY_BYTES
+    return ENTRY_BYTES + len(value) + STRING_BYTES
 
 
 def _read_size(message: Message, value: Read) -> int:
@@ -186,8 +192,9 @@ def _user_text_size(text: str, value: UserText) -> int:
     return ENTRY_BYTES + len(value.ask) + STRING_BYTES + _chars(value.slash_commands)
 
 
-def _file_action_size(key: object, value: tuple[str, tuple[str, ...]]) -> int:
-    return ENTRY_BYTES + _chars(value[1])
+def _file_action_size(key: object, value: tuple[ToolCallBlock, FileAction]) -> int:
+    paths = value[1][1]
+    return ENTRY_BYTES + (_chars(paths) if paths else 0)
 
 
 def _identifiers_size(value: Identifiers) -> int:

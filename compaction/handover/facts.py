@@ -888,15 +888,21 @@ def _files(steps: list[_Step]) -> tuple[list[str], list[str], list[str]]:
 
 def file_action(call: ToolCallBlock, result: ToolResultBlock) -> tuple[str, tuple[str, ...]]:
     """``(kind, paths)`` of a call and its result: ``edited``, ``created``, ``read`` or ``""`` (no
-    file); with an active analysis once per pair (the read-ahead finds it when the result arrives)."""
+    file); with an active analysis once per pair of objects (the read-ahead finds it when the result
+    arrives; neither block is hashed by value)."""
     analysis = active_analysis()
-    pair = (call, result)
-    return _file_action_of(pair) if analysis is None else analysis.file_actions.get(pair, _file_action_of)
+    if analysis is None:
+        return _file_action_of(call, result)
+    kept = analysis.file_actions.recall(result)
+    if kept is not None and kept[0] is call:
+        return kept[1]
+    analysis.file_actions.computed += 1
+    return analysis.file_actions.keep(result, (call, _file_action_of(call, result)))[1]
 
 
-def _file_action_of(pair: tuple[ToolCallBlock, ToolResultBlock]) -> tuple[str, tuple[str, ...]]:
+def _file_action_of(call: ToolCallBlock, result: ToolResultBlock) -> tuple[str, tuple[str, ...]]:
     """:func:`_file_action` of one call and its result."""
-    kind, paths = _file_action(_Step(*pair))
+    kind, paths = _file_action(_Step(call, result))
     return kind, tuple(paths)
 
 

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from compaction.handover.analysis import SpanAnalysis, active_analysis
+from compaction.handover.analysis import active_analysis
 from compaction.sessions.blocks import Message, TextBlock, ToolCallBlock, ToolResultBlock
 
 PATH_RE = re.compile(
@@ -36,6 +36,8 @@ ID_RE = re.compile(
 # its word; a path is searched for only inside a run of path characters that holds a slash.
 ERROR_SUFFIX_RE = re.compile(r"(?:Error|Exception|Warning|Failure|Fault)\b")
 PATH_RUN_RE = re.compile(r"(?<![\w./~-])[\w.~-]*/[\w./~-]*")
+HEX_RUN_RE = re.compile(r"[0-9a-f]{8}")
+"""What every id holds (a UUID's first group, or 12 to 40 hex digits): a text without it has none."""
 _ALNUM = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
 COMMAND_KEYS = ("command", "cmd", "script")
 MAX_COMMAND = 160
@@ -84,7 +86,7 @@ def _union(messages: Iterable[Message]) -> Identifiers:
         found.paths, found.commands, found.errors, found.error_lines, found.ids,
     )
     analysis = active_analysis()
-    found_kinds = _kinds_of if analysis is None else functools.partial(_kept_kinds, analysis)
+    found_kinds = _kinds_of if analysis is None else functools.partial(analysis.kinds.get, compute=_kinds_of)
     for kinds in map(found_kinds, messages):
         if kinds is _NONE:
             continue
@@ -108,24 +110,10 @@ def merged(*groups: Identifiers) -> Identifiers:
 
 def message_kinds(message: Message) -> Kinds:
     """One message's identifiers by kind (paths, commands, errors, error lines, ids). With an active
-    analysis, found once per message object (no hashing of its content), else once per value (an
-    equal message, another object, is not read again)."""
+    analysis, found once per message object (no hashing of its content: messages of a real session
+    differ by id, so a copy equal by value never comes), else found anew."""
     analysis = active_analysis()
-    return _kinds_of(message) if analysis is None else _kept_kinds(analysis, message)
-
-
-def _kept_kinds(analysis: SpanAnalysis, message: Message) -> Kinds:
-    kinds = analysis.kinds.recall(message)
-    if kinds is None:
-        kinds = analysis.kinds.keep(message, _kinds_by_value(analysis, message))
-    return kinds
-
-
-def _kinds_by_value(analysis: SpanAnalysis, message: Message) -> Kinds:
-    try:
-        return analysis.kinds_by_value.get(message, _kinds_of)
-    except TypeError:  # an unhashable extension block: found, not kept
-        return _kinds_of(message)
+    return _kinds_of(message) if analysis is None else analysis.kinds.get(message, _kinds_of)
 
 
 def _kinds_of(message: Message) -> Kinds:
@@ -168,8 +156,9 @@ def _from_arguments(arguments: str, found: Identifiers) -> None:
                 found.commands[command] = None
         for path in _paths(text):
             found.paths[path] = None
-        for ident in ID_RE.findall(text):
-            found.ids[ident] = None
+        if HEX_RUN_RE.search(text) is not None:  # (a cheaper scan than the ids' own when none)
+            for ident in ID_RE.findall(text):
+                found.ids[ident] = None
 
 
 def _from_result(block: ToolResultBlock, found: Identifiers) -> None:

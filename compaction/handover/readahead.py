@@ -6,7 +6,9 @@ runs, that is a pass over up to the whole surface at the moment the agent waits;
 events arrive (the pressure check after each step, once the request is past
 :data:`READ_AHEAD_FROM` of the threshold), each event is read once, and the compaction finds the
 per-message facts, identifiers and hashes in the session's analysis
-(:class:`~compaction.handover.analysis.SpanAnalysis`).
+(:class:`~compaction.handover.analysis.SpanAnalysis`). It also folds the span's identifiers
+(:class:`~compaction.handover.fold.IdentifierFold`) and publishes the fold with the session, whose
+snapshots carry it: a process that loads the session finds the span's identifiers already folded.
 
 :class:`ReadAhead` owns the analyses: one per session, held weakly (a session dropped takes its
 analysis with it), each bounded by ``max_bytes``.
@@ -19,6 +21,7 @@ from weakref import WeakKeyDictionary
 
 from compaction.handover.analysis import ANALYSIS_BYTES, SpanAnalysis
 from compaction.handover.facts import Call, Result, file_action, read
+from compaction.handover.fold import READING, IdentifierFold
 from compaction.handover.identifiers import message_kinds
 from compaction.sessions.blocks import ToolCallBlock
 from compaction.sessions.memo import checked_limit
@@ -37,6 +40,7 @@ class ReadAhead:
     def __init__(self, max_bytes: int = ANALYSIS_BYTES) -> None:
         self.max_bytes = checked_limit(max_bytes)
         self._analyses: WeakKeyDictionary[Session, SpanAnalysis] = WeakKeyDictionary()
+        self._folds: WeakKeyDictionary[Session, IdentifierFold] = WeakKeyDictionary()
 
     def analysis(self, session: Session) -> SpanAnalysis:
         """The analysis of ``session`` (a new, empty one at the first call)."""
@@ -54,8 +58,9 @@ class ReadAhead:
         call, or after a rollback); returns how many events were read."""
         analysis = self.analysis(session)
         progress = analysis.progress
+        restart = progress.epoch != session.epoch
         seqs: Iterable[int]
-        if progress.epoch != session.epoch:
+        if restart:
             seqs = session.nodes
             progress.waiting = {}
         else:
@@ -70,8 +75,23 @@ class ReadAhead:
                     message_kinds(message)
                     analysis.event_hash(event)
                     count += 1
+            self._fold(session, restart)
         progress.epoch, progress.length = session.epoch, len(session)
         return count
+
+    def _fold(self, session: Session, restart: bool) -> None:
+        """Advance the session's identifier fold over its new nodes (a new fold after a rollback or
+        on a new surface) and publish it."""
+        fold = None if restart else self._folds.get(session)
+        if fold is None or not fold.holds(session):
+            fold = IdentifierFold.start(session)
+            if fold is None:
+                self._folds.pop(session, None)
+                session.readings.pop(READING, None)
+                return
+            self._folds[session] = fold
+        fold.advance(session)
+        session.readings[READING] = fold.encode
 
 
 def _pair(items: Iterable[object], calls: dict[str, ToolCallBlock]) -> None:

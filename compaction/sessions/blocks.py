@@ -10,16 +10,21 @@ from typing import Any, Literal
 
 import msgspec
 
+# ``gc=False``: the garbage collector does not track these Structs (a session holds hundreds of
+# thousands of them, which every full collection would walk). Safe because none can be part of a
+# reference cycle: each is frozen (no field is ever reassigned) and its fields are, by type, strings,
+# numbers, ``None`` and tuples of these same Structs; a tuple is built before the Struct that holds
+# it, so it cannot hold that Struct, and no field holds a mutable container that could come to.
 
-class TextBlock(msgspec.Struct, frozen=True, tag="text", tag_field="type"):
+class TextBlock(msgspec.Struct, frozen=True, gc=False, tag="text", tag_field="type"):
     text: str
 
 
-class ReasoningBlock(msgspec.Struct, frozen=True, tag="reasoning", tag_field="type"):
+class ReasoningBlock(msgspec.Struct, frozen=True, gc=False, tag="reasoning", tag_field="type"):
     text: str
 
 
-class ImageBlock(msgspec.Struct, frozen=True, tag="image", tag_field="type", omit_defaults=True):
+class ImageBlock(msgspec.Struct, frozen=True, gc=False, tag="image", tag_field="type", omit_defaults=True):
     """An image attachment: metadata only, the bytes live elsewhere."""
 
     attachment_id: str
@@ -29,14 +34,14 @@ class ImageBlock(msgspec.Struct, frozen=True, tag="image", tag_field="type", omi
     height: int | None = None
 
 
-class ToolCallBlock(msgspec.Struct, frozen=True, tag="tool-call", tag_field="type"):
+class ToolCallBlock(msgspec.Struct, frozen=True, gc=False, tag="tool-call", tag_field="type"):
     id: str
     name: str
     arguments: str  # the raw JSON string the model produced
 
 
 class ToolResultBlock(
-    msgspec.Struct, frozen=True, tag="tool-result", tag_field="type", omit_defaults=True
+    msgspec.Struct, frozen=True, gc=False, tag="tool-result", tag_field="type", omit_defaults=True
 ):
     tool_call_id: str
     content: tuple[TextBlock | ImageBlock, ...] = ()
@@ -48,7 +53,7 @@ Block = TextBlock | ReasoningBlock | ImageBlock | ToolCallBlock | ToolResultBloc
 Role = Literal["user", "assistant", "system"]
 
 
-class Source(msgspec.Struct, frozen=True, omit_defaults=True):
+class Source(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     """Who produced a message: ``user``, ``model``, ``tool`` or ``plugin`` (open for extension)."""
 
     kind: str
@@ -62,7 +67,7 @@ class Source(msgspec.Struct, frozen=True, omit_defaults=True):
 USER_SOURCE = Source(kind="user")
 
 
-class Message(msgspec.Struct, frozen=True, omit_defaults=True):
+class Message(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     id: str
     role: Role
     content: tuple[Block, ...]

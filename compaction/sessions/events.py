@@ -31,7 +31,17 @@ UNSET_SEQ = -1
 UNSET_TIME = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-class Replace(msgspec.Struct, frozen=True, tag="replace", tag_field="op"):
+# ``gc=False`` (not tracked by the garbage collector, which would otherwise walk every event of every
+# live session at each full collection) is set only on the classes whose fields are, by type,
+# strings, numbers, datetimes, ``None``, tuples of these and ``gc=False`` Structs
+# (:mod:`compaction.sessions.blocks`): each is frozen and a tuple is built before the Struct that
+# holds it, so no instance can reference itself or a container that references it. The classes
+# with free-form payloads (``ToolResult.meta``, ``ToolSpec.parameters``, and :class:`SessionEvent`
+# itself, whose subclasses elsewhere may carry ``Any``) stay tracked: msgspec leaves an instance
+# untracked anyway while none of its fields holds a tracked object (a tool result without ``meta``).
+
+
+class Replace(msgspec.Struct, frozen=True, gc=False, tag="replace", tag_field="op"):
     """Positional, inclusive replacement of the surface nodes ``start``..``end``."""
 
     start: int
@@ -62,13 +72,13 @@ class SessionEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
 # ---------------------------------------------------------------- surface event types
 
 
-class UserMessage(SessionEvent, frozen=True, kw_only=True):
+class UserMessage(SessionEvent, frozen=True, gc=False, kw_only=True):
     TYPE: ClassVar[str] = "user/message"
     SURFACE: ClassVar[bool] = True
     message: Message
 
 
-class Usage(msgspec.Struct, frozen=True, omit_defaults=True):
+class Usage(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     """Provider-reported usage, disjoint buckets."""
 
     input_tokens: int = 0
@@ -87,7 +97,7 @@ class Usage(msgspec.Struct, frozen=True, omit_defaults=True):
         )
 
 
-class AssistantMessage(SessionEvent, frozen=True, kw_only=True):
+class AssistantMessage(SessionEvent, frozen=True, gc=False, kw_only=True):
     TYPE: ClassVar[str] = "assistant/message"
     SURFACE: ClassVar[bool] = True
     turn: int
@@ -97,7 +107,7 @@ class AssistantMessage(SessionEvent, frozen=True, kw_only=True):
     interrupted: bool = False
 
 
-class ToolError(msgspec.Struct, frozen=True):
+class ToolError(msgspec.Struct, frozen=True, gc=False):
     name: str
     code: str
 
@@ -113,7 +123,7 @@ class ToolResult(SessionEvent, frozen=True, kw_only=True):
     synthesized: bool = False  # made up by an importer or crash repair, not produced by a tool
 
 
-class ContextMessage(SessionEvent, frozen=True, kw_only=True):
+class ContextMessage(SessionEvent, frozen=True, gc=False, kw_only=True):
     """Context injected by the harness (files, memories); user-role on the surface."""
 
     TYPE: ClassVar[str] = "context/message"
@@ -121,7 +131,7 @@ class ContextMessage(SessionEvent, frozen=True, kw_only=True):
     message: Message
 
 
-class SteeringMessage(SessionEvent, frozen=True, kw_only=True):
+class SteeringMessage(SessionEvent, frozen=True, gc=False, kw_only=True):
     """A user message that steers a turn already under way."""
 
     TYPE: ClassVar[str] = "steering/message"
@@ -132,7 +142,7 @@ class SteeringMessage(SessionEvent, frozen=True, kw_only=True):
 # ---------------------------------------------------------------- log-only event types
 
 
-class TurnStart(SessionEvent, frozen=True, kw_only=True):
+class TurnStart(SessionEvent, frozen=True, gc=False, kw_only=True):
     TYPE: ClassVar[str] = "turn/start"
     turn: int
 
@@ -140,38 +150,38 @@ class TurnStart(SessionEvent, frozen=True, kw_only=True):
 TurnEndKind = Literal["completed", "aborted", "error", "max-tokens", "interrupted"]
 
 
-class TurnEndReason(msgspec.Struct, frozen=True, omit_defaults=True):
+class TurnEndReason(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     kind: TurnEndKind
     message: str | None = None
     code: str | None = None
 
 
-class TurnEnd(SessionEvent, frozen=True, kw_only=True):
+class TurnEnd(SessionEvent, frozen=True, gc=False, kw_only=True):
     TYPE: ClassVar[str] = "turn/end"
     turn: int
     reason: TurnEndReason
 
 
-class StepStart(SessionEvent, frozen=True, kw_only=True):
+class StepStart(SessionEvent, frozen=True, gc=False, kw_only=True):
     TYPE: ClassVar[str] = "step/start"
     turn: int
     step: int
 
 
-class StepEnd(SessionEvent, frozen=True, kw_only=True):
+class StepEnd(SessionEvent, frozen=True, gc=False, kw_only=True):
     TYPE: ClassVar[str] = "step/end"
     turn: int
     step: int
 
 
-class AssistantChunk(SessionEvent, frozen=True, kw_only=True):
+class AssistantChunk(SessionEvent, frozen=True, gc=False, kw_only=True):
     TYPE: ClassVar[str] = "assistant/chunk"
     turn: int
     step: int
     chunk: str
 
 
-class ToolCall(SessionEvent, frozen=True, kw_only=True):
+class ToolCall(SessionEvent, frozen=True, gc=False, kw_only=True):
     """Log-only record that the harness dispatched a tool call."""
 
     TYPE: ClassVar[str] = "tool/call"
@@ -200,7 +210,7 @@ class RequestHeader(SessionEvent, frozen=True, kw_only=True):
     reason: Literal["initial", "resume", "change"] = "initial"
 
 
-class SessionResume(SessionEvent, frozen=True, kw_only=True):
+class SessionResume(SessionEvent, frozen=True, gc=False, kw_only=True):
     """A new process lifecycle took the session over (makes older unmatched locks stale)."""
 
     TYPE: ClassVar[str] = "session/resume"

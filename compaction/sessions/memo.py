@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 ENTRY_BYTES = 120
-"""What one entry costs beside its text: the table slot, the tuple holding it, the value's object."""
+"""What one entry costs beside its text: its table slots (and pair, where kept as one), the value's object."""
 STRING_BYTES = 56
 """What one string object costs beside its characters (CPython: 49 to 80 bytes of header)."""
 _MISSING = object()
@@ -96,46 +96,56 @@ class Budget:
 
 
 class IdentityMemo(Generic[K, T]):
-    """``compute(obj)`` once per object while its entry is kept (the object held beside it)."""
+    """``compute(obj)`` once per object while its entry is kept (the object held beside it).
+    ``size`` is the entry's bytes: a number for entries of one size (nothing called per entry),
+    else a function of the object and its value."""
 
-    def __init__(self, budget: Budget, size: Callable[[K, T], int]) -> None:
+    def __init__(self, budget: Budget, size: Callable[[K, T], int] | int) -> None:
         self.budget = budget
-        self.size = size
+        self._fixed = size if isinstance(size, int) else 0
+        self._size_of = None if isinstance(size, int) else size
         self.bytes = 0
         self.computed = 0
         """Values computed (not recalled) since the memo was made."""
-        self._kept: dict[int, tuple[K, T]] = {}
+        # Two tables by ``id()``, no pair per entry (one object fewer for the garbage collector to
+        # walk): the objects, held so that no id is reused while its entry lives (a value found by
+        # id is the value of that very object), and their values.
+        self._objects: dict[int, K] = {}
+        self._values: dict[int, T] = {}
         budget.join(self)
 
     def get(self, obj: K, compute: Callable[[K], T]) -> T:
-        kept = self._kept.get(id(obj))
-        if kept is not None and kept[0] is obj:
-            return kept[1]
+        value = self._values.get(id(obj), _MISSING)
+        if value is not _MISSING:
+            return value  # type: ignore[return-value]
         self.computed += 1
         return self.keep(obj, compute(obj))
 
     def recall(self, obj: K) -> T | None:
         """The value kept for ``obj``, if any (for values that are never None)."""
-        kept = self._kept.get(id(obj))
-        return kept[1] if kept is not None and kept[0] is obj else None
+        return self._values.get(id(obj))
 
     def keep(self, obj: K, value: T) -> T:
         """Keep ``value`` for ``obj`` (when the budget admits it); returns it."""
-        size = self.size(obj, value)
+        size_of = self._size_of
+        size = self._fixed if size_of is None else size_of(obj, value)
         budget = self.budget
         if budget.used + size <= budget.limit:
             budget.used += size
         elif not budget.admit(size):
             return value
-        self._kept[id(obj)] = (obj, value)
+        key = id(obj)
+        self._objects[key] = obj
+        self._values[key] = value
         self.bytes += size
         return value
 
     def __len__(self) -> int:
-        return len(self._kept)
+        return len(self._values)
 
     def clear(self) -> None:
-        self._kept.clear()
+        self._objects.clear()
+        self._values.clear()
         self.budget.used -= self.bytes
         self.bytes = 0
 

@@ -11,9 +11,10 @@ Sessions loaded from a snapshot keep only the fold state in memory and fetch eve
 
 from __future__ import annotations
 
+import functools
 import sys
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID, uuid4
@@ -53,6 +54,13 @@ Validator = Callable[["Session", SessionEvent], None]
 EventLoader = Callable[[int, int], Sequence[SessionEvent]]
 """Fetch the stored events with ``lo <= seq < hi`` (used by sessions restored from a snapshot)."""
 
+EventPicker = Callable[[int, int, Container[int]], Sequence[SessionEvent]]
+"""Fetch the stored events with ``lo <= seq < hi`` whose seq is in the container (the others are
+not decoded): :meth:`Session.preload`."""
+
+PICK_CHUNK = 8192
+"""Seqs one store read of :meth:`Session.preload` asks for at most."""
+
 LOAD_CHUNK = 2048
 FIRST_CHUNK = 16
 """Events the first lazy load of a restored session fetches; each later load fetches twice as many,
@@ -76,6 +84,9 @@ class SessionSnapshot(msgspec.Struct, frozen=True):
     prices: dict[str, bytes] = msgspec.field(default_factory=dict)
     """Node prices by meter (:attr:`Session.price_columns`), packed int64 in surface order: a meter
     restored with the session measures it without pricing a node (absent in older snapshots)."""
+    readings: dict[str, bytes] = msgspec.field(default_factory=dict)
+    """What the layers above read of the session, by name (:attr:`Session.readings`), encoded by
+    them and opaque here (absent in older snapshots)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +127,7 @@ class Session:
         self._events: list[SessionEvent] = []
         self._older: dict[int, SessionEvent] = {}
         self._loader: EventLoader | None = None
+        self._picker: EventPicker | None = None
         self._chunk = FIRST_CHUNK  # events fetched by the next lazy load (doubling to LOAD_CHUNK)
         self.surface = Surface()
         self.structure = Structure()
@@ -127,6 +139,10 @@ class Session:
         # Node prices published by meters (name -> (surface generation, prices in surface order,
         # covering the first nodes)); snapshots carry them, a rollback forgets them.
         self.price_columns: dict[str, tuple[int, PackedInts]] = {}
+        # Readings published by the layers above (name -> their encoding, made when asked: at a
+        # snapshot). Opaque here: each one names the surface it was read from and is checked
+        # against the session by its reader. Snapshots carry them, a rollback forgets them.
+        self.readings: dict[str, Callable[[], bytes]] = {}
         self._derived: list[Message | None] = []
         self._derived_generation = 0
 
@@ -177,6 +193,20 @@ class Session:
         hi = min(self._base, lo + size)
         for event in self._loader(lo, hi):
             self._older.setdefault(event.seq, freeze_struct(event))
+
+    def preload(self, seqs: Iterable[int]) -> None:
+        """Fetch the stored events of ``seqs`` not loaded yet, in a few store reads that decode only
+        them (a compaction about to read its whole span: the events between its nodes, such as
+        step markers and tool calls, are not decoded). Without a picker (a session not restored
+        with one), nothing: each event is fetched when asked for."""
+        if self._picker is None:
+            return
+        base, older = self._base, self._older
+        missing = sorted(seq for seq in seqs if seq < base and seq not in older)
+        for at in range(0, len(missing), PICK_CHUNK):
+            chunk = missing[at : at + PICK_CHUNK]
+            for event in self._picker(chunk[0], chunk[-1] + 1, frozenset(chunk)):
+                older.setdefault(event.seq, freeze_struct(event))
 
     def last_of(self, event_type: str) -> int | None:
         """Seq of the latest event of ``event_type``, or None."""
@@ -244,6 +274,7 @@ class Session:
     def _rollback(self, mark: SessionMark) -> None:
         self.epoch += 1
         self.price_columns = {}
+        self.readings = {}
         del self._events[mark.length - self._base :]
         self.surface.rollback(mark.surface)
         self.structure = Structure(mark.structure)
@@ -384,6 +415,7 @@ class Session:
             type_counts=dict(self.type_counts),
             first_user_seq=self.first_user_seq,
             prices=self._packed_prices(),
+            readings={name: encode() for name, encode in self.readings.items()},
         )
 
     def _packed_prices(self) -> dict[str, bytes]:
@@ -403,10 +435,14 @@ class Session:
         loader: EventLoader,
         *,
         strict_structure: bool = True,
+        picker: EventPicker | None = None,
     ) -> Session:
+        """The session ``snapshot`` restores, its events fetched by ``loader`` when asked for (and
+        by ``picker``, when given, for :meth:`preload`)."""
         session = cls(session_id, strict_structure=strict_structure)
         session._base = snapshot.length
         session._loader = loader
+        session._picker = picker
         session.surface = Surface.adopt(
             unpack_ints(snapshot.nodes, NODE_CODE),
             unpack_ints(snapshot.deltas, DELTA_CODE),
@@ -422,6 +458,8 @@ class Session:
             column = unpack_ints(data, PRICE_CODE)
             if len(column) == len(session.surface.nodes):
                 session.price_columns[name] = (snapshot.generation, column)
+        for name, data in snapshot.readings.items():
+            session.readings[name] = functools.partial(bytes, data)
         return session
 
 

@@ -26,7 +26,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -434,13 +434,16 @@ class SessionStore:
     # ------------------------------------------------------------ reading
 
     def load_events(
-        self, session_id: UUID, lo: int = 0, hi: int | None = None
+        self, session_id: UUID, lo: int = 0, hi: int | None = None, only: Container[int] | None = None
     ) -> list[SessionEvent]:
-        """Stored events with ``lo <= seq < hi``, in order; a row that does not decode raises."""
+        """Stored events with ``lo <= seq < hi`` (and a seq in ``only``, when given: the other rows
+        are not decoded), in order; a row that does not decode raises."""
         decode = self._mapper.decode_row
+        rows = self._rows(session_id, lo, hi)
         return [
             decode(session_id, version, topic, state)
-            for version, topic, state in self._rows(session_id, lo, hi)
+            for version, topic, state in rows
+            if only is None or version in only
         ]
 
     def read_rows(self, session_id: UUID, lo: int = 0, hi: int | None = None) -> list[StoredRow]:
@@ -601,9 +604,12 @@ class SessionStore:
         def loader(lo: int, hi: int) -> Sequence[SessionEvent]:
             return self.load_events(session_id, lo, hi)
 
+        def picker(lo: int, hi: int, only: Container[int]) -> Sequence[SessionEvent]:
+            return self.load_events(session_id, lo, hi, only)
+
         try:
             session = Session.from_snapshot(
-                session_id, snapshot, loader, strict_structure=strict_structure
+                session_id, snapshot, loader, strict_structure=strict_structure, picker=picker
             )
         except (EventCompactionError, ValueError, KeyError, TypeError) as e:
             self._fell_back(session_id, snapshot.length, f"it does not restore ({e})")
