@@ -66,20 +66,6 @@ def analysis() -> Iterator[SpanAnalysis]:
         yield active
 
 
-@pytest.fixture
-def extracted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The ids of the messages whose identifiers were extracted (not recalled)."""
-    seen: list[str] = []
-    original = identifiers._kinds_of
-
-    def counting(message: Message) -> identifiers.Kinds:
-        seen.append(message.id)
-        return original(message)
-
-    monkeypatch.setattr(identifiers, "_kinds_of", counting)
-    return seen
-
-
 def kinds(found: identifiers.Identifiers) -> list[list[str]]:
     return [list(d) for d in (found.paths, found.commands, found.errors, found.error_lines, found.ids)]
 

@@ -11,13 +11,11 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from compaction.handover import identifiers
 from compaction.handover.facts import read
 from compaction.handover.fold import READING, IdentifierFold, folded_identifiers
 from compaction.handover.identifiers import Identifiers, extract
 from compaction.handover.readahead import ReadAhead
 from compaction.service import BasicCompactService
-from compaction.sessions.blocks import Message
 from compaction.sessions.importers import import_path
 from compaction.sessions.session import Session, SessionSnapshot, project
 from compaction.sessions.store import SessionStore
@@ -146,16 +144,9 @@ def test_a_snapshot_without_readings_still_restores() -> None:
 
 
 def test_a_cold_compaction_uses_the_fold_and_commits_the_same(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, extracted: list[str]
 ) -> None:
-    extractions: list[str] = []
-    real = identifiers._kinds_of
-
-    def counting(message: Message) -> identifiers.Kinds:
-        extractions.append(message.id)
-        return real(message)
-
-    monkeypatch.setattr(identifiers, "_kinds_of", counting)
+    extractions = extracted
     summaries: dict[bool, CompactSummary] = {}
     counts: dict[bool, int] = {}
     with SessionStore.open(f"sqlite:///{tmp_path / 's.db'}", snapshot_interval=1) as store:

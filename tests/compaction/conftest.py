@@ -1,0 +1,22 @@
+"""Fixtures shared by the compaction tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from compaction.handover import identifiers
+from compaction.sessions.blocks import Message
+
+
+@pytest.fixture
+def extracted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ids of the messages whose identifiers were extracted (not recalled)."""
+    seen: list[str] = []
+    original = identifiers._kinds_of
+
+    def counting(message: Message) -> identifiers.Kinds:
+        seen.append(message.id)
+        return original(message)
+
+    monkeypatch.setattr(identifiers, "_kinds_of", counting)
+    return seen
