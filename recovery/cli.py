@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.text import Text
 
 from compaction.cli.command import Command, Context, Document
-from compaction.cli.output import positive_int, table
+from compaction.cli.output import invocation, positive_int, table
 from recovery import OrphanReport, Recovery, RecoveryConfig, recover
 
 
@@ -92,7 +92,7 @@ def render(document: Document, console: Console) -> None:
         console.print(
             Text(
                 f"unreadable: session {u['session_id']} seq {u['seq']} ({u['type']}): {u['reason']}; "
-                f"run `compaction audit {u['session_id']}`",
+                f"run `{invocation()} audit {u['session_id']}`",
                 style="bold red",
             )
         )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +24,7 @@ from compaction.audit.checks import audit_events
 from compaction.cli.command import Command, Context, Document
 from compaction.cli.demo import run_demo_session
 from compaction.cli.demo.phases import compare_strategies
-from compaction.cli.output import positive_int, table
+from compaction.cli.output import invocation, positive_int, table
 from compaction.engine.brackets import committed_count
 from compaction.engine.meters import HeuristicMeter, Meter
 from compaction.service import BasicCompactService
@@ -233,24 +234,25 @@ def comment(document: Document, err: Console) -> None:
     ]
     count = f"{len(stored)} session{'s' if len(stored) != 1 else ''}"
     store = document["store"]
+    run_again = invocation()
     if store.startswith("memory:"):
         err.print(
             f"The demo stored {count} in {store}, a store that lives only while the command runs: "
             "they are gone now. To keep them and look at them afterwards, give a persistent store:\n"
-            "  compaction --store sqlite:///demo.db demo\n"
-            "  compaction --store sqlite:///demo.db audit --all",
+            f"  {run_again} --store sqlite:///demo.db demo\n"
+            f"  {run_again} --store sqlite:///demo.db audit --all",
             markup=False,
             soft_wrap=True,
         )
         return
-    option = "" if store == default_url() else f"--store {store} "
+    prefix = run_again if store == default_url() else f"{run_again} --store {shlex.quote(store)}"
     lines = [f"The demo stored {count} in {store}:"]
     lines += [f"  {session_id}  {what}" for session_id, what in stored]
     lines += [
-        "Next:",
-        f"  compaction {option}audit {document['session_id']}   re-check every compaction from the log",
-        f"  compaction {option}show {document['session_id']}    what the model sees now",
-        f"  compaction {option}sessions   every stored session",
+        "Next (each line runs as printed, from this folder):",
+        f"  {prefix} audit {document['session_id']}   # re-check every compaction from the log",
+        f"  {prefix} show {document['session_id']}    # what the model sees now",
+        f"  {prefix} sessions   # every stored session",
     ]
     err.print("\n".join(lines), markup=False, soft_wrap=True)
 

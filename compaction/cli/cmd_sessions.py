@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.text import Text
 
 from compaction.cli.command import Command, Context, Document
-from compaction.cli.output import table
+from compaction.cli.output import invocation, table
 from compaction.engine.brackets import committed_count
 from compaction.engine.meters import HeuristicMeter, Meter
 from compaction.errors import EventCompactionError
@@ -86,7 +86,10 @@ def render(document: Document, console: Console) -> None:
 
 def comment(document: Document, err: Console) -> None:
     if not document["sessions"]:
-        err.print("no sessions in this store; try `compaction demo` or `compaction import`", markup=False)
+        run_again = invocation()
+        err.print(
+            f"no sessions in this store; try `{run_again} demo` or `{run_again} import PATH`", markup=False
+        )
 
 
 COMMAND = Command(

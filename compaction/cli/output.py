@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
+import shutil
 import sys
 import traceback
 from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import IO, Any
 
 import msgspec
@@ -41,6 +44,23 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
     return value
+
+
+def invocation() -> str:
+    """How to run this program again from the current directory, exactly as a hint should print it:
+    ``compaction`` when that name on ``PATH`` is this program, else the path of the ``compaction``
+    script that was run (``.venv/bin/compaction`` after ``make demo``, relative to the current
+    directory when it lies below it). Run another way (``python -m``, inside a test), ``compaction``."""
+    script = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if script is None or script.name != "compaction" or not script.is_file():
+        return "compaction"
+    on_path = shutil.which("compaction")
+    if on_path is not None and os.path.samefile(on_path, script):
+        return "compaction"
+    here = Path.cwd().absolute()
+    absolute = script.absolute()
+    shown = absolute.relative_to(here).as_posix() if absolute.is_relative_to(here) else str(absolute)
+    return shlex.quote(shown if "/" in shown else f"./{shown}")
 
 
 def stdout_console() -> Console:

@@ -285,11 +285,13 @@ def test_demo_closing_lines_are_true_on_a_persistent_store(sqlite_url: str) -> N
     for session_id in stored:
         assert session_id in err
     commands = [
-        shlex.split(line.strip()) for line in err.splitlines() if line.strip().startswith("compaction ")
+        shlex.split(line.strip(), comments=True)
+        for line in err.splitlines()
+        if line.strip().startswith("compaction ")
     ]
     assert {c[3] for c in commands} == {"audit", "show", "sessions"}
     for command in commands:
-        argv = command[1 : 4 + (command[3] != "sessions")]  # without the explanation after it
+        argv = command[1:]  # the explanation after it is a shell comment
         assert argv[:2] == ["--store", sqlite_url]  # not the default store: the URL is repeated
         code, document = run_json(*argv)
         assert code == 0, (argv, document)
