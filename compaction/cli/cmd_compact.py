@@ -27,6 +27,7 @@ from rich.console import Console
 
 from compaction.cli.command import Command, Context, Document
 from compaction.cli.output import positive_int, table
+from compaction.cli.progress import ShowProgress
 from compaction.engine.meters import HeuristicMeter, Meter, TiktokenMeter
 from compaction.engine.prune import PruneConfig, prune_session
 from compaction.errors import CompactionConfigError
@@ -209,7 +210,8 @@ async def _compact(
         digest=args.digest,
         digest_tokens=args.digest_tokens,
     )
-    async with SUMMARIZERS.open(args.summarizer, options) as summarizer:
+    async with SUMMARIZERS.open(args.summarizer, options) as opened:
+        summarizer = opened if args.summarizer == "template" else ShowProgress(opened, context.err)
         service = BasicCompactService(config, summarizer=summarizer, meter=meter)
         if args.manual:
             result = await service.compact_now(session, store=store)

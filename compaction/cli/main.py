@@ -14,6 +14,7 @@ Other packages add theirs through the ``compaction.commands`` entry points (:mod
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
@@ -42,6 +43,7 @@ from compaction.cli.output import (
 from compaction.cli.plugins import plugin_commands
 from compaction.errors import EventCompactionError, UsageError
 from compaction.sessions.store import DEFAULT_URL, default_url
+from compaction.summarizers.local import abandoned_servers
 
 COMMANDS: tuple[Command, ...] = (
     cmd_audit.COMMAND,
@@ -144,7 +146,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     context = Context(
         store_url=args.store or default_url(), json=args.json, err=err, read_only=command.read_only
     )
-    return _execute(command, context, args)
+    return _end(_execute(command, context, args))
+
+
+def _end(code: int) -> int:
+    """The exit status; after Ctrl-C with a local model server let go mid-reply, the process ends
+    here at once (``os._exit``): collecting that server would wait for its reply to finish."""
+    if code == INTERRUPTED and abandoned_servers():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def _execute(command: Command, context: Context, args: argparse.Namespace) -> int:

@@ -157,6 +157,13 @@ def _wait_ready(address: str, timeout: float, server: Any) -> None:
             time.sleep(0.05)
 
 
+def abandoned_servers() -> int:
+    """How many servers this process let go of without stopping them (Ctrl-C, a server that never
+    became ready): a process holding any should end with ``os._exit``, as collecting them waits
+    for their work in progress."""
+    return len(_UNSTOPPABLE)
+
+
 def _claim(server: LocalModelServer) -> None:
     """Refuse a second server in this process: llama.cpp's server keeps process-wide state, and
     stopping one of two servers can block forever in xllamacpp's destructor (seen in the test suite
@@ -328,5 +335,19 @@ class LocalModelServer:
     async def __aenter__(self) -> Self:
         return await asyncio.to_thread(self.start)
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if exc_type is not None and issubclass(exc_type, asyncio.CancelledError | KeyboardInterrupt):
+            self.abandon()  # Ctrl-C: do not wait for the generation in progress
+            return
         await asyncio.to_thread(self.stop)
+
+    def abandon(self) -> None:
+        """Let go of the server without stopping it: stopping waits for the reply being generated
+        (many seconds for a long prompt), too long after Ctrl-C. The server is kept alive until the
+        process ends (its threads end with it; :func:`abandoned_servers` tells the command line to
+        end the process at once rather than let the interpreter collect it, which would wait too)."""
+        with self._lock:
+            server, self._server, self._address = self._server, None, None
+            if server is not None:
+                _UNSTOPPABLE.append(server)
+            _release(self)
