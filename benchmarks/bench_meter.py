@@ -25,6 +25,7 @@ reaches it, or nothing left can be compacted: a second run commits nothing).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import statistics
 import sys
@@ -37,6 +38,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 
 from benchmarks.common import Result
 from compaction.engine.meters import HeuristicMeter
+from compaction.errors import CompactionConfigError
 from compaction.service import BasicCompactService
 from compaction.sessions.events import AssistantMessage, RequestHeader
 from compaction.sessions.importers import import_path
@@ -201,6 +203,13 @@ class SweepPoint:
 
 
 def sweep_point(session: Session, window: int) -> SweepPoint:
+    threshold = math.floor(window * BasicConfig().threshold_ratio)
+    overhead = HeuristicMeter().measure(session).overhead_tokens
+    if overhead >= threshold:  # refused before anything is written (CompactionConfigError)
+        with contextlib.suppress(CompactionConfigError):
+            asyncio.run(compact(session, window))
+            return SweepPoint(window, "not refused", "fixed_overhead", False)
+        return SweepPoint(window, "refused", "fixed_overhead", True)
     report = asyncio.run(compact(session, window))
     if report.shortfall is None:
         return SweepPoint(window, report.status, None, True)

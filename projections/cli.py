@@ -132,6 +132,7 @@ def render(document: Document, console: Console) -> None:
 
 COMMAND = Command(
     name="rebuild",
+    read_only=True,  # a store that does not exist is refused, not created
     help="drop and rebuild the read models (surface, ledger, usage), or follow the log",
     configure=configure,
     run=run,

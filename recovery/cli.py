@@ -123,6 +123,7 @@ def render(document: Document, console: Console) -> None:
 
 COMMAND = Command(
     name="recover",
+    read_only=True,  # a store that does not exist is refused, not created
     help="find orphaned compact/start records, prove them inert, and (--repair) close stale ones",
     configure=configure,
     run=run,

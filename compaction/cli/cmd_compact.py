@@ -14,7 +14,8 @@ session's provider usage when it has some): the figure ``sessions`` and ``show``
 known); above the threshold, ``reason`` is ``{kind, message, tokens, seqs}`` with ``kind`` one of
 ``fixed_overhead``, ``unsplittable_unit``, ``retained_tail``, ``attempt_failed``. A compaction that
 committed is always listed, even when a later attempt failed (``failed_attempt: {type, message}``).
-Exit status 1 when the session is still above its context window, else 0.
+Exit status 1 when the session is still above its context window, else 0. A window whose threshold
+is not above the fixed overhead is refused before anything is written.
 """
 
 from __future__ import annotations
@@ -302,6 +303,7 @@ def render(document: Document, console: Console) -> None:
 
 COMMAND = Command(
     name="compact",
+    read_only=True,  # compacts stored sessions: a store that does not exist is refused, not created
     help="compact a session now or until it fits",
     configure=configure,
     run=run,

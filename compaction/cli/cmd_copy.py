@@ -43,7 +43,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(context: Context, args: argparse.Namespace) -> Document:
-    with open_store(context.store_url) as source, open_store(args.to) as target:
+    with open_store(context.store_url, create=False) as source, open_store(args.to) as target:
         ids = source.session_ids() if args.all else [_resolve(source, t) for t in args.session]
         reports: list[CopyReport] = []
         with context.progress("copying sessions", total=len(ids)) as advance:

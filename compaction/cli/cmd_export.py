@@ -96,6 +96,7 @@ def render(document: Document, console: Console) -> None:
 
 COMMAND = Command(
     name="export",
+    read_only=True,
     help="write a session in the native event format (JSONL)",
     configure=configure,
     run=run,

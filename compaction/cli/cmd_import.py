@@ -9,8 +9,9 @@ with ``status: "already_imported"`` and left untouched, also when another import
 saved it first while this one ran. A session with no events (a file holding only a tool result, a
 one-line sidechain) is not saved: its row says ``status: "skipped"`` and ``reason``. Every path is
 checked before anything is imported (a missing path, a FIFO or a device is refused, saying what it
-is); an unreadable transcript stops the command with a :class:`TranscriptError` naming the file and
-line (sessions saved before it stay saved, and a re-run reports them as already imported). A forced
+is). A transcript that cannot be read is listed under ``failed`` with its :class:`TranscriptError`
+(naming the file and line) and the other files are imported all the same; the exit status is then
+1. Given a single file, its error is the command's error. A forced
 ``--format`` that turns the file into nothing is an error naming the format the file looks like.
 
 ``--format events`` (also auto-detected by its header) restores a native export
@@ -19,7 +20,8 @@ same surface hash. A file whose seqs are not contiguous or whose events break a 
 naming the line; a session already stored with different events is refused too (nothing of it is written).
 
 JSON: ``{sessions: [{session_id, source, format, status, events, messages, tool_calls,
-tool_results, synthesized_results, compactions, skipped, notes}]}`` (``reason`` too when skipped).
+tool_results, synthesized_results, compactions, skipped, notes}], failed: [{source, error}]}``
+(``reason`` too when skipped).
 ``tool_calls`` counts the calls the model made, ``tool_results`` the results the tools returned and
 ``synthesized_results`` the results made up for calls left unanswered, for every format alike.
 """
@@ -35,7 +37,7 @@ from rich.console import Console
 from rich.text import Text
 
 from compaction.cli.command import Command, Context, Document
-from compaction.cli.output import table
+from compaction.cli.output import plural, table
 from compaction.errors import ConcurrencyError, StoreError, TranscriptError
 from compaction.sessions.blocks import ToolCallBlock
 from compaction.sessions.events import AssistantMessage, ToolResult
@@ -57,8 +59,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="transcript files, or directories holding them (searched recursively)",
     )  # fmt: skip
     parser.add_argument(
-        "--format", choices=FORMATS, default="auto", help="transcript format (default: auto-detect)"
-    )
+        "--format", choices=FORMATS, default="auto",
+        help="transcript format (default: auto-detect): claude-code (Claude Code JSONL), codex "
+        "(Codex CLI rollouts), pi, openhands, openai (OpenAI-style chat messages; swe-agent and "
+        "mini-swe-agent name it too, for their trajectories), events (a native export)",
+    )  # fmt: skip
 
 
 def transcript_files(paths: list[Path]) -> list[Path]:
@@ -107,15 +112,24 @@ def run(context: Context, args: argparse.Namespace) -> Document:
     paths = transcript_files(args.files)
     store = context.store
     rows: list[Document] = []
+    failed: list[Document] = []
     with context.progress("importing transcripts", total=len(paths)) as advance:
         for path in paths:
-            if args.format == "events" or (args.format == "auto" and is_native(path)):
-                rows.append(import_events(store, path))
-            else:
-                imported = import_path(path, args.format)
-                rows.extend(save_imported(store, one) for one in imported)
+            try:
+                rows.extend(import_file(store, path, args.format))
+            except TranscriptError as e:
+                if len(paths) == 1:
+                    raise  # the one file asked for: its error is the command's
+                failed.append({"source": str(path), "error": str(e)})
             advance()
-    return {"sessions": rows}
+    return {"sessions": rows, "failed": failed}
+
+
+def import_file(store: SessionStore, path: Path, fmt: str) -> list[Document]:
+    """The rows of one file's sessions, saved; a :class:`TranscriptError` when it cannot be read."""
+    if fmt == "events" or (fmt == "auto" and is_native(path)):
+        return [import_events(store, path)]
+    return [save_imported(store, one) for one in import_path(path, fmt)]
 
 
 def save_imported(store: SessionStore, imported: ImportedSession) -> Document:
@@ -222,12 +236,20 @@ def render(document: Document, console: Console) -> None:
     rows = document["sessions"]
     statuses = Counter(row["status"] for row in rows)
     title = (
-        f"{len(rows)} sessions: {statuses['imported']} imported, "
+        f"{plural(len(rows), 'session')}: {statuses['imported']} imported, "
         f"{statuses['already_imported']} already imported"
     )
     if statuses["skipped"]:
         title += f", {statuses['skipped']} skipped (no events)"
-    console.print(table(title, HEADERS, (_cells(row) for row in rows)))
+    failed = document.get("failed", [])
+    if failed:
+        title += f"; {plural(len(failed), 'file')} could not be read"
+    if rows:
+        console.print(table(title, HEADERS, (_cells(row) for row in rows)))
+    else:
+        console.print(title, markup=False)
+    for failure in failed:
+        console.print(Text(f"not imported: {failure['error']}", style="red"), soft_wrap=True)
     for row in rows:
         if row.get("reason"):
             console.print(Text(f"session {row['session_id']} skipped: {row['reason']}"), soft_wrap=True)
@@ -280,11 +302,18 @@ def _cells(row: Document) -> list[object]:
     return [*head, *(row[name] for name in COUNTS), len(row["skipped"])]
 
 
+def exit_status(document: Document) -> int:
+    """1 when a file could not be read (the others were imported)."""
+    return 1 if document.get("failed") else 0
+
+
 COMMAND = Command(
     name="import",
-    help="import agent transcripts (Claude Code, pi, OpenHands, OpenAI-style) as sessions",
+    help="import agent transcripts (Claude Code, Codex CLI, pi, OpenHands, SWE-agent, "
+    "mini-SWE-agent, OpenAI-style chat, native exports) as sessions",
     configure=configure,
     run=run,
     render=render,
     comment=comment,
+    exit_status=exit_status,
 )

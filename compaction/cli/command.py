@@ -48,7 +48,10 @@ class Command:
     comment: Callable[[Document, Console], None] = _no_comment
     """What people are told besides the data (headers, notes, hints, where a file went): printed
     on stderr after ``render`` has printed the data on stdout; never under ``--json``."""
-    read_only: bool = False  # refuses a store that does not exist instead of creating it
+    read_only: bool = False
+    """The command needs an existing store (it reads, or changes what is stored): a SQLite store
+    that does not exist is refused (StoreNotFoundError) instead of created. False only for the
+    commands that put sessions in a store (``demo``, ``import``)."""
 
 
 @dataclass

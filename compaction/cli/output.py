@@ -35,6 +35,11 @@ CHUNK = 1 << 20
 """Characters written at a time: a long string leaves the process in pieces of this size."""
 
 
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """``1 session``, ``2 sessions`` (``nouns`` when the plural is not ``noun + "s"``)."""
+    return f"{count} {noun if count == 1 else nouns or noun + 's'}"
+
+
 def positive_int(text: str) -> int:
     """An ``argparse`` type: an integer >= 1 (anything else is a usage error)."""
     try:

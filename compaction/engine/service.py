@@ -199,12 +199,13 @@ class CompactionEngine(CompactService):
         The retained tail is kept while that suffices; when it does not and ``retain_tokens`` was
         not set explicitly, compaction goes on keeping only the newest unit (as :meth:`compact_now`).
         A failure after at least one compaction committed is reported in ``failure`` (the committed
-        ones stand); one before any raises. A window not above the fixed overhead is refused.
+        ones stand); one before any raises. A window, or a threshold, not above the fixed overhead is
+        refused before anything is written: no compaction could bring the request under it.
         """
         window = self.context_window(session)
         threshold, retain = self.config.budget(window)
         start = self.meter.measure(session)
-        _refuse_below_overhead(session, window, start)
+        _refuse_below_overhead(session, window, self.config.threshold_ratio, start)
         results: list[CompactionResult] = []
         failure: EventCompactionError | None = None
         budgets = [retain] if self.config.retain_tokens is not None or not retain else [retain, 0]
@@ -411,13 +412,26 @@ def overhead_source(session: Session, reading: Measurement) -> str:
     return f"the system prompt and tool schemas of request/header seq {header}, at the meter's price"
 
 
-def _refuse_below_overhead(session: Session, window: int, reading: Measurement) -> None:
-    if window <= reading.overhead_tokens:
+def _refuse_below_overhead(session: Session, window: int, ratio: float, reading: Measurement) -> None:
+    overhead = reading.overhead_tokens
+    threshold = math.floor(window * ratio)
+    if window <= overhead:
         raise CompactionConfigError(
             f"context window {window:,} is not above the fixed overhead of session {session.id}'s "
-            f"requests: {reading.overhead_tokens:,} tokens ({overhead_source(session, reading)}); "
+            f"requests: {overhead:,} tokens ({overhead_source(session, reading)}); "
             "no compaction can fit it. Use a window above the overhead (--window / "
             "BasicConfig.context_window)."
+        )
+    if threshold <= overhead:
+        needed = math.ceil((overhead + 1) / ratio)
+        while math.floor(needed * ratio) <= overhead:
+            needed += 1
+        raise CompactionConfigError(
+            f"the threshold {threshold:,} ({ratio:g} x the context window {window:,}) is not above the fixed "
+            f"overhead of session {session.id}'s requests: {overhead:,} tokens "
+            f"({overhead_source(session, reading)}); no compaction can bring the request under "
+            f"it, so nothing was compacted. Use a window of at least {needed:,} (--window / "
+            "BasicConfig.context_window) or a higher threshold ratio (--threshold)."
         )
 
 

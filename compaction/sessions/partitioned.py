@@ -223,15 +223,16 @@ class PartitionedSessionStore:
 AnyStore = SessionStore | PartitionedSessionStore
 
 
-def open_store(url: str | None = None) -> AnyStore:
+def open_store(url: str | None = None, *, create: bool = True) -> AnyStore:
     """:meth:`SessionStore.open`, or a :class:`PartitionedSessionStore` for ``?partitions=K``
-    with K > 1 (or any K with ``notify=off``)."""
+    with K > 1 (or any K with ``notify=off``); ``create=False`` refuses a SQLite store that does
+    not exist (:class:`~compaction.errors.StoreNotFoundError`) instead of creating it."""
     if url is None:
-        return SessionStore.open()
+        return SessionStore.open(create=create)
     base, partitions, notify = split_options(url)
     if partitions is None or (partitions == 1 and notify):
-        return SessionStore.open(base)
-    return PartitionedSessionStore(parse_store_url(base), partitions, notify=notify)
+        return SessionStore.open(base, create=create)
+    return PartitionedSessionStore(parse_store_url(base, create=create), partitions, notify=notify)
 
 
 def home_store(store: AnyStore, session_id: UUID) -> SessionStore:

@@ -190,7 +190,7 @@ def _sqlite_path(url: str, *, create: bool) -> str:
         if not Path(path).is_file():
             found = "is not a file" if Path(path).exists() else "does not exist"
             raise StoreNotFoundError(
-                f"store {url!r}: {path} {found}; this command only reads an existing store "
+                f"store {url!r}: {path} {found}; this command needs an existing store "
                 "(import or run something first, or check --store / $COMPACTION_STORE)"
             )
         return path

@@ -85,6 +85,25 @@ def test_a_window_not_above_the_fixed_overhead_is_refused_with_the_overhead_name
         assert store.get(UUID(sid)).last_of("compact/start") is None  # nothing was written
 
 
+def test_a_threshold_not_above_the_fixed_overhead_is_refused_before_anything_is_written(
+    sqlite_url: str,
+) -> None:
+    """Issue 24.6: the window was above the overhead but its threshold was not; two compactions were
+    written before the command said it was still above. Now nothing is written, and the window
+    that would do is named."""
+    sid = stored(sqlite_url, steps_session(BIG, BIG, system="s" * 800))  # 200 + 4 tokens
+    code, document = run_json("--store", sqlite_url, "compact", sid, "--window", "250")
+    assert code == 1 and document["error"]["type"] == "CompactionConfigError"
+    message = document["error"]["message"]
+    assert "the threshold 200 (0.8 x the context window 250) is not above the fixed overhead" in message
+    assert "204 tokens" in message and "nothing was compacted" in message
+    assert "Use a window of at least 257" in message  # floor(256 x 0.8) = 204 is not above 204
+    with SessionStore.open(sqlite_url) as store:
+        assert store.get(UUID(sid)).last_of("compact/start") is None
+    _, document = run_json("--store", sqlite_url, "compact", sid, "--window", "257")
+    assert "error" not in document and document["compactions"]  # not refused: it compacts
+
+
 def test_a_tiny_window_with_no_overhead_to_refuse_ends_above_it_and_exits_1(sqlite_url: str) -> None:
     """No system prompt, no usage: nothing to refuse up front, but the task statement alone is
     larger than ``--window 10``; the command compacts what it can and says it is still over."""

@@ -3,6 +3,7 @@ repository root with the virtual environment not on ``PATH``."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -69,3 +70,45 @@ def test_the_hint_names_the_script_that_ran(tmp_path: Path) -> None:
     assert "try `compaction demo`" in on_path.stderr
     outside = run_line(f"{shlex.quote(str(SCRIPT))} --store {store} sessions", tmp_path)
     assert f"try `{shlex.quote(str(SCRIPT))} demo`" in outside.stderr
+
+
+NEEDS_A_STORE = [
+    ["recover"],
+    ["rebuild"],
+    ["export", "abc"],
+    ["compact", "abc"],
+    ["show", "abc"],
+    ["audit", "abc"],
+    ["sessions"],
+    ["copy", "--to", "sqlite:///x.db", "--all"],
+]
+
+
+@pytest.mark.parametrize("argv", NEEDS_A_STORE, ids=lambda argv: argv[0])
+def test_in_an_empty_folder_a_command_creates_nothing(argv: list[str], tmp_path: Path) -> None:
+    """The default store does not exist there: the command says so, exits 1, and writes no file."""
+    done = run_line(shlex.join([str(SCRIPT), *argv]), tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert "sessions.db does not exist; this command needs an existing store" in done.stderr
+    assert sorted(p.name for p in tmp_path.rglob("*")) == []
+
+
+def test_import_dir_imports_every_readable_file_and_reports_each_unreadable_one(tmp_path: Path) -> None:
+    """``a_bogus.json`` sorts first; the transcripts after it are imported all the same, exit 1."""
+    folder = tmp_path / "transcripts"
+    folder.mkdir()
+    (folder / "a_bogus.json").write_text("{not json")
+    (folder / "b_bogus.jsonl").write_text("[]\n")
+    pydicom = ROOT / "tests/data/transcripts/swe-agent/pydicom__pydicom-1458.traj"
+    (folder / "c.traj").write_bytes(pydicom.read_bytes())
+    store = f"sqlite:///{tmp_path / 's.db'}"
+    done = run_line(shlex.join([str(SCRIPT), "--store", store, "import", str(folder), "--json"]), tmp_path)
+    assert done.returncode == 1, done.stderr
+    document = json.loads(done.stdout)
+    assert [row["status"] for row in document["sessions"]] == ["imported"]
+    assert [Path(f["source"]).name for f in document["failed"]] == ["a_bogus.json", "b_bogus.jsonl"]
+    assert all(Path(f["source"]).name in f["error"] for f in document["failed"])
+    human = run_line(shlex.join([str(SCRIPT), "--store", store, "import", str(folder)]), tmp_path)
+    assert human.returncode == 1
+    assert "1 session: 0 imported, 1 already imported; 2 files could not be read" in human.stdout
+    assert human.stdout.count("not imported: ") == 2
