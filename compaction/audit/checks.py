@@ -254,14 +254,19 @@ def completion_json(summary: CompactSummary) -> dict[str, Any] | None:
 
 def _added(record: Completion) -> str:
     counts = (
-        (len(record.added_identifiers), "identifiers"),
-        (len(record.added_user_asks), "user asks"),
-        (len(record.added_open_tasks), "open tasks"),
-        (len(record.added_errors), "errors"),
-        (len(record.added_sections), "sections"),
+        (len(record.added_identifiers), "identifier"),
+        (len(record.added_user_asks), "user ask"),
+        (len(record.added_open_tasks), "open task"),
+        (len(record.added_errors), "error"),
+        (len(record.added_sections), "section"),
     )
-    listed = ", ".join(f"{n} {what}" for n, what in counts if n)
+    listed = ", ".join(counted(n, what) for n, what in counts if n)
     return listed or "nothing"
+
+
+def counted(count: int, noun: str) -> str:
+    """``1 identifier``, ``2 identifiers``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _check_bracket(bracket: Bracket) -> Check:

@@ -17,10 +17,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from compaction.audit.checks import Check, CompactionAudit
+from compaction.audit.checks import Check, CompactionAudit, counted
 from compaction.audit.diff import clip, message_text
 from compaction.audit.report import SessionAudit
 from compaction.engine.meters import HeuristicMeter, Meter
+from compaction.engine.windows import header_window
 from compaction.errors import EventRuleError
 from compaction.handover.completion import model_text
 from compaction.sessions.blocks import text_of
@@ -79,9 +80,10 @@ def surface_tokens(events: Sequence[SessionEvent], meter: Meter) -> list[int]:
 
 
 def window_of(events: Sequence[SessionEvent]) -> int | None:
-    """The context window the latest request/header declares."""
-    header = latest_header(events)
-    return header.context_window if header is not None else None
+    """The context window the latest request/header declares, else the known window of its model:
+    the one ``compaction compact`` assumes (:func:`~compaction.engine.windows.header_window`)."""
+    found = header_window(latest_header(events))
+    return None if found is None else found[0]
 
 
 def _sampled(points: Sequence[int], keep: Iterable[int]) -> list[int]:
@@ -309,16 +311,23 @@ def compaction_section(events: Sequence[SessionEvent], c: CompactionAudit) -> st
 
 def session_section(audit: SessionAudit, limits: Limits, meter: Meter, index: int) -> str:
     events = audit.log.events
-    window = limits.window or window_of(events)
+    found = header_window(latest_header(events))
+    source = "given (--window)" if limits.window else None if found is None else found[1]
+    window = limits.window or (None if found is None else found[0])
     limits = Limits(window, limits.threshold_ratio)
     state = "pass" if audit.passed else "fail"
     failed = sum(not c.passed for c in audit.compactions)
-    note = "" if window else '<p class="meta">context window unknown: pass a window to draw it</p>'
+    note = (
+        '<p class="meta">context window unknown: pass a window to draw it</p>'
+        if window is None
+        else f'<p class="meta">context window {window:,} ({html.escape(str(source))}), '
+        f"threshold {limits.threshold:,}</p>"
+    )
     return (
         f'<section class="session {state}" id="s-{audit.session_id}">'
         f"<h2>session {audit.session_id} <span class=\"badge {state}\">{state.upper()}</span></h2>"
-        f'<p class="meta">{len(events)} events · {len(audit.compactions)} compactions · {failed} with '
-        f"failed checks</p>"
+        f'<p class="meta">{counted(len(events), "event")} · '
+        f'{counted(len(audit.compactions), "compaction")} · {failed} with failed checks</p>'
         + timeline_svg(audit, limits, meter, index)
         + note
         + checks_table(audit.log_checks, "log-level checks", "log-checks")
@@ -345,7 +354,7 @@ def render_html(
         f"<title>compaction audit: {verdict}</title><style>{CSS}</style></head>"
         f'<body data-passed="{str(passed).lower()}"><header><h1>compaction audit '
         f'<span class="badge {"pass" if passed else "fail"}">{verdict}</span></h1>'
-        f'<p class="meta">{len(audits)} sessions · generated {stamp}</p></header>'
+        f'<p class="meta">{counted(len(audits), "session")} · generated {stamp}</p></header>'
         f"<main>{body}</main><script>{SCRIPT}</script></body></html>\n"
     )
 

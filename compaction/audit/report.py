@@ -216,12 +216,12 @@ def completion_line(completion: Document) -> str:
     model = f"the model kept {kept} identifiers" if kept else "the model's text"
     repaired = " after a repair request" if completion.get("repaired") else ""
     added = ", ".join(
-        f"{completion[key]} {key.removeprefix('added_').replace('_', ' ')}"
+        _n(completion[key], key.removeprefix("added_").removesuffix("s").replace("_", " "))
         for key in ("added_identifiers", "added_user_asks", "added_open_tasks", "added_errors")
         if completion.get(key)
     )
     if completion.get("added_sections"):
-        added += (", " if added else "") + f"{len(completion['added_sections'])} sections"
+        added += (", " if added else "") + _n(len(completion["added_sections"]), "section")
     return (
         f"completed by {completion['mode']}: {model}{repaired}; added "
         f"{completion['appendix_chars']} characters" + (f" ({added})" if added else "")

@@ -7,7 +7,9 @@ request total is under ``--threshold`` x ``--window`` (or nothing more can be co
 
 JSON: ``{session_id, strategy, compactions: [{compaction_id, start_seq, summary_seq, end_seq,
 shadowed_seqs, shadowed_tokens, summary_tokens}], pruned: [...], tokens_before, tokens_after, meter,
-window, threshold, overhead_tokens, ratio, status, reason, failed_attempt}``. ``tokens_*`` are the
+window, threshold, overhead_tokens, ratio, status, reason, failed_attempt, window_source}``.
+``window_source`` says where the window came from (``--window``, recorded on the session's
+request/header, or the known window of its model); people see it beside the window. ``tokens_*`` are the
 request total as :meth:`Meter.measure <compaction.engine.meters.Meter.measure>` prices it (calibrated on the
 session's provider usage when it has some): the figure ``sessions`` and ``show`` print too.
 ``status`` is ``under_threshold``, ``above_threshold`` or ``above_window`` (null when no window is
@@ -44,8 +46,17 @@ DEFAULT_MAX_TOKENS = 8192
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("session", metavar="SESSION", help="session id or a unique prefix")
-    parser.add_argument("--strategy", choices=("summary", "prune", "checkpoint"), default="summary")
-    parser.add_argument("--window", type=positive_int, metavar="N", help="context window in tokens")
+    parser.add_argument(
+        "--strategy", choices=("summary", "prune", "checkpoint"), default="summary",
+        help="summary (default): replace old history with a checkpoint summary (--summarizer); "
+        "prune: shorten oversized tool results, no model; checkpoint: rebuild the context from the "
+        "typed state the harness recorded (--instruction)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--window", type=positive_int, metavar="N",
+        help="context window in tokens (default: recorded on the session's request/header, else the "
+        "known window of its model; the output names the one used)",
+    )  # fmt: skip
     parser.add_argument(
         "--threshold", type=float, default=0.8, metavar="R", help="threshold ratio (default 0.8)"
     )
@@ -103,7 +114,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="R",
         help="fidelity gate: identifier retention required (default 0.9)",
     )
-    parser.add_argument("--meter", choices=("heuristic", "tiktoken"), default="heuristic")
+    parser.add_argument(
+        "--meter", choices=("heuristic", "tiktoken"), default="heuristic",
+        help="how request tokens are counted: heuristic (default, characters per token, calibrated "
+        "on the session's provider usage when it has some) or tiktoken (OpenAI's tokenizer)",
+    )  # fmt: skip
     parser.add_argument("--manual", action="store_true", help="compact once, keeping only the newest unit")
     parser.add_argument(
         "--instruction",
@@ -129,7 +144,17 @@ def run(context: Context, args: argparse.Namespace) -> Document:
         "tokens_after": meter.measure(session).total_tokens,
         "meter": meter.name,
         **_fit_json(report),
+        "window_source": _window_source(session, args, meter),
     }
+
+
+def _window_source(session: Session, args: argparse.Namespace, meter: Meter) -> str | None:
+    """Where the window came from (``--window``, the session's header, the model's known window);
+    None when none is known."""
+    try:
+        return BasicCompactService(_config(args), meter=meter).window_and_source(session)[1]
+    except CompactionConfigError:
+        return None
 
 
 def _report(
@@ -296,6 +321,12 @@ def render(document: Document, console: Console) -> None:
         f"({document['meter']})",
         markup=False,
     )
+    if document.get("window") is not None:
+        console.print(
+            f"context window {document['window']:,} ({document.get('window_source') or 'given'}), "
+            f"threshold {document['threshold']:,}: {document['status'].replace('_', ' ')}",
+            markup=False,
+        )
     reason = document.get("reason")
     if reason is not None:  # the message starts with the total and the limit it is above
         console.print(f"{reason['message']} ({reason['kind'].replace('_', ' ')})", markup=False)

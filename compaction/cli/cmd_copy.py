@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.text import Text
 
 from compaction.cli.command import Command, Context, Document, resolve_session
-from compaction.cli.output import positive_int, table
+from compaction.cli.output import plural, positive_int, table
 from compaction.errors import AmbiguousSessionError, EventCompactionError, SessionNotFoundError
 from compaction.sessions.copy import BATCH, CopyReport, copy_session
 from compaction.sessions.partitioned import AnyStore, open_store
@@ -101,7 +101,7 @@ def render(document: Document, console: Console) -> None:
     rows = document["sessions"]
     good = sum(r["verified"] for r in rows)
     title = (
-        f"{document['source']} -> {document['target']}: {len(rows)} sessions, {good} verified, "
+        f"{document['source']} -> {document['target']}: {plural(len(rows), 'session')}, {good} verified, "
         f"{document['copied_events']} events written"
     )
     console.print(table(title, HEADERS, (_cells(r) for r in rows)))

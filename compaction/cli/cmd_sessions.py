@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.text import Text
 
 from compaction.cli.command import Command, Context, Document
-from compaction.cli.output import invocation, table
+from compaction.cli.output import invocation, plural, table
 from compaction.engine.brackets import committed_count
 from compaction.engine.meters import HeuristicMeter, Meter
 from compaction.errors import EventCompactionError
@@ -78,7 +78,7 @@ def render(document: Document, console: Console) -> None:
     columns = ("session_id", "events", "surface_nodes", "tokens", "compactions")
     shown = ([("-" if r[c] is None else r[c]) for c in columns] for r in rows)
     headers = [c.replace("_", " ") for c in columns]  # words wrap, so the table fits 80 columns
-    console.print(table(f"{len(rows)} sessions", headers, shown))
+    console.print(table(plural(len(rows), "session"), headers, shown))
     for row in rows:
         if row.get("unreadable"):
             console.print(Text(f"unreadable: {row['session_id']}: {row['unreadable']}", style="red"))

@@ -29,7 +29,7 @@ from compaction.engine.meters import HeuristicMeter, Measurement, Meter
 from compaction.engine.prune import PruneConfig, prune_session
 from compaction.engine.selection import Span, head_before_task, select_span, span_for
 from compaction.engine.transaction import Stability, Transaction
-from compaction.engine.windows import DEFAULT_WINDOWS, WindowTable
+from compaction.engine.windows import DEFAULT_WINDOWS, WindowTable, header_window
 from compaction.errors import (
     BusyError,
     CompactionConfigError,
@@ -113,15 +113,17 @@ class CompactionEngine(CompactService):
     def context_window(self, session: Session) -> int:
         """``config.context_window``, else the latest header's, else the known window of its model
         (:mod:`compaction.engine.windows`, ``self.windows``)."""
+        return self.window_and_source(session)[0]
+
+    def window_and_source(self, session: Session) -> tuple[int, str]:
+        """:meth:`context_window` and where it comes from (``--window``, the header, the table),
+        for a report to name the window it assumed."""
         if self.config.context_window is not None:
-            return self.config.context_window
+            return self.config.context_window, "configured (--window / BasicConfig.context_window)"
         header = session.latest_header()
-        if header is not None and header.context_window:
-            return header.context_window
-        if header is not None:
-            known = self.windows.lookup(header.model)
-            if known is not None:
-                return known
+        found = header_window(header, self.windows)
+        if found is not None:
+            return found
         target = f"{header.provider}/{header.model}" if header is not None else "this session"
         raise CompactionConfigError(
             f"compaction-basic: no context capacity for {target}; configure context_window "

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from compaction.errors import CompactionConfigError
+from compaction.sessions.events import RequestHeader
 
 KNOWN_WINDOWS: Mapping[str, int] = MappingProxyType({
     # Anthropic Claude: 200k since Claude 3 (the 1M Sonnet window is an opt-in beta)
@@ -150,6 +151,22 @@ class WindowTable:
 
 
 DEFAULT_WINDOWS = WindowTable()
+
+
+def header_window(
+    header: RequestHeader | None, table: WindowTable | None = None
+) -> tuple[int, str] | None:
+    """The context window a session's latest ``request/header`` gives, and where it comes from:
+    the window recorded on it, else the known window of its model (``table``, default
+    :data:`KNOWN_WINDOWS`); None when neither says."""
+    if header is None:
+        return None
+    if header.context_window:
+        return header.context_window, f"recorded on request/header seq {header.seq}"
+    known = (table or DEFAULT_WINDOWS).lookup(header.model)
+    if known is None:
+        return None
+    return known, f"the known window of {header.provider}/{header.model}"
 
 
 def known_window(model: str) -> int | None:

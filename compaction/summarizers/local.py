@@ -66,7 +66,8 @@ def default_model_path() -> Path:
     found = f"package directories {locations}" if locations else "no such package"
     raise CompactionConfigError(
         f"local model: expected {SMOLLM2_FILE} from the {SMOLLM2_PACKAGE} package, found "
-        f"{found}; {INSTALL_HINT}, or pass model_path="
+        f"{found}; {INSTALL_HINT}, or give a GGUF file of your own (`compaction compact "
+        "--summarizer local --model PATH.gguf`; in Python, LocalModelServer(model_path=...))"
     )
 
 

@@ -406,6 +406,7 @@ def test_export_to_stdout(
 
 
 def test_export_of_an_unknown_session_fails(sqlite_url: str) -> None:
+    SessionStore.open(sqlite_url).close()  # the store exists; a missing one is StoreNotFoundError
     code, document = run_json("--store", sqlite_url, "export", "0123abcd")
     assert code == 1
     assert document["error"]["type"] == "SessionNotFoundError"

