@@ -5,7 +5,9 @@ Shared by the command line (:mod:`compaction.cli.output`) and the audit's termin
 or a file name is printed whole. Rich alone would cut a value with an ellipsis when the terminal is
 narrower than the table; :class:`FittedTable` wraps long values between words instead, and when not
 even every column's longest word fits (an import table at 80 columns), prints one block of
-``column  value`` lines per row.
+``column  value`` lines per row; narrower still (a session id beside its label needs about 52
+columns), each value on its own line under its column's name, so a 36-character id stays whole down
+to 36 columns.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ class FittedTable:
             yield Text(self.title, style="italic")
         widths = self.column_widths(options.max_width)
         if widths is None:
-            yield from self.records()
+            yield from self.records(options.max_width)
         else:
             yield self.grid(widths)
 
@@ -66,14 +68,22 @@ class FittedTable:
             grid.add_row(*row)
         return grid
 
-    def records(self) -> Iterator[Text | Table]:
+    def records(self, available: int) -> Iterator[Text | Table]:
+        label = max(map(cell_len, self.columns), default=0)
+        longest = max((_longest_word(value.plain) for row in self.rows for value in row), default=0)
+        stacked = label + 2 + longest > available  # a value beside its label would be cut
         for number, row in enumerate(self.rows, start=1):
+            yield Text(f"[{number}/{len(self.rows)}]", style="dim")
+            if stacked:
+                for name, value in zip(self.columns, row, strict=True):
+                    yield Text(name, style="bold")
+                    yield Text("  ") + value if cell_len(value.plain) + 2 <= available else value
+                continue
             block = Table.grid(padding=(0, 2))
             block.add_column(style="bold", no_wrap=True)
             block.add_column(overflow="fold")
             for name, value in zip(self.columns, row, strict=True):
                 block.add_row(name, value)
-            yield Text(f"[{number}/{len(self.rows)}]", style="dim")
             yield block
         if self.caption:
             yield Text(self.caption, style="dim")

@@ -157,3 +157,15 @@ def test_one_of_a_kind_is_singular(tmp_path: Path) -> None:
         "added_user_asks": 1,
     }  # fmt: skip
     assert "(1 identifier, 1 user ask)" in completion_line(completion)
+
+
+@pytest.mark.parametrize("columns", [52, 45, 40, 36])
+def test_ids_stay_whole_on_a_narrow_terminal(columns: int, tmp_path: Path) -> None:
+    """Below about 52 columns the id no longer fits beside its label: it goes on its own line."""
+    store = f"sqlite:///{tmp_path / 's.db'}"
+    pydicom = ROOT / "tests/data/transcripts/swe-agent/pydicom__pydicom-1458.traj"
+    assert run_human("--store", store, "import", str(pydicom))[0] == 0
+    done = run_line(f"COLUMNS={columns} {shlex.quote(str(SCRIPT))} --store {store} sessions", tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "242fb12b-4481-5fa1-8340-506d9978faa8" in done.stdout.split(), done.stdout
+    assert max(len(line.rstrip()) for line in done.stdout.splitlines()) <= columns
