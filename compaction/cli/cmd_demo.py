@@ -4,7 +4,10 @@ printed with the request tokens before and after; then every compaction is audit
 log. A phase-structured workflow then runs with the checkpoint strategy next to the summary strategy.
 
 JSON: ``{session_id, events, compactions, tokens_before, tokens_after, checks_passed, window,
-max_request_tokens, compaction_log: [...], checks: [...], strategies: [...]}``. ``tokens_before`` is
+max_request_tokens, compaction_log: [...], checks: [...], strategies: [...], kept}``. The sessions'
+ids follow from the settings (``--seed``, ``--turns``, ``--steps``, ``--window``): when a store
+already holds them from an earlier run, the demo runs in memory and keeps those (``kept: true``), so
+running it again does not add sessions. ``tokens_before`` is
 what the request would weigh with no compaction; ``tokens_after`` what it weighs now. ``checks_passed``
 is true when every audit check passed, the surface is balanced and provider-valid, the task statement
 is still first, and no request ever exceeded the window. The exit status is 1 when it is false.
@@ -17,6 +20,7 @@ import asyncio
 import shlex
 from dataclasses import dataclass, field
 from typing import Any
+from uuid import NAMESPACE_URL, UUID, uuid5
 
 from rich.console import Console
 
@@ -32,7 +36,7 @@ from compaction.sessions.events import Replace
 from compaction.sessions.loop import StepContext
 from compaction.sessions.render import pairing_problems
 from compaction.sessions.session import Session, project
-from compaction.sessions.store import default_url
+from compaction.sessions.store import SessionStore, default_url
 from compaction.vocabulary.config import BasicConfig
 
 
@@ -82,11 +86,36 @@ class CompactionWatch:
 
 
 def run(context: Context, args: argparse.Namespace) -> Document:
-    store = context.store
-    session = store.create()
+    ids = demo_session_ids(args)
+    wanted = [ids["demo"]] if args.no_phases else list(ids.values())
+    target = context.store
+    kept = any(target.exists(session_id) for session_id in wanted)
+    # Run again with the same settings, the demo keeps the sessions an earlier run stored (the
+    # same ids) and runs in memory, so `make demo` does not add three sessions every time.
+    store = SessionStore.open("memory://") if kept else target
+    try:
+        document = _run_demo(store, args, ids, quiet=context.json, err=context.err)
+    finally:
+        if kept:
+            store.close()
+    document["store"] = target.location.display
+    document["kept"] = kept
+    return document
+
+
+def demo_session_ids(args: argparse.Namespace) -> dict[str, UUID]:
+    """The demo's session ids: the same for the same settings, so a second run finds the first's."""
+    settings = f"compaction-demo:seed={args.seed}:turns={args.turns}:steps={args.steps}:window={args.window}"
+    return {name: uuid5(NAMESPACE_URL, f"{settings}:{name}") for name in ("demo", "checkpoint", "summary")}
+
+
+def _run_demo(
+    store: SessionStore, args: argparse.Namespace, ids: dict[str, UUID], *, quiet: bool, err: Console
+) -> Document:
+    session = store.create(ids["demo"])
     meter = HeuristicMeter()
     service = BasicCompactService(BasicConfig(context_window=args.window), meter=meter)
-    watch = CompactionWatch(service, meter, None if context.json else context.err)
+    watch = CompactionWatch(service, meter, None if quiet else err)
     asyncio.run(
         run_demo_session(
             session,
@@ -101,12 +130,12 @@ def run(context: Context, args: argparse.Namespace) -> Document:
     store.save(session)
     document = demo_document(session, store.location.display, meter, watch, args.window)
     document["turns"], document["steps_per_turn"] = args.turns, args.steps
-    document["strategies"] = [] if args.no_phases else _strategies(context)
+    document["strategies"] = [] if args.no_phases else _strategies(store, ids)
     return document
 
 
-def _strategies(context: Context) -> list[dict[str, Any]]:
-    runs = asyncio.run(compare_strategies(context.store))
+def _strategies(store: SessionStore, ids: dict[str, UUID]) -> list[dict[str, Any]]:
+    runs = asyncio.run(compare_strategies(store, ids))
     return [
         {"strategy": r.strategy, "session_id": str(r.session.id), "boundaries": r.boundaries} for r in runs
     ]
@@ -247,6 +276,11 @@ def comment(document: Document, err: Console) -> None:
         return
     prefix = run_again if store == default_url() else f"{run_again} --store {shlex.quote(store)}"
     lines = [f"The demo stored {count} in {store}:"]
+    if document.get("kept"):
+        lines = [
+            f"The demo's {count} for these settings were already in {store}, stored by an earlier "
+            "run: kept them and stored nothing new (another --seed makes new ones):"
+        ]
     lines += [f"  {session_id}  {what}" for session_id, what in stored]
     lines += [
         "Next (each line runs as printed, from this folder):",

@@ -7,9 +7,10 @@ compared on the same work.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from uuid import UUID
 
 from compaction.engine.meters import HeuristicMeter
 from compaction.service import BasicCompactService
@@ -127,8 +128,9 @@ async def run_phases(
     store: SessionStore,
     strategy: str,
     compact: Callable[[Session], Awaitable[CompactionResult | None]],
+    session_id: UUID | None = None,
 ) -> PhaseRun:
-    session = store.create()
+    session = store.create(session_id)
     run = PhaseRun(strategy, session)
     meter = HeuristicMeter()
     for index, phase in enumerate(PHASES):
@@ -159,7 +161,11 @@ async def run_phases(
     return run
 
 
-async def compare_strategies(store: SessionStore) -> list[PhaseRun]:
+async def compare_strategies(
+    store: SessionStore, session_ids: Mapping[str, UUID] | None = None
+) -> list[PhaseRun]:
+    """The workflow run once per strategy (``session_ids``: the id of each run, by strategy)."""
+    ids = dict(session_ids or {})
     checkpoint = CheckpointCompactService()
     summary = BasicCompactService(BasicConfig(context_window=32000))
 
@@ -170,6 +176,6 @@ async def compare_strategies(store: SessionStore) -> list[PhaseRun]:
         return await summary.compact_now(session, store=store)
 
     return [
-        await run_phases(store, "checkpoint", by_checkpoint),
-        await run_phases(store, "summary", by_summary),
+        await run_phases(store, "checkpoint", by_checkpoint, ids.get("checkpoint")),
+        await run_phases(store, "summary", by_summary, ids.get("summary")),
     ]

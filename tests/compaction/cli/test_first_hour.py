@@ -18,7 +18,7 @@ from compaction.audit.report import completion_line
 from compaction.cli.main import main
 from compaction.errors import CompactionConfigError
 from compaction.summarizers.local import default_model_path
-from tests.builders import run_human
+from tests.builders import run_human, run_json
 from tests.conftest import ROOT
 
 SCRIPT = Path(sys.executable).parent / "compaction"
@@ -169,3 +169,19 @@ def test_ids_stay_whole_on_a_narrow_terminal(columns: int, tmp_path: Path) -> No
     assert done.returncode == 0, done.stderr
     assert "242fb12b-4481-5fa1-8340-506d9978faa8" in done.stdout.split(), done.stdout
     assert max(len(line.rstrip()) for line in done.stdout.splitlines()) <= columns
+
+
+def test_running_the_demo_again_adds_no_sessions(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'demo.db'}"
+    argv = ("--store", store, "demo", "--turns", "1", "--steps", "3")
+    code, _, first = run_human(*argv)
+    assert code == 0, first
+    listed = run_json("--store", store, "sessions")[1]["sessions"]
+    code, _, again = run_human(*argv)
+    assert code == 0, again
+    assert run_json("--store", store, "sessions")[1]["sessions"] == listed  # the same 3, untouched
+    assert "were already in" in again and "stored nothing new" in again
+    assert all(row["session_id"] in again for row in listed)
+    code, document = run_json(*argv[:-2], "--steps", "4")  # other settings: new sessions
+    assert code == 0 and document["kept"] is False
+    assert len(run_json("--store", store, "sessions")[1]["sessions"]) == 6
