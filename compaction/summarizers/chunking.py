@@ -175,7 +175,7 @@ def fit_unit(unit: Unit, budget: int, estimate: Estimate) -> Unit:
     size = sum(estimate(m) for m in unit)
     factor = 1.0
     for _ in range(6):
-        if size <= budget:
+        if size <= budget or size <= 0:  # nothing left to cut (a budget already spent: below 0)
             break
         factor *= max(0.05, 0.9 * budget / size)
         unit = tuple(

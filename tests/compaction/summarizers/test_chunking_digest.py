@@ -30,7 +30,7 @@ from compaction.sessions.blocks import (
 from compaction.sessions.importers import import_path
 from compaction.sessions.render import pairing_problems
 from compaction.sessions.store import SessionStore
-from compaction.summarizers.chunking import ChunkingSummarizer
+from compaction.summarizers.chunking import ChunkingSummarizer, fit_unit
 from compaction.summarizers.digest import (
     HEAD_LINES,
     TAIL_LINES,
@@ -352,3 +352,10 @@ def test_cli_digest_tokens_send_one_request_per_compaction(
     both = ("--no-digest", "--digest-tokens", "9")
     code, refused = run_json("--store", url, "compact", str(session.id), *both)
     assert code != 0 and "contradicts" in refused["error"]["message"]
+
+
+def test_fit_unit_with_its_budget_spent_returns_what_it_has() -> None:
+    """A digest whose room was already spent asked to fit a unit into a negative budget; a unit
+    priced at 0 then divided by zero (seen: the second `--manual` local compaction of pydicom)."""
+    unit = (Message(id="m", role="user", content=(TextBlock(""),)),)
+    assert fit_unit(unit, -5, lambda message: 0) == unit
