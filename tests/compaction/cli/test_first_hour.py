@@ -3,7 +3,9 @@ repository root with the virtual environment not on ``PATH``."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
+import io
 import json
 import os
 import shlex
@@ -12,13 +14,17 @@ import sys
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from compaction.audit.checks import counted
 from compaction.audit.report import completion_line
 from compaction.cli.main import main
+from compaction.cli.progress import ShowProgress
 from compaction.errors import CompactionConfigError
 from compaction.summarizers.local import default_model_path
+from compaction.summarizers.template import TemplateSummarizer
 from tests.builders import run_human, run_json
+from tests.compaction.summarizers.test_local_model import short_request
 from tests.conftest import ROOT
 
 SCRIPT = Path(sys.executable).parent / "compaction"
@@ -185,3 +191,16 @@ def test_running_the_demo_again_adds_no_sessions(tmp_path: Path) -> None:
     code, document = run_json(*argv[:-2], "--steps", "4")  # other settings: new sessions
     assert code == 0 and document["kept"] is False
     assert len(run_json("--store", store, "sessions")[1]["sessions"]) == 6
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_the_progress_line_names_the_model_and_the_compaction(terminal: bool) -> None:
+    """Piped, one line per request; on a terminal a live line that the answer clears."""
+    err = Console(file=io.StringIO(), force_terminal=terminal, width=200)
+    summarizer = ShowProgress(TemplateSummarizer(), err)
+    output = asyncio.run(summarizer.summarize(short_request(256)))
+    assert output.text
+    said = err.file.getvalue()  # type: ignore[attr-defined]
+    line = "summarizing with template/template-v1 (request 1, compaction cmp-loca, 4 messages"
+    assert line in said
+    assert said.count("Ctrl-C stops it") == 1 if not terminal else "Ctrl-C stops it" in said
