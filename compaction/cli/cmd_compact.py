@@ -235,6 +235,7 @@ async def _compact(
         window_tokens=args.summarizer_window,
         digest=args.digest,
         digest_tokens=args.digest_tokens,
+        abandon_on_cancel=True,  # Ctrl-C ends the process at once (compaction.cli.main)
     )
     async with SUMMARIZERS.open(args.summarizer, options) as opened:
         summarizer = opened if args.summarizer == "template" else ShowProgress(opened, context.err)

@@ -194,7 +194,10 @@ class LocalModelServer:
     it down many times over); ``sampling``: server-side sampling defaults, attribute names of
     ``xllamacpp.CommonParamsSampling`` (for example ``{"seed": 7, "temp": 0.0}``); ``grammar``:
     a GBNF grammar every reply must follow (see :func:`checkpoint_grammar`); ``verbose``: let
-    llama.cpp log to stderr (silent by default; turn it on when the server will not start).
+    llama.cpp log to stderr (silent by default; turn it on when the server will not start);
+    ``abandon_on_cancel``: leaving ``async with`` by a cancellation (Ctrl-C) lets the server go at
+    once (:meth:`abandon`) instead of stopping it, which waits for the reply being generated; for a
+    process about to end (the command line).
     """
 
     def __init__(
@@ -207,6 +210,7 @@ class LocalModelServer:
         sampling: Mapping[str, object] | None = None,
         grammar: str | None = None,
         verbose: bool = False,
+        abandon_on_cancel: bool = False,
     ) -> None:
         if context_tokens <= 0:
             raise CompactionConfigError(f"context_tokens must be > 0, got {context_tokens!r}")
@@ -217,6 +221,7 @@ class LocalModelServer:
         self.sampling = dict(sampling or {})
         self.grammar = grammar
         self.verbose = verbose
+        self.abandon_on_cancel = abandon_on_cancel
         self._server: Any = None
         self._address: str | None = None
         self._lock = threading.Lock()
@@ -337,7 +342,8 @@ class LocalModelServer:
         return await asyncio.to_thread(self.start)
 
     async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
-        if exc_type is not None and issubclass(exc_type, asyncio.CancelledError | KeyboardInterrupt):
+        cancelled = exc_type is not None and issubclass(exc_type, asyncio.CancelledError | KeyboardInterrupt)
+        if cancelled and self.abandon_on_cancel:
             self.abandon()  # Ctrl-C: do not wait for the generation in progress
             return
         await asyncio.to_thread(self.stop)

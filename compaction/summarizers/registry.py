@@ -82,6 +82,10 @@ class SummarizerOptions:
     """Send the span as a digest: None takes the summarizer's default (``local`` only)."""
     digest_tokens: int | None = None
     """The digest's input budget (implies ``digest``); None: what one request of the window leaves."""
+    abandon_on_cancel: bool = False
+    """``local``: when the run is cancelled (Ctrl-C), let the server go at once instead of waiting
+    for the reply it is generating (:meth:`LocalModelServer.abandon`); for a process about to end
+    (the command line), never for a long-lived one."""
 
     def __post_init__(self) -> None:
         _positive("the summarizer window (window_tokens, --summarizer-window)", self.window_tokens)
@@ -229,6 +233,7 @@ async def _open_local(options: SummarizerOptions) -> AsyncIterator[Summarizer]:
         context_tokens=options.window_tokens or LOCAL_CONTEXT_TOKENS,
         grammar=checkpoint_grammar(bullets=1, bullet_chars=LOCAL_BULLET_CHARS),
         sampling={"temp": 0.0, "seed": 7},
+        abandon_on_cancel=options.abandon_on_cancel,
     )
     async with server:
         # The embedded model's window is small: summarize oversize spans in balanced chunks priced
