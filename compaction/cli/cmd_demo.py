@@ -28,6 +28,7 @@ from compaction.engine.brackets import committed_count
 from compaction.engine.meters import HeuristicMeter, Meter
 from compaction.service import BasicCompactService
 from compaction.sessions.events import Replace
+from compaction.sessions.invariants import DEFAULT_INVARIANTS
 from compaction.sessions.loop import StepContext
 from compaction.sessions.render import pairing_problems
 from compaction.sessions.session import Session, project
@@ -82,7 +83,7 @@ class CompactionWatch:
 
 def run(context: Context, args: argparse.Namespace) -> Document:
     store = context.store
-    session = store.create()
+    session = store.create(invariants=DEFAULT_INVARIANTS)
     meter = HeuristicMeter()
     service = BasicCompactService(BasicConfig(context_window=args.window), meter=meter)
     watch = CompactionWatch(service, meter, None if context.json else context.err)

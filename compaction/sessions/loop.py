@@ -12,6 +12,10 @@ when the request envelope changed, ``request/header``. Each step then runs:
 5. per tool-call block: ``tool/call``, the tool, ``tool/result`` citing the ``tool/call`` seq;
 6. ``step/end``, then one atomic save when a store is given.
 
+A prompt naming a registered command (``/compact``; :meth:`AgentLoop.submit`) runs the command
+between turns instead (:mod:`compaction.sessions.commands`): ``command/run``, what the command
+appends, ``command/done``; no turn opens and the model is not called.
+
 A step without tool calls ends the turn (``turn/end completed``). A model error closes the step and
 the turn (``turn/end error``) and is re-raised; cancellation answers pending calls with synthetic
 error results, closes the step and the turn (``turn/end aborted``) and is re-raised.
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -36,6 +40,7 @@ from compaction.sessions.blocks import (
     ToolResultBlock,
     tool_calls_of,
 )
+from compaction.sessions.commands import Command, CommandResult, command_for, run_command
 from compaction.sessions.events import (
     APPEND,
     AssistantChunk,
@@ -149,6 +154,7 @@ class AgentLoop:
         pre_step: Sequence[PreStepHook] = (),
         on_model_error: Sequence[ModelErrorHook] = (),
         max_model_retries: int = 1,
+        commands: Mapping[str, Command] | None = None,
     ) -> None:
         if max_steps < 1:
             raise ConfigurationError(f"max_steps must be at least 1; got {max_steps}")
@@ -168,6 +174,7 @@ class AgentLoop:
         self.pre_step: list[PreStepHook] = list(pre_step)
         self.on_model_error: list[ModelErrorHook] = list(on_model_error)
         self.max_model_retries = max_model_retries
+        self.commands: dict[str, Command] = dict(commands or {})
 
     def add_pre_step(self, hook: PreStepHook) -> None:
         self.pre_step.append(hook)
@@ -190,6 +197,18 @@ class AgentLoop:
             messages=tuple(self.session.derive_messages()),
             max_tokens=self.max_tokens,
         )
+
+    # ------------------------------------------------------------ a user message
+
+    async def submit(self, prompt: str | Message) -> TurnOutcome | CommandResult:
+        """A user message: a registered command (``/compact``) when its text names one, run
+        between turns; otherwise a turn (:meth:`run_turn`)."""
+        text = prompt if isinstance(prompt, str) else None
+        found = command_for(text, self.commands) if text is not None else None
+        if found is None:
+            return await self.run_turn(prompt)
+        name, args = found
+        return await run_command(self.session, self.store, self.commands[name], name, args)
 
     # ------------------------------------------------------------ a turn
 

@@ -14,6 +14,7 @@ from typing import Any
 from compaction.engine.meters import HeuristicMeter
 from compaction.service import BasicCompactService
 from compaction.sessions.events import ToolCall
+from compaction.sessions.invariants import DEFAULT_INVARIANTS
 from compaction.sessions.loop import AgentLoop, ToolFunction, ToolOutput
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
@@ -128,7 +129,7 @@ async def run_phases(
     strategy: str,
     compact: Callable[[Session], Awaitable[CompactionResult | None]],
 ) -> PhaseRun:
-    session = store.create()
+    session = store.create(invariants=DEFAULT_INVARIANTS)
     run = PhaseRun(strategy, session)
     meter = HeuristicMeter()
     for index, phase in enumerate(PHASES):
