@@ -24,6 +24,7 @@ from rich.console import Console
 from compaction.cli import (
     cmd_audit,
     cmd_compact,
+    cmd_config,
     cmd_copy,
     cmd_demo,
     cmd_export,
@@ -46,6 +47,7 @@ from compaction.sessions.store import DEFAULT_URL, default_url
 COMMANDS: tuple[Command, ...] = (
     cmd_audit.COMMAND,
     cmd_compact.COMMAND,
+    cmd_config.COMMAND,
     cmd_copy.COMMAND,
     cmd_demo.COMMAND,
     cmd_export.COMMAND,
