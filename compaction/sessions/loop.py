@@ -59,6 +59,7 @@ from compaction.sessions.events import (
     UserMessage,
 )
 from compaction.sessions.interrupted import turn_closers
+from compaction.sessions.invariants import DEFAULT_INVARIANTS
 
 if TYPE_CHECKING:
     from compaction.sessions.session import Session
@@ -155,7 +156,10 @@ class AgentLoop:
         on_model_error: Sequence[ModelErrorHook] = (),
         max_model_retries: int = 1,
         commands: Mapping[str, Command] | None = None,
+        invariants: Sequence[str] = DEFAULT_INVARIANTS,
     ) -> None:
+        """``invariants``: put in force (a ``session/invariants`` marker) when the loop writes the
+        first event of an empty session; a session with history keeps the ones it has."""
         if max_steps < 1:
             raise ConfigurationError(f"max_steps must be at least 1; got {max_steps}")
         if max_model_retries < 0:
@@ -175,6 +179,7 @@ class AgentLoop:
         self.on_model_error: list[ModelErrorHook] = list(on_model_error)
         self.max_model_retries = max_model_retries
         self.commands: dict[str, Command] = dict(commands or {})
+        self.invariants = tuple(invariants)
 
     def add_pre_step(self, hook: PreStepHook) -> None:
         self.pre_step.append(hook)
@@ -207,6 +212,7 @@ class AgentLoop:
         found = command_for(text, self.commands) if text is not None else None
         if found is None:
             return await self.run_turn(prompt)
+        self._begin()
         name, args = found
         return await run_command(self.session, self.store, self.commands[name], name, args)
 
@@ -219,6 +225,7 @@ class AgentLoop:
                 f"session {self.session.id}: run_turn expected no open turn, found turn "
                 f"{self.session.open_turn} open (repair or close it first)"
             )
+        self._begin()
         turn = self.session.structure.next_turn
         self._append(UserMessage(message=self._prompt_message(prompt), surface_op=APPEND))
         self._append(TurnStart(turn=turn))
@@ -368,6 +375,11 @@ class AgentLoop:
         self._save()
 
     # ------------------------------------------------------------ helpers
+
+    def _begin(self) -> None:
+        """An empty session gets the loop's invariants before its first event."""
+        if len(self.session) == 0 and self.invariants:
+            self.session.enforce(self.invariants)
 
     def _context(self, turn: int, step: int) -> StepContext:
         return StepContext(self.session, self.store, turn, step, self.header, self)

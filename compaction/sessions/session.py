@@ -118,6 +118,7 @@ class Session:
         strict_structure: bool = True,
         clock: Callable[[], datetime] = now_utc,
         validators: Iterable[Validator] = (),
+        check_invariants: bool = True,
     ) -> None:
         self.id: UUID = session_id or uuid4()
         self.strict_structure = strict_structure
@@ -127,6 +128,7 @@ class Session:
         # the log: folded like the rest, so a load re-checks every event written under them.
         self.invariants: tuple[str, ...] = ()
         self._rules: tuple[Rule, ...] = ()
+        self.check_invariants = check_invariants  # False: a reader that checks them itself (audit)
         # Events with seq >= _base, in order. Below _base (a session restored from a snapshot) the
         # payloads are fetched on demand into _older, so restoring costs O(surface), not O(log).
         self._base = 0
@@ -332,7 +334,7 @@ class Session:
             self._put_in_force(event.names)
 
     def _put_in_force(self, names: Sequence[str]) -> None:
-        self._rules = tuple(invariant_rule(name) for name in names)
+        self._rules = tuple(invariant_rule(name) for name in names) if self.check_invariants else ()
         self.invariants = tuple(names)
 
     def _restore_invariants(self) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NoReturn
+from uuid import UUID
 
 from compaction.errors import BracketRuleError
 from compaction.sessions.events import Replace, SessionEvent, TurnEnd, TurnStart, UserMessage
@@ -298,9 +299,7 @@ class BracketViolation:
 def bracket_violations(session_id: object, events: Iterable[SessionEvent]) -> list[BracketViolation]:
     """Every event of a log the bracket invariant would reject, in seq order: each is checked
     against the log before it, then kept (so one bad record is reported once, not after it)."""
-    from uuid import UUID
-
-    folded = Session(session_id if isinstance(session_id, UUID) else None, strict_structure=False)
+    folded = Session(session_id if isinstance(session_id, UUID) else None, check_invariants=False)
     found: list[BracketViolation] = []
     for event in events:
         try:
