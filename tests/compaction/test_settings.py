@@ -15,7 +15,7 @@ from compaction.sessions.events import RequestHeader, TurnStart
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
 from compaction.vocabulary.events import CompactStart
-from tests.builders import answer_step, end_turn, tool_step, user
+from tests.builders import answer_step, end_turn, run_json, tool_step, user
 from tests.builders import turn as whole_turn
 
 FULL = """
@@ -139,3 +139,33 @@ async def test_one_process_serves_two_models_at_their_own_thresholds() -> None:
         assert small.last_of(CompactStart.TYPE) is not None and large.last_of(CompactStart.TYPE) is None
         answer_step(small)
         end_turn(small)
+
+
+def test_config_check_prints_each_model_and_refuses_an_unknown_key(tmp_path: Path) -> None:
+    good, bad = tmp_path / "good.toml", tmp_path / "bad.toml"
+    good.write_text(FULL)
+    bad.write_text("[pruner]\nmaxChars = 3\n")
+    code, document = run_json("config", "check", str(good))
+    assert code == 0
+    assert [(m["model"], m["threshold_ratio"]) for m in document["models"]] == [
+        ("*", 0.8),
+        ("openai/small", 0.3),
+        ("anthropic/large", 0.95),
+    ]
+    code, document = run_json("config", "check", str(bad))
+    assert code == 1 and 'pruner: unknown key "maxChars"' in document["error"]["message"]
+
+
+def test_the_config_option_names_the_store_and_the_compact_policy(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'sessions.db'}"
+    path = tmp_path / "compaction.toml"
+    path.write_text(FULL.replace('url = "memory://"', f'url = "{url}"'))
+    with SessionStore.open(url) as store:
+        session = _busy_session(store, "openai", "small")
+        answer_step(session)
+        end_turn(session)
+        store.save(session)
+    code, listed = run_json("--config", str(path), "sessions")
+    assert code == 0 and [s["session_id"] for s in listed["sessions"]] == [str(session.id)]
+    code, compacted = run_json("--config", str(path), "compact", str(session.id), "--manual")
+    assert code == 0 and compacted["threshold"] == 1200  # openai/small: 0.3 x its window 4000
