@@ -334,7 +334,9 @@ class Session:
             self._put_in_force(event.names)
 
     def _put_in_force(self, names: Sequence[str]) -> None:
-        self._rules = tuple(invariant_rule(name) for name in names) if self.check_invariants else ()
+        # The invariants' rules read the turn structure, which only a strict session folds.
+        checked = self.check_invariants and self.strict_structure
+        self._rules = tuple(invariant_rule(name) for name in names) if checked else ()
         self.invariants = tuple(names)
 
     def _restore_invariants(self) -> None:
