@@ -13,6 +13,7 @@
     ├── EventRuleError (ValueError)            an append broke a rule; carries rule, seq, values
     │   ├── SurfaceRuleError                   a surface rule (contiguity, eligibility, replace range, ...)
     │   ├── StructureRuleError                 a turn/step rule (docs/sessions.md)
+    │   ├── BracketRuleError                   the compact/* bracket invariant a session put in force
     │   └── MessageShapeError                  a message's role, source or tool-result block
     ├── CorruptSurfaceError                    tool-pairing balance went negative
     ├── SessionStateError (ValueError)         a rollback past saved events, adopting another session
@@ -101,6 +102,11 @@ class SurfaceRuleError(EventRuleError):
 
 class StructureRuleError(EventRuleError):
     """A turn/step structure rule rejected the event (docs/sessions.md)."""
+
+
+class BracketRuleError(EventRuleError):
+    """The ``compact/*`` bracket invariant rejected the event (a session that put it in force);
+    the rule is ``compact-brackets`` and ``values`` holds ``expected`` and ``found``."""
 
 
 class MessageShapeError(EventRuleError):

@@ -86,7 +86,8 @@ ALLOWED: dict[str, set[str]] = {
     # checkpoint must keep
     "compaction.summarizers": {ERRORS, SESSIONS, VOCABULARY, HANDOVER, ENGINE},
     "compaction.strategies": {ERRORS, SESSIONS, VOCABULARY, ENGINE},
-    "compaction.service": {ENGINE, "compaction.summarizers"},
+    # the composition root; it also builds a session's service from the configuration file
+    "compaction.service": {SESSIONS, VOCABULARY, ENGINE, "compaction.summarizers"},
     # the homes of the public API, named lazily by the facade's _HOMES table
     FACADE: {
         ERRORS,

@@ -32,12 +32,13 @@ from compaction.handover.completion import model_text, span_identifiers
 from compaction.handover.fidelity import section_bodies
 from compaction.handover.identifiers import extract, retained
 from compaction.sessions.blocks import Message, text_of
-from compaction.sessions.events import Replace, SessionEvent, ToolResult, UserMessage
+from compaction.sessions.events import CommandRun, Replace, SessionEvent, ToolResult, UserMessage
 from compaction.sessions.hashing import event_hash
 from compaction.sessions.session import first_user_seq, project
 from compaction.vocabulary.checkpoint import frame
 from compaction.vocabulary.events import CompactPrune, CompactStart, CompactSummary, Completion
 from compaction.vocabulary.instruction import SECTIONS
+from compaction.vocabulary.invariant import bracket_violations
 
 DEFAULT_MIN_RATIO = 0.9
 
@@ -96,6 +97,7 @@ class CompactionAudit:
     shadowed_tokens: int | None = None  # as recorded
     summary_tokens: int | None = None  # as recorded
     completion: dict[str, Any] | None = None  # what the summarizer wrote and what was added
+    command: str | None = None  # who asked: "/compact <args> (command <id>)"; None: automatic
 
     @property
     def passed(self) -> bool:
@@ -122,6 +124,7 @@ class CompactionAudit:
             "summary_tokens": self.summary_tokens,
             "error": self.error,
             "completion": self.completion,
+            "command": self.command,
             "passed": self.passed,
             "checks": [c.as_json() for c in self.checks],
         }
@@ -148,10 +151,37 @@ def audit_events(
     loader that fills unreadable or missing rows with placeholders)."""
     folded = replay(events)
     policy = Policy(min_ratio, keep_first_user, first_user_seq(events))
-    audits = [_audit_bracket(b, folded, policy) for b in find_brackets(events)]
+    commands = {e.command_id: e for e in events if isinstance(e, CommandRun)}
+    audits = [_audit_bracket(b, folded, policy, commands) for b in find_brackets(events)]
     audits += [_audit_prune(e, folded) for e in events if isinstance(e, CompactPrune)]
     audits.sort(key=lambda a: a.start_seq)
-    return audits, [_check_log_rules(folded), _check_members(events)]
+    return audits, [
+        _check_log_rules(folded),
+        _check_members(events),
+        _guarded("compact-brackets", lambda: _check_bracket_invariant(events)),
+    ]
+
+
+def _check_bracket_invariant(events: Sequence[SessionEvent]) -> Check:
+    """The bracket invariant over the whole log, markers or not: a log written before it (or
+    imported) loads, and this reports what the invariant would have refused. Records imported
+    from another harness (they carry an ``origin``) follow that harness's rules and are not
+    counted."""
+    imported = {e.seq for e in events if e.origin is not None}
+    found = [v for v in bracket_violations(None, events) if v.seq not in imported]
+    if not found:
+        return Check("compact-brackets", True, "every compact/* record nests as the invariant requires")
+    shown = "; ".join(v.message for v in found[:3])
+    more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
+    return Check("compact-brackets", False, f"{len(found)} records break the invariant: {shown}{more}")
+
+
+def _command(start: CompactStart, commands: dict[str, CommandRun]) -> str | None:
+    if start.source_command_id is None:
+        return None
+    run = commands.get(start.source_command_id)
+    asked = f"/{run.name}" + (f" {run.args}" if run.args else "") if run else "a command"
+    return f"{asked} (command {start.source_command_id})"
 
 
 def _check_log_rules(folded: Replay) -> Check:
@@ -200,7 +230,9 @@ def _guarded(name: str, run: Callable[[], Check]) -> Check:
 # ---------------------------------------------------------------- summary brackets
 
 
-def _audit_bracket(bracket: Bracket, folded: Replay, policy: Policy) -> CompactionAudit:
+def _audit_bracket(
+    bracket: Bracket, folded: Replay, policy: Policy, commands: dict[str, CommandRun]
+) -> CompactionAudit:
     summary = bracket.summary
     audit = CompactionAudit(
         compaction_id=bracket.compaction_id,
@@ -218,6 +250,7 @@ def _audit_bracket(bracket: Bracket, folded: Replay, policy: Policy) -> Compacti
         shadowed_tokens=summary.shadowed_token_count if summary else None,
         summary_tokens=summary.summary_token_count if summary else None,
         completion=completion_json(summary) if summary else None,
+        command=_command(bracket.start, commands),
     )
     audit.checks.append(_guarded("bracket", lambda: _check_bracket(bracket)))
     if bracket.outcome != COMMITTED or summary is None or bracket.replacement is None:

@@ -253,7 +253,8 @@ def _made_by(c: Document) -> str:
     if c["strategy"] == "prune":
         return "prune"
     who = "/".join(x for x in (c.get("provider"), c.get("model")) if x) or f"{c['strategy']} (no summary)"
-    return f"{who} (imported)" if c.get("imported") else who
+    who = f"{who} (imported)" if c.get("imported") else who
+    return f"{who}, asked by {c['command']}" if c.get("command") else who
 
 
 def _tokens(c: Document) -> str:

@@ -129,7 +129,12 @@ def rebuild_request(
         max_tokens = BasicConfig().max_tokens
         notes.append(f"max_tokens is not recorded; the configuration default {max_tokens} is assumed")
     request = build_request(
-        session, summary.shadowed_seqs, bracket.compaction_id, max_tokens, keep_first_user=keep_first_user
+        session,
+        summary.shadowed_seqs,
+        bracket.compaction_id,
+        max_tokens,
+        keep_first_user=keep_first_user,
+        focus=bracket.start.focus,
     )
     if summary.digest is not None:
         request = digested_request(request, summary.digest, notes)

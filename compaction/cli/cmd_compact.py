@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 from typing import Any
 
 from rich.console import Console
@@ -58,7 +59,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "known window of its model; the output names the one used)",
     )  # fmt: skip
     parser.add_argument(
-        "--threshold", type=float, default=0.8, metavar="R", help="threshold ratio (default 0.8)"
+        "--threshold",
+        type=float,
+        metavar="R",
+        help="threshold ratio (default: the --config file's policy for the session's model, else 0.8)",
     )
     parser.add_argument(
         "--retain-tokens", type=int, metavar="N", help="tokens of recent history kept verbatim"
@@ -132,9 +136,10 @@ def run(context: Context, args: argparse.Namespace) -> Document:
     session = store.get(context.resolve_session(args.session))
     meter: Meter = TiktokenMeter() if args.meter == "tiktoken" else HeuristicMeter()
     before = meter.measure(session).total_tokens
-    results, pruned, report = asyncio.run(_compact(session, args, context, meter))
+    base = context.settings.config_for(session) if context.settings is not None else None
+    results, pruned, report = asyncio.run(_compact(session, args, context, meter, base))
     if report is None:
-        report = _report(session, args, meter, results, before)
+        report = _report(session, args, meter, results, before, base=base)
     return {
         "session_id": str(session.id),
         "strategy": args.strategy,
@@ -163,10 +168,12 @@ def _report(
     meter: Meter,
     results: list[CompactionResult],
     before: int,
+    *,
+    base: BasicConfig | None = None,
 ) -> FitReport | None:
     """Where the session ended, for the strategies that do not aim at the threshold themselves;
     None when no context window is known for it."""
-    service = BasicCompactService(_config(args), meter=meter)
+    service = BasicCompactService(_config(args, base), meter=meter)
     try:
         window = service.context_window(session)
     except CompactionConfigError:
@@ -208,11 +215,16 @@ def exit_status(document: Document) -> int:
 
 
 async def _compact(
-    session: Session, args: argparse.Namespace, context: Context, meter: Meter
+    session: Session,
+    args: argparse.Namespace,
+    context: Context,
+    meter: Meter,
+    base: BasicConfig | None = None,
 ) -> tuple[list[CompactionResult], list[dict[str, Any]], FitReport | None]:
     store = context.store
     if args.strategy == "prune":
-        report = prune_session(session, meter, PruneConfig(), store=store)
+        pruner = context.settings.pruner if context.settings is not None else PruneConfig()
+        report = prune_session(session, meter, pruner, store=store)
         return [], [
             {
                 "original_seq": p.original_seq,
@@ -223,7 +235,7 @@ async def _compact(
             }
             for p in report.pruned
         ], None
-    config = _config(args)
+    config = _config(args, base)
     if args.strategy == "checkpoint":
         result = await CheckpointCompactService(config, meter=meter).compact_now(
             session, store=store, next_instruction=args.instruction
@@ -247,9 +259,13 @@ async def _compact(
         return list(fit.compactions), [], fit
 
 
-def _config(args: argparse.Namespace) -> BasicConfig:
+def _config(args: argparse.Namespace, base: BasicConfig | None = None) -> BasicConfig:
+    """The options given on the command line over ``base`` (the ``--config`` file's policy for the
+    session's model), or over the defaults."""
+    if base is not None:
+        return _over_file(args, base)
     values: dict[str, Any] = {
-        "threshold_ratio": args.threshold,
+        "threshold_ratio": 0.8 if args.threshold is None else args.threshold,
         "max_tokens": args.max_tokens
         or SUMMARIZERS.get(args.summarizer).default_max_tokens
         or DEFAULT_MAX_TOKENS,
@@ -261,6 +277,22 @@ def _config(args: argparse.Namespace) -> BasicConfig:
     if args.retain_tokens is not None:
         values["retain_tokens"] = args.retain_tokens
     return BasicConfig(**values)
+
+
+def _over_file(args: argparse.Namespace, base: BasicConfig) -> BasicConfig:
+    values: dict[str, Any] = {
+        "min_identifier_ratio": args.min_ratio,
+        "completion": args.completion,
+    }
+    if args.threshold is not None:
+        values["threshold_ratio"] = args.threshold
+    if args.max_tokens:
+        values["max_tokens"] = args.max_tokens
+    if args.window is not None:
+        values["context_window"] = args.window
+    if args.retain_tokens is not None:
+        values.update(retain_tokens=args.retain_tokens, retain_ratio=None)
+    return dataclasses.replace(base, **values)
 
 
 def _capped() -> str:

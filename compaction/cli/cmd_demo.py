@@ -33,6 +33,7 @@ from compaction.engine.brackets import committed_count
 from compaction.engine.meters import HeuristicMeter, Meter
 from compaction.service import BasicCompactService
 from compaction.sessions.events import Replace
+from compaction.sessions.invariants import DEFAULT_INVARIANTS
 from compaction.sessions.loop import StepContext
 from compaction.sessions.render import pairing_problems
 from compaction.sessions.session import Session, project
@@ -112,7 +113,7 @@ def demo_session_ids(args: argparse.Namespace) -> dict[str, UUID]:
 def _run_demo(
     store: SessionStore, args: argparse.Namespace, ids: dict[str, UUID], *, quiet: bool, err: Console
 ) -> Document:
-    session = store.create(ids["demo"])
+    session = store.create(ids["demo"], invariants=DEFAULT_INVARIANTS)
     meter = HeuristicMeter()
     service = BasicCompactService(BasicConfig(context_window=args.window), meter=meter)
     watch = CompactionWatch(service, meter, None if quiet else err)

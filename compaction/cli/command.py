@@ -20,6 +20,7 @@ from uuid import UUID
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from compaction.engine.settings import Settings
 from compaction.errors import AmbiguousSessionError, SessionNotFoundError, UsageError
 from compaction.sessions.store import SessionStore
 
@@ -62,6 +63,7 @@ class Context:
     json: bool
     err: Console = field(default_factory=lambda: Console(stderr=True))
     read_only: bool = False  # the command only reads: a SQLite store must exist already
+    settings: Settings | None = None  # the --config file (or ./compaction.toml), when there is one
     _store: SessionStore | None = None
 
     @property

@@ -25,6 +25,7 @@ from rich.console import Console
 from compaction.cli import (
     cmd_audit,
     cmd_compact,
+    cmd_config,
     cmd_copy,
     cmd_demo,
     cmd_export,
@@ -41,6 +42,7 @@ from compaction.cli.output import (
     write_json,
 )
 from compaction.cli.plugins import plugin_commands
+from compaction.engine.settings import Settings, default_settings_path, load_settings
 from compaction.errors import EventCompactionError, UsageError
 from compaction.sessions.store import DEFAULT_URL, default_url
 from compaction.summarizers.local import abandoned_servers
@@ -48,6 +50,7 @@ from compaction.summarizers.local import abandoned_servers
 COMMANDS: tuple[Command, ...] = (
     cmd_audit.COMMAND,
     cmd_compact.COMMAND,
+    cmd_config.COMMAND,
     cmd_copy.COMMAND,
     cmd_demo.COMMAND,
     cmd_export.COMMAND,
@@ -107,6 +110,13 @@ def _add_common(parser: argparse.ArgumentParser, *, in_command: bool) -> None:
         f"(default: $COMPACTION_STORE, else {DEFAULT_URL})",
     )
     parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=default,
+        help="a compaction.toml: store, meter, pruner, engine and per-model policies "
+        "(default: ./compaction.toml when present; docs/config.md)",
+    )
+    parser.add_argument(
         "--json",
         action="store_true",
         default=argparse.SUPPRESS if in_command else False,
@@ -143,8 +153,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as done:  # --help and --version
         return 0 if done.code is None else done.code if isinstance(done.code, int) else FAILURE
     command = next(c for c in commands if c.name == args.command)
+    try:
+        settings = _settings(args.config)
+    except EventCompactionError as error:
+        report_error(error, as_json=args.json, err=err)
+        return FAILURE
+    store_url = args.store or (settings.store_url if settings else None) or default_url()
     context = Context(
-        store_url=args.store or default_url(), json=args.json, err=err, read_only=command.read_only
+        store_url=store_url, json=args.json, err=err, read_only=command.read_only, settings=settings
     )
     return _end(_execute(command, context, args))
 
@@ -157,6 +173,12 @@ def _end(code: int) -> int:
         sys.stderr.flush()
         os._exit(code)
     return code
+
+
+def _settings(path: str | None) -> Settings | None:
+    """The ``--config`` file, else ``./compaction.toml`` when it exists, loaded and checked."""
+    found = path or default_settings_path()
+    return load_settings(found) if found is not None else None
 
 
 def _execute(command: Command, context: Context, args: argparse.Namespace) -> int:

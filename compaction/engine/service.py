@@ -329,7 +329,12 @@ class CompactionEngine(CompactService):
         return await self._transaction(session, store, span, manual=manual)
 
     async def compact_now(
-        self, session: Session, *, store: SessionStore | None = None
+        self,
+        session: Session,
+        *,
+        store: SessionStore | None = None,
+        source_command_id: str | None = None,
+        focus: str | None = None,
     ) -> CompactionResult | None:
         lock = inspect_lock(session)
         if lock.live:
@@ -342,10 +347,19 @@ class CompactionEngine(CompactService):
         span = select_span(session, self.meter, 0, keep_first_user=self.config.keep_first_user_message)
         if span is None:
             return None
-        return await self._transaction(session, store, span, manual=True)
+        return await self._transaction(
+            session, store, span, manual=True, source_command_id=source_command_id, focus=focus
+        )
 
     async def _transaction(
-        self, session: Session, store: SessionStore | None, span: Span, *, manual: bool
+        self,
+        session: Session,
+        store: SessionStore | None,
+        span: Span,
+        *,
+        manual: bool,
+        source_command_id: str | None = None,
+        focus: str | None = None,
     ) -> CompactionResult:
         lock = inspect_lock(session)
         if lock.live:
@@ -368,6 +382,8 @@ class CompactionEngine(CompactService):
             span=span,
             owner=None if manual else session.open_turn,
             stability=stability,
+            source_command_id=source_command_id,
+            focus=focus,
             on_progress=self.on_progress,
             analysis=self.read_ahead.analysis(session),
         )

@@ -47,7 +47,7 @@ from compaction.vocabulary.checkpoint import checkpoint_message, new_compaction_
 from compaction.vocabulary.config import BasicConfig
 from compaction.vocabulary.contract import CompactionResult
 from compaction.vocabulary.events import CompactEnd, CompactStart, CompactSummary, ShadowedRange
-from compaction.vocabulary.instruction import INSTRUCTION
+from compaction.vocabulary.instruction import instruction_with_focus
 from compaction.vocabulary.summarizer import Summarizer, SummaryOutput, SummaryRequest
 
 log = logging.getLogger("compaction")
@@ -68,6 +68,10 @@ class Transaction:
     owner: int | None
     stability: Stability
     strategy: str = "summary"
+    source_command_id: str | None = None
+    """The command (``/compact``) that asked for this compaction: carried by each of its records."""
+    focus: str | None = None
+    """The user's summarization focus (``/compact <focus>``), added to the instruction."""
     on_progress: Callable[[str], None] | None = None  # called with the stage name
     analysis: SpanAnalysis = field(default_factory=SpanAnalysis)
     """What the handover has read of the session (the engine passes the read-ahead's): active while
@@ -109,6 +113,8 @@ class Transaction:
             turn=self.owner,
             lease=new_lease(self.config.lease_seconds),
             strategy=self.strategy,
+            source_command_id=self.source_command_id,
+            focus=self.focus,
         )
         mark = session.mark()
         stamped = session.append(event)
@@ -160,7 +166,7 @@ class Transaction:
         )
         text = completed.text
         summary = (TextBlock(text),)
-        checkpoint = checkpoint_message(start.compaction_id, summary)
+        checkpoint = checkpoint_message(start.compaction_id, summary, start.source_command_id)
         framed_tokens = self.meter.message(checkpoint)
         if framed_tokens >= shadowed_tokens:
             added = completed.record.appendix if completed.record else ""
@@ -198,6 +204,7 @@ class Transaction:
             completion=completed.record,
             header_sent=output.header,
             digest=output.digest,
+            source_command_id=start.source_command_id,
         )
         return self._commit(start, summary_event, checkpoint, captured_nodes, output)
 
@@ -217,6 +224,7 @@ class Transaction:
             self.config.max_tokens,
             keep_first_user=self.config.keep_first_user_message,
             messages=messages,
+            focus=self.focus,
         )
 
     def _check_stable(self, session: Session, captured: tuple[int, ...]) -> None:
@@ -295,7 +303,12 @@ class Transaction:
 
     def _close(self, start: CompactStart, error: str) -> None:
         session = self.session
-        end = CompactEnd(compaction_id=start.compaction_id, turn=start.turn, error=error)
+        end = CompactEnd(
+            compaction_id=start.compaction_id,
+            turn=start.turn,
+            error=error,
+            source_command_id=start.source_command_id,
+        )
         for attempt in (1, 2):
             if inspect_lock(session).start_seq != start.seq:
                 return  # already closed by someone else
@@ -341,6 +354,7 @@ def build_request(
     *,
     keep_first_user: bool = True,
     messages: Sequence[Message] | None = None,
+    focus: str | None = None,
 ) -> SummaryRequest:
     """The summarization request: header system/tools, the shadowed messages (after the
     protected task statement, which the summarizer still sees), then the instruction.
@@ -362,7 +376,7 @@ def build_request(
         system=system,
         tools=tools,
         messages=(*lead, *messages),
-        instruction=INSTRUCTION,
+        instruction=instruction_with_focus(focus),
         max_tokens=max_tokens,
     )
 
@@ -377,7 +391,11 @@ def _commit_events(
             surface_op=Replace(span.start, span.end),
             source_event_seqs=(start.seq, base, *span.seqs),
         ),
-        CompactEnd(compaction_id=start.compaction_id, turn=start.turn),
+        CompactEnd(
+            compaction_id=start.compaction_id,
+            turn=start.turn,
+            source_command_id=start.source_command_id,
+        ),
     ]
 
 

@@ -62,6 +62,7 @@ class Source(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     call_id: str | None = None
     plugin: str | None = None
     compaction_id: str | None = None
+    source_command_id: str | None = None
 
 
 USER_SOURCE = Source(kind="user")

@@ -218,6 +218,38 @@ class SessionResume(SessionEvent, frozen=True, gc=False, kw_only=True):
     pid: int | None = None
 
 
+class SessionInvariants(SessionEvent, frozen=True, gc=False, kw_only=True):
+    """The invariants in force from here on, by name (:mod:`compaction.sessions.invariants`).
+
+    Every event after this one is checked by each named invariant at append and again on load; the
+    events before it are not (logs written before an invariant existed keep loading). A later
+    marker names every invariant in force, not only the new ones."""
+
+    TYPE: ClassVar[str] = "session/invariants"
+    names: tuple[str, ...]
+
+
+class CommandRun(SessionEvent, frozen=True, gc=False, kw_only=True):
+    """A user command (``/compact``) about to run instead of a model step."""
+
+    TYPE: ClassVar[str] = "command/run"
+    command_id: str
+    name: str
+    args: str = ""
+    source: str = "user"
+
+
+class CommandDone(SessionEvent, frozen=True, gc=False, kw_only=True):
+    """The one-line answer of the command ``command_id`` (``kind``: success or error); the events
+    between its ``command/run`` and this one that carry its id are what it did."""
+
+    TYPE: ClassVar[str] = "command/done"
+    command_id: str
+    kind: Literal["success", "error"]
+    text: str
+    source_event_seq: int | None = None
+
+
 # ---------------------------------------------------------------- registry
 
 E = TypeVar("E", bound=type[SessionEvent])
@@ -308,6 +340,9 @@ for _cls in (
     ToolCall,
     RequestHeader,
     SessionResume,
+    SessionInvariants,
+    CommandRun,
+    CommandDone,
 ):
     register_event_type(_cls)
 

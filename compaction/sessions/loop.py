@@ -12,6 +12,10 @@ when the request envelope changed, ``request/header``. Each step then runs:
 5. per tool-call block: ``tool/call``, the tool, ``tool/result`` citing the ``tool/call`` seq;
 6. ``step/end``, then one atomic save when a store is given.
 
+A prompt naming a registered command (``/compact``; :meth:`AgentLoop.submit`) runs the command
+between turns instead (:mod:`compaction.sessions.commands`): ``command/run``, what the command
+appends, ``command/done``; no turn opens and the model is not called.
+
 A step without tool calls ends the turn (``turn/end completed``). A model error closes the step and
 the turn (``turn/end error``) and is re-raised; cancellation answers pending calls with synthetic
 error results, closes the step and the turn (``turn/end aborted``) and is re-raised.
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -36,6 +40,7 @@ from compaction.sessions.blocks import (
     ToolResultBlock,
     tool_calls_of,
 )
+from compaction.sessions.commands import Command, CommandResult, command_for, run_command
 from compaction.sessions.events import (
     APPEND,
     AssistantChunk,
@@ -54,6 +59,7 @@ from compaction.sessions.events import (
     UserMessage,
 )
 from compaction.sessions.interrupted import turn_closers
+from compaction.sessions.invariants import DEFAULT_INVARIANTS
 
 if TYPE_CHECKING:
     from compaction.sessions.session import Session
@@ -149,7 +155,11 @@ class AgentLoop:
         pre_step: Sequence[PreStepHook] = (),
         on_model_error: Sequence[ModelErrorHook] = (),
         max_model_retries: int = 1,
+        commands: Mapping[str, Command] | None = None,
+        invariants: Sequence[str] = DEFAULT_INVARIANTS,
     ) -> None:
+        """``invariants``: put in force (a ``session/invariants`` marker) when the loop writes the
+        first event of an empty session; a session with history keeps the ones it has."""
         if max_steps < 1:
             raise ConfigurationError(f"max_steps must be at least 1; got {max_steps}")
         if max_model_retries < 0:
@@ -168,6 +178,8 @@ class AgentLoop:
         self.pre_step: list[PreStepHook] = list(pre_step)
         self.on_model_error: list[ModelErrorHook] = list(on_model_error)
         self.max_model_retries = max_model_retries
+        self.commands: dict[str, Command] = dict(commands or {})
+        self.invariants = tuple(invariants)
 
     def add_pre_step(self, hook: PreStepHook) -> None:
         self.pre_step.append(hook)
@@ -191,6 +203,19 @@ class AgentLoop:
             max_tokens=self.max_tokens,
         )
 
+    # ------------------------------------------------------------ a user message
+
+    async def submit(self, prompt: str | Message) -> TurnOutcome | CommandResult:
+        """A user message: a registered command (``/compact``) when its text names one, run
+        between turns; otherwise a turn (:meth:`run_turn`)."""
+        text = prompt if isinstance(prompt, str) else None
+        found = command_for(text, self.commands) if text is not None else None
+        if found is None:
+            return await self.run_turn(prompt)
+        self._begin()
+        name, args = found
+        return await run_command(self.session, self.store, self.commands[name], name, args)
+
     # ------------------------------------------------------------ a turn
 
     async def run_turn(self, prompt: str | Message) -> TurnOutcome:
@@ -200,6 +225,7 @@ class AgentLoop:
                 f"session {self.session.id}: run_turn expected no open turn, found turn "
                 f"{self.session.open_turn} open (repair or close it first)"
             )
+        self._begin()
         turn = self.session.structure.next_turn
         self._append(UserMessage(message=self._prompt_message(prompt), surface_op=APPEND))
         self._append(TurnStart(turn=turn))
@@ -349,6 +375,11 @@ class AgentLoop:
         self._save()
 
     # ------------------------------------------------------------ helpers
+
+    def _begin(self) -> None:
+        """An empty session gets the loop's invariants before its first event."""
+        if len(self.session) == 0 and self.invariants:
+            self.session.enforce(self.invariants)
 
     def _context(self, turn: int, step: int) -> StepContext:
         return StepContext(self.session, self.store, turn, step, self.header, self)

@@ -25,10 +25,10 @@ database opened with the new K). ``notify`` is not part of the layout.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from compaction.errors import ConfigurationError, StoreError
 from compaction.sessions.events import SessionEvent
@@ -165,8 +165,17 @@ class PartitionedSessionStore:
 
     # ------------------------------------------------------------ SessionStore's public methods
 
-    def create(self, session_id: UUID | None = None, *, strict_structure: bool = True) -> Session:
-        return Session(session_id, strict_structure=strict_structure)
+    def create(
+        self,
+        session_id: UUID | None = None,
+        *,
+        strict_structure: bool = True,
+        invariants: Sequence[str] = (),
+    ) -> Session:
+        session_id = session_id or uuid4()
+        return self.partition_for(session_id).create(
+            session_id, strict_structure=strict_structure, invariants=invariants
+        )
 
     def save(self, session: Session) -> int:
         return self.partition_for(session.id).save(session)

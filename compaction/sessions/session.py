@@ -32,10 +32,12 @@ from compaction.sessions.events import (
     Replace,
     RequestHeader,
     SessionEvent,
+    SessionInvariants,
     UserMessage,
     freeze_struct,
     now_utc,
 )
+from compaction.sessions.invariants import Rule, invariant_rule
 from compaction.sessions.structure import Structure, StructureState
 from compaction.sessions.surface import (
     DELTA_CODE,
@@ -116,11 +118,17 @@ class Session:
         strict_structure: bool = True,
         clock: Callable[[], datetime] = now_utc,
         validators: Iterable[Validator] = (),
+        check_invariants: bool = True,
     ) -> None:
         self.id: UUID = session_id or uuid4()
         self.strict_structure = strict_structure
         self.clock = clock
         self.validators: tuple[Validator, ...] = tuple(validators)
+        # The invariants a session/invariants marker put in force (with their rules), durable in
+        # the log: folded like the rest, so a load re-checks every event written under them.
+        self.invariants: tuple[str, ...] = ()
+        self._rules: tuple[Rule, ...] = ()
+        self.check_invariants = check_invariants  # False: a reader that checks them itself (audit)
         # Events with seq >= _base, in order. Below _base (a session restored from a snapshot) the
         # payloads are fetched on demand into _older, so restoring costs O(surface), not O(log).
         self._base = 0
@@ -281,6 +289,7 @@ class Session:
         self.last_by_type = dict(mark.last_by_type)
         self.type_counts = dict(mark.type_counts)
         self.first_user_seq = mark.first_user_seq
+        self._restore_invariants()
         if self._derived_generation != self.surface.generation:
             self._derived = []
             self._derived_generation = self.surface.generation
@@ -307,6 +316,8 @@ class Session:
             self.structure.check(event)
         for validator in self.validators:
             validator(self, event)
+        for rule in self._rules:
+            rule(self, event)
         return plan
 
     def _commit(self, event: SessionEvent, plan: Plan) -> None:
@@ -319,6 +330,31 @@ class Session:
         self.type_counts[kind] = self.type_counts.get(kind, 0) + 1
         if self.first_user_seq is None and is_user_prompt(event):
             self.first_user_seq = event.seq
+        if isinstance(event, SessionInvariants):
+            self._put_in_force(event.names)
+
+    def _put_in_force(self, names: Sequence[str]) -> None:
+        # The invariants' rules read the turn structure, which only a strict session folds.
+        checked = self.check_invariants and self.strict_structure
+        self._rules = tuple(invariant_rule(name) for name in names) if checked else ()
+        self.invariants = tuple(names)
+
+    def _restore_invariants(self) -> None:
+        """The invariants of the latest ``session/invariants`` marker (none without one)."""
+        seq = self.last_of(SessionInvariants.TYPE)
+        marker = self.event(seq) if seq is not None else None
+        names = marker.names if isinstance(marker, SessionInvariants) else ()
+        if names != self.invariants:
+            self._put_in_force(names)
+
+    def enforce(self, names: Sequence[str]) -> SessionEvent | None:
+        """Put the invariants ``names`` in force from the next event on (appends a
+        ``session/invariants`` marker naming them with those already in force; None when they all
+        are)."""
+        wanted = tuple(dict.fromkeys((*self.invariants, *names)))
+        if wanted == self.invariants:
+            return None
+        return self.append(SessionInvariants(names=wanted))
 
     # Public marks: the compaction transaction stages appends, saves them, and rolls back
     # when the store refuses the save (another writer won).
@@ -460,6 +496,7 @@ class Session:
                 session.price_columns[name] = (snapshot.generation, column)
         for name, data in snapshot.readings.items():
             session.readings[name] = functools.partial(bytes, data)
+        session._restore_invariants()
         return session
 
 

@@ -386,9 +386,21 @@ class SessionStore:
 
     # ------------------------------------------------------------ writing
 
-    def create(self, session_id: UUID | None = None, *, strict_structure: bool = True) -> Session:
-        """A new, empty session (nothing is stored until the first :meth:`save`)."""
-        return Session(session_id, strict_structure=strict_structure)
+    def create(
+        self,
+        session_id: UUID | None = None,
+        *,
+        strict_structure: bool = True,
+        invariants: Sequence[str] = (),
+    ) -> Session:
+        """A new session (nothing is stored until the first :meth:`save`). With ``invariants``
+        (``compaction.sessions.invariants.DEFAULT_INVARIANTS``: the ``compact/*`` bracket rules)
+        its first event is the ``session/invariants`` marker that puts them in force for every
+        later event, at append and on load."""
+        session = Session(session_id, strict_structure=strict_structure)
+        if invariants:
+            session.enforce(invariants)
+        return session
 
     def save(self, session: Session) -> int:
         """Store every pending event of ``session`` in one atomic insert; return how many."""

@@ -138,14 +138,18 @@ class CheckpointCompactService(CompactService):
         session: Session,
         *,
         store: SessionStore | None = None,
+        source_command_id: str | None = None,
+        focus: str | None = None,
         next_instruction: str | None = None,
     ) -> CompactionResult | None:
+        """The rebuild; a ``focus`` (``/compact <focus>``) is its next instruction unless one is
+        given."""
         pad = read_scratchpad(session)
         span = self._span(session, pad)
         if span is None:
             return None
         text = render_checkpoint(
-            pad, next_instruction or self.next_instruction, committed_count(session)
+            pad, next_instruction or focus or self.next_instruction, committed_count(session)
         )
         transaction = Transaction(
             session=session,
@@ -157,6 +161,7 @@ class CheckpointCompactService(CompactService):
             owner=session.open_turn,
             stability="whole-surface",
             strategy="checkpoint",
+            source_command_id=source_command_id,
         )
         return await transaction.run()
 

@@ -17,12 +17,14 @@ def frame(summary: tuple[TextBlock, ...]) -> tuple[TextBlock, ...]:
     return (TextBlock(f"{PREAMBLE}\n\n{OPEN_TAG}"), *summary, TextBlock(CLOSE_TAG))
 
 
-def checkpoint_message(compaction_id: str, summary: tuple[TextBlock, ...]) -> Message:
+def checkpoint_message(
+    compaction_id: str, summary: tuple[TextBlock, ...], source_command_id: str | None = None
+) -> Message:
     return Message(
         id=f"checkpoint-{compaction_id}",
         role="user",
         content=frame(summary),
-        source=_provenance(compaction_id),
+        source=_provenance(compaction_id, source_command_id),
     )
 
 
@@ -34,8 +36,13 @@ def foreign_checkpoint(compaction_id: str, summary: Message) -> Message:
     )
 
 
-def _provenance(compaction_id: str) -> Source:
-    return Source(kind="plugin", plugin=COMPACT_PLUGIN, compaction_id=compaction_id)
+def _provenance(compaction_id: str, source_command_id: str | None = None) -> Source:
+    return Source(
+        kind="plugin",
+        plugin=COMPACT_PLUGIN,
+        compaction_id=compaction_id,
+        source_command_id=source_command_id,
+    )
 
 
 def is_checkpoint(message: Message) -> bool:

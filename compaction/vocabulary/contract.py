@@ -106,6 +106,14 @@ class CompactService(ABC):
 
     @abstractmethod
     async def compact_now(
-        self, session: Session, *, store: SessionStore | None = None
+        self,
+        session: Session,
+        *,
+        store: SessionStore | None = None,
+        source_command_id: str | None = None,
+        focus: str | None = None,
     ) -> CompactionResult | None:
-        """Manual compaction between turns: everything but the newest unit (None when nothing)."""
+        """Manual compaction between turns: everything but the newest unit (None when nothing).
+
+        ``source_command_id``: the command that asked (``/compact``), carried by every record of
+        the compaction; ``focus``: the user's summarization focus, added to the instruction."""

@@ -37,6 +37,8 @@ class CompactStart(SessionEvent, frozen=True, kw_only=True):
     turn: int | None  # None: standalone (manual, between turns); int: owned by that open turn
     lease: Lease
     strategy: str = "summary"
+    source_command_id: str | None = None  # the command (``/compact``) that asked for it
+    focus: str | None = None  # the user's summarization focus (``/compact <focus>``)
 
 
 class Fidelity(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -132,6 +134,7 @@ class CompactSummary(SessionEvent, frozen=True, kw_only=True):
     request_model: str | None = None  # the model the request named (``model`` is the one that answered)
     completion: Completion | None = None  # None: recorded before completion existed, or mode "off"
     digest: DigestRecord | None = None  # None: every message was sent (or recorded before digests)
+    source_command_id: str | None = None
     header_sent: bool = True
     """False: the summarizer was sent the messages without the conversation's system prompt and
     tools (a chunker with ``keep_header=False``, as the local model's). Logs written before this
@@ -144,6 +147,7 @@ class CompactEnd(SessionEvent, frozen=True, kw_only=True):
     compaction_id: str
     turn: int | None
     error: str | None = None
+    source_command_id: str | None = None
 
 
 @register_event_type

@@ -60,3 +60,13 @@ PREAMBLE = (
 )
 OPEN_TAG = "<compacted-summary>"
 CLOSE_TAG = "</compacted-summary>"
+
+FOCUS_LEAD = "Additional focus requested by the user for this checkpoint (keep the structure above):"
+
+
+def instruction_with_focus(focus: str | None) -> str:
+    """The instruction, followed by the user's focus when one was given (``/compact <focus>``,
+    recorded on the ``compact/start`` so the audit rebuilds the same request)."""
+    if not focus:
+        return INSTRUCTION
+    return f"{INSTRUCTION}\n\n{FOCUS_LEAD}\n{focus}"

@@ -38,6 +38,7 @@ from compaction.sessions.events import (
     now_utc,
 )
 from compaction.sessions.interrupted import NOT_STARTED_TEXT, OUTCOME_UNKNOWN_TEXT
+from compaction.sessions.invariants import DEFAULT_INVARIANTS
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
 from compaction.vocabulary.checkpoint import checkpoint_message
@@ -95,7 +96,7 @@ def orphan_start(
 
 
 def saved_session(store: SessionStore, owner: Lease | None = None, **kwargs: object) -> Session:
-    session = store.create()
+    session = store.create(invariants=DEFAULT_INVARIANTS)  # repairs must keep the brackets valid
     history(session)
     if owner is not None:
         orphan_start(session, owner, **kwargs)  # type: ignore[arg-type]

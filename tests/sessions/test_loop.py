@@ -33,6 +33,7 @@ from compaction.sessions.events import (
     TurnEnd,
     UserMessage,
 )
+from compaction.sessions.invariants import DEFAULT_INVARIANTS
 from compaction.sessions.loop import (
     AgentLoop,
     AgentLoopError,
@@ -91,6 +92,7 @@ def without_time(event: SessionEvent) -> SessionEvent:
 
 
 TWO_STEP_TURN = [
+    "session/invariants",  # the loop writes a new session under the compact/* bracket invariant
     "user/message",
     "turn/start",
     "request/header",
@@ -123,11 +125,11 @@ async def test_two_step_turn_appends_events_in_order() -> None:
     assert log_types(session) == TWO_STEP_TURN
     assert (outcome.turn, outcome.steps, outcome.reason.kind) == (1, 2, "completed")
     events = list(session.events())
-    first = events[6]
+    first = events[7]  # after the marker (seq 0) and the turn's opening
     assert isinstance(first, AssistantMessage)
-    assert first.source_event_seqs == (4, 5)
+    assert first.source_event_seqs == (5, 6)
     assert first.message.source.kind == "model"
-    for call_seq in (7, 9):
+    for call_seq in (8, 10):
         call, result = events[call_seq], events[call_seq + 1]
         assert isinstance(call, ToolCall) and isinstance(result, ToolResult)
         assert result.source_event_seqs == (call_seq,)
@@ -218,7 +220,7 @@ async def test_a_hook_message_lands_outside_the_step_and_in_its_request() -> Non
 
     await loop.run_turn("go")
 
-    assert log_types(session)[11:14] == ["step/end", "user/message", "step/start"]
+    assert log_types(session)[12:15] == ["step/end", "user/message", "step/start"]
     assert note not in model.requests[0].messages
     assert model.requests[1].messages[-1] == note
     assert render.pairing_problems(session.derive_messages()) == []
@@ -320,6 +322,20 @@ async def test_turns_are_numbered_and_the_header_is_written_on_change() -> None:
     assert session.event(len(TWO_STEP_TURN)).message.id == "p2"  # type: ignore[attr-defined]
 
 
+async def test_a_new_session_is_written_under_the_bracket_invariant_unless_asked_not_to() -> None:
+    session = Session()
+    loop, _ = make_loop(session, two_step_script())
+    await loop.run_turn("go")
+    assert session.invariants == DEFAULT_INVARIANTS and log_types(session)[0] == "session/invariants"
+    plain = Session()
+    loop, _ = make_loop(plain, two_step_script(), invariants=())
+    await loop.run_turn("go")
+    assert plain.invariants == () and log_types(plain)[0] == "user/message"
+    again, _ = make_loop(plain, [reply("ok", message_id="x")])
+    await again.run_turn("more")  # a session with history keeps what it has
+    assert plain.invariants == ()
+
+
 async def test_run_turn_refuses_while_a_turn_is_open() -> None:
     session = Session()
     loop, _ = make_loop(session, [])
@@ -378,7 +394,7 @@ async def test_each_step_is_saved_and_the_reload_equals_the_live_session(
 
         assert session.pending == []
         # step 1 of a turn sees nothing of that turn saved yet; step 2 sees step 1 saved
-        assert saved_at_hook[1][0] == 12 and saved_at_hook[1][1] == 12
+        assert saved_at_hook[1][0] == 13 and saved_at_hook[1][1] == 13
         assert saved_at_hook[3][0] == saved_at_hook[3][1]
         reloaded = store.get(session.id)
         assert list(reloaded.events()) == list(session.events())
@@ -445,7 +461,7 @@ async def test_a_model_error_hook_can_retry_the_call_within_the_step() -> None:
     assert hint not in model.requests[0].messages
     assert model.requests[1].messages[-1] == hint  # re-derived after the hook
     assert log_types(session) == [
-        "user/message", "turn/start", "request/header", "step/start", "context/message",
+        "session/invariants", "user/message", "turn/start", "request/header", "step/start", "context/message",
         "assistant/chunk", "assistant/message", "step/end", "turn/end",
     ]
 

@@ -34,6 +34,8 @@ from compaction.sessions.events import (
     APPEND,
     AssistantChunk,
     AssistantMessage,
+    CommandDone,
+    CommandRun,
     ContextMessage,
     Replace,
     RequestHeader,
@@ -53,6 +55,7 @@ from compaction.sessions.events import (
     UserMessage,
     registered_types,
 )
+from compaction.sessions.invariants import DEFAULT_INVARIANTS
 from compaction.sessions.mapper import encode_event
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore, parse_store_url
@@ -240,6 +243,22 @@ def every_kind_of_event(session: Session) -> None:
     assert failed_start.seq == len(session) - 2
     session.append(ScratchpadSet(key="plan", value={"steps": ["read", "fix"]}, source="seq:0"))
     session.append(PhaseEnd(name="explore", conclusion="the bug is in module 3"))
+    a_command_and_its_compaction(session, lease)
+
+
+def a_command_and_its_compaction(session: Session, lease: Lease) -> None:
+    session.enforce(DEFAULT_INVARIANTS)  # session/invariants: the rest is written under them
+    run = session.append(CommandRun(command_id="cmd-1", name="compact", args="keep paths"))
+    assert isinstance(run, CommandRun)
+    session.append(
+        CompactStart(
+            compaction_id="k3", turn=None, lease=lease, source_command_id="cmd-1", focus="keep paths"
+        )
+    )
+    session.append(
+        CompactEnd(compaction_id="k3", turn=None, error="summary failed", source_command_id="cmd-1")
+    )
+    session.append(CommandDone(command_id="cmd-1", kind="error", text="Compaction could not ..."))
 
 
 def test_every_event_type_and_block_round_trips(store: SessionStore) -> None:

@@ -15,6 +15,7 @@ from uuid import UUID
 from compaction.engine.meters import HeuristicMeter
 from compaction.service import BasicCompactService
 from compaction.sessions.events import ToolCall
+from compaction.sessions.invariants import DEFAULT_INVARIANTS
 from compaction.sessions.loop import AgentLoop, ToolFunction, ToolOutput
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
@@ -130,7 +131,7 @@ async def run_phases(
     compact: Callable[[Session], Awaitable[CompactionResult | None]],
     session_id: UUID | None = None,
 ) -> PhaseRun:
-    session = store.create(session_id)
+    session = store.create(session_id, invariants=DEFAULT_INVARIANTS)
     run = PhaseRun(strategy, session)
     meter = HeuristicMeter()
     for index, phase in enumerate(PHASES):

@@ -85,7 +85,12 @@ def test_audit_json_document_passes_with_exit_zero(recorded: tuple[str, UUID, li
         assert compaction["outcome"] == "committed"
         for check in compaction["checks"]:
             assert set(check) == {"name", "passed", "evidence", "applies"} and check["passed"]
-    assert {c["name"] for c in session["log_checks"]} == {"stored-rows", "log-rules", "bracket-members"}
+    assert {c["name"] for c in session["log_checks"]} == {
+        "stored-rows",
+        "log-rules",
+        "bracket-members",
+        "compact-brackets",
+    }
     code, every = run_json("--store", url, "audit", "--all")
     assert code == 0 and [s["session_id"] for s in every["sessions"]] == [str(session_id)]
 
