@@ -18,6 +18,10 @@ line (sessions saved before it stay saved, and a re-run reports them as already 
 same surface hash. A file whose seqs are not contiguous or whose events break a rule is refused,
 naming the line; a session already stored with different events is refused too (nothing of it is written).
 
+A save whose events are stored but whose snapshot could not be written succeeds: the snapshot is
+skipped, and ``warnings`` (in the JSON, and on stderr) says so; a save whose events were not stored
+fails with a :class:`~compaction.errors.SaveError` saying so (exit 1).
+
 JSON: ``{sessions: [{session_id, source, format, status, events, messages, tool_calls,
 tool_results, synthesized_results, compactions, skipped, notes}]}`` (``reason`` too when skipped).
 ``tool_calls`` counts the calls the model made, ``tool_results`` the results the tools returned and
@@ -115,7 +119,10 @@ def run(context: Context, args: argparse.Namespace) -> Document:
                 imported = import_path(path, args.format)
                 rows.extend(save_imported(store, one) for one in imported)
             advance()
-    return {"sessions": rows}
+    document: Document = {"sessions": rows}
+    if store.snapshot_warnings:
+        document["warnings"] = list(store.snapshot_warnings)
+    return document
 
 
 def save_imported(store: SessionStore, imported: ImportedSession) -> Document:
@@ -269,7 +276,9 @@ def skip_reasons(skipped: list[str]) -> list[tuple[str, int, str]]:
 
 
 def comment(document: Document, err: Console) -> None:
-    """The importers' notes, on stderr."""
+    """The importers' notes and the store's warnings, on stderr."""
+    for warning in document.get("warnings", ()):
+        err.print(Text(f"warning: {warning}", style="yellow"), soft_wrap=True)
     for row in document["sessions"]:
         for note in row["notes"]:
             err.print(Text(f"session {row['session_id']} note: {note}", style="dim"), soft_wrap=True)
