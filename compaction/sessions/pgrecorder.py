@@ -19,8 +19,9 @@ eventsourcing's ``lock_timeout`` bounds the wait for the table lock: no save hol
 indefinitely, and no writer waits for it forever. The batches are built before the transaction
 begins, and the connection's ``idle_in_transaction_session_timeout`` is raised to the save's
 statement bound for the save (set on the idle connection and put back after): a client too starved
-to send its next statement within the server's idle timeout does not lose a large save. With ``POSTGRES_ENABLE_DB_FUNCTIONS`` set the
-recorder uses eventsourcing's database function instead (no table lock; see docs/sessions.md).
+to send its next statement within the server's idle timeout does not lose a large save. With
+``POSTGRES_ENABLE_DB_FUNCTIONS`` set the recorder uses eventsourcing's database function instead
+(no table lock; see docs/sessions.md).
 """
 
 from __future__ import annotations
@@ -66,16 +67,20 @@ class SessionPostgresRecorder(PostgresApplicationRecorder):
             return []
         columns = [_columns(batch) for batch in _batches(stored_events, self.batch_bytes)]
         ids: list[int] = []
-        with self.datastore.get_connection() as conn, self._save_idle_timeout(conn):
-            with conn.transaction(), conn.cursor() as curs:
-                milliseconds = int(self.statement_timeout * 1000)
-                curs.execute(SQL("SET LOCAL statement_timeout = {0}").format(milliseconds))
-                self._insert_events(curs, stored_events, **kwargs)
-                self._lock_table(curs)
-                self._notify_channel(curs)
-                for batch in columns:
-                    curs.execute(self.insert_rows_statement, batch, binary=True)
-                    ids.extend(row["notification_id"] for row in curs.fetchall())
+        with (
+            self.datastore.get_connection() as conn,
+            self._save_idle_timeout(conn),
+            conn.transaction(),
+            conn.cursor() as curs,
+        ):
+            milliseconds = int(self.statement_timeout * 1000)
+            curs.execute(SQL("SET LOCAL statement_timeout = {0}").format(milliseconds))
+            self._insert_events(curs, stored_events, **kwargs)
+            self._lock_table(curs)
+            self._notify_channel(curs)
+            for batch in columns:
+                curs.execute(self.insert_rows_statement, batch, binary=True)
+                ids.extend(row["notification_id"] for row in curs.fetchall())
         return ids
 
     @contextmanager
