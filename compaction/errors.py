@@ -46,6 +46,7 @@
     ├── ProjectionError
     │   ├── TrackingConflictError              another runner already applied the batch
     │   ├── ProjectionTimeoutError (TimeoutError)  a view did not reach a position in time
+    │   ├── FollowerGaveUpError                a follower could not reach the store or its views
     │   └── ProjectionFoldError                a stored event does not fold (corrupt log)
     ├── RecoveryError
     │   ├── OrphanCorruptionError              an orphaned compact/start is not inert
@@ -405,6 +406,12 @@ class TrackingConflictError(ProjectionError):
 
 class ProjectionTimeoutError(ProjectionError, TimeoutError):
     """A view did not record the awaited notification before the timeout."""
+
+
+class FollowerGaveUpError(ProjectionError):
+    """A follower (``rebuild --follow``, :meth:`ProjectionRunner.run_forever`) failed to reach the
+    store or its views as many times in a row as it was allowed to; names the last error and the
+    position the views are at (a restart resumes from there)."""
 
 
 class ProjectionFoldError(ProjectionError):

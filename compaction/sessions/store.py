@@ -928,7 +928,10 @@ class NotificationFeed:
         return self
 
     def __next__(self) -> StoredNotification:
-        n = next(self.subscription)
+        try:
+            n = next(self.subscription)
+        except PersistenceError as e:  # the subscription's connection failed
+            raise StoreError(f"following the notification log failed: {_reason(e)}") from e
         return self._decode(n.id, n.originator_id, n.originator_version, n.topic, n.state)
 
     def stop(self) -> None:
