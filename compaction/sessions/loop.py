@@ -10,7 +10,10 @@ when the request envelope changed, ``request/header``. Each step then runs:
 3. the model call (``on_model_error`` hooks may ask for a retry from a re-derived surface);
 4. ``assistant/chunk`` per streamed chunk, then ``assistant/message`` citing the chunk seqs;
 5. per tool-call block: ``tool/call``, the tool, ``tool/result`` citing the ``tool/call`` seq;
-6. ``step/end``, then one atomic save when a store is given.
+6. ``step/end``, then one atomic save when a store is given. A save that fails in the database
+   (:class:`~compaction.errors.SaveError`: a dropped connection, a restart) is retried once after a
+   second, once the store answers again; if the failed save's events turn out stored, they are not
+   saved again (:mod:`compaction.sessions.retry`), so a step's events are never doubled.
 
 A step without tool calls ends the turn (``turn/end completed``). A model error closes the step and
 the turn (``turn/end error``) and is re-raised; cancellation answers pending calls with synthetic
@@ -54,6 +57,7 @@ from compaction.sessions.events import (
     UserMessage,
 )
 from compaction.sessions.interrupted import turn_closers
+from compaction.sessions.retry import RETRY_DELAY, asave_retrying
 
 if TYPE_CHECKING:
     from compaction.sessions.session import Session
@@ -149,6 +153,7 @@ class AgentLoop:
         pre_step: Sequence[PreStepHook] = (),
         on_model_error: Sequence[ModelErrorHook] = (),
         max_model_retries: int = 1,
+        save_retry_delay: float = RETRY_DELAY,
     ) -> None:
         if max_steps < 1:
             raise ConfigurationError(f"max_steps must be at least 1; got {max_steps}")
@@ -168,6 +173,7 @@ class AgentLoop:
         self.pre_step: list[PreStepHook] = list(pre_step)
         self.on_model_error: list[ModelErrorHook] = list(on_model_error)
         self.max_model_retries = max_model_retries
+        self.save_retry_delay = save_retry_delay
 
     def add_pre_step(self, hook: PreStepHook) -> None:
         self.pre_step.append(hook)
@@ -208,12 +214,12 @@ class AgentLoop:
         try:
             reason = await self._run_steps(state)
         except asyncio.CancelledError:
-            self._close_turn(TurnEndReason(kind="aborted", message="cancelled"))
+            await self._close_turn(TurnEndReason(kind="aborted", message="cancelled"))
             raise
         except Exception as exc:
-            self._close_turn(_error_reason(exc))
+            await self._close_turn(_error_reason(exc))
             raise
-        self._close_turn(reason)
+        await self._close_turn(reason)
         return TurnOutcome(turn=turn, steps=state.steps, reason=reason)
 
     async def _run_steps(self, state: _TurnState) -> TurnEndReason:
@@ -256,7 +262,7 @@ class AgentLoop:
         for call in tool_calls_of(message):
             await self._dispatch(state, step, call)
         self._append(StepEnd(turn=turn, step=step))
-        self._save()
+        await self._save()
         return response
 
     # ------------------------------------------------------------ the model call
@@ -342,11 +348,11 @@ class AgentLoop:
 
     # ------------------------------------------------------------ closing
 
-    def _close_turn(self, reason: TurnEndReason) -> None:
+    async def _close_turn(self, reason: TurnEndReason) -> None:
         """Answer the open step's pending calls, close the step if open, end the turn, save."""
         for closer in turn_closers(self.session, reason):
             self._append(closer)
-        self._save()
+        await self._save()
 
     # ------------------------------------------------------------ helpers
 
@@ -388,9 +394,9 @@ class AgentLoop:
     def _append(self, event: SessionEvent) -> SessionEvent:
         return self.session.append(event)
 
-    def _save(self) -> None:
+    async def _save(self) -> None:
         if self.store is not None:
-            self.store.save(self.session)
+            await asave_retrying(self.store, self.session, delay=self.save_retry_delay)
 
 
 def _tool_result_message(message_id: str, call_id: str, output: ToolOutput) -> Message:

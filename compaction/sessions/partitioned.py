@@ -176,6 +176,9 @@ class PartitionedSessionStore:
     def save(self, session: Session) -> int:
         return self.partition_for(session.id).save(session)
 
+    def pending_stored(self, session: Session) -> bool | None:
+        return self.partition_for(session.id).pending_stored(session)
+
     def get(
         self,
         session_id: UUID,

@@ -479,6 +479,15 @@ class SessionStore:
             if not taken:
                 raise
 
+    def pending_stored(self, session: Session) -> bool | None:
+        """Are ``session``'s pending events stored, exactly, at their seqs (a save whose answer was
+        lost)? None when the store cannot be asked."""
+        pending = session.pending
+        if not pending:
+            return True
+        stored = [self._mapper.stored_event(session.id, e) for e in pending]
+        return self._stored_after_failure(session.id, stored)
+
     def _seqs_taken(self, session_id: UUID, first: int, last: int) -> bool:
         """Is any of seqs ``first..last`` stored (by another writer)? True when the store cannot
         tell: a refused insert is then reported as the conflict it most likely was."""
