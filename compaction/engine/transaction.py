@@ -385,7 +385,8 @@ class Transaction:
         )
         return (
             f"it is held by {lease.host} pid {lease.pid} until {lease.expires_at.isoformat()}; "
-            f"this process's next compaction of the session takes it over at once, or {reported}"
+            "the next compaction of the session by the same engine, in this process, takes it "
+            f"over at once, or {reported}"
         )
 
     def _close(self, start: CompactStart, error: str) -> None:
