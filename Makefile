@@ -4,7 +4,8 @@
 #   make test    install the rest too (dev tools, the local model), then run the whole test suite
 #   make lint    ruff + mypy (strict)
 #   make bench   the benchmarks, one Markdown table (BENCH="load surface" picks some)
-#   make soak    the fuzzer, race and crash loops for SOAK_MINUTES (default 10) on SQLite and
+#   make soak    the fuzzer, race and crash loops (and PostgreSQL restarts under a writer, on a
+#                private cluster) for SOAK_MINUTES (default 10) on SQLite and
 #                PostgreSQL (SOAK_BACKENDS=sqlite for SQLite alone); prints the counts, exit 1 if
 #                any traceback, hang or lost event
 #

@@ -19,6 +19,7 @@
     ├── SessionStateError (ValueError)         a rollback past saved events, adopting another session
     ├── StoreError                             the event store failed
     │   ├── StoreNotFoundError                 a read-only open found no store at the URL
+    │   ├── SaveError                          a save failed; ``stored`` says whether its events are stored
     │   ├── ConcurrencyError                   another writer appended to the same session first
     │   ├── SessionNotFoundError (KeyError)    no such session in the store
     │   ├── UnreadableRowError                 a stored row of the notification log does not decode
@@ -36,6 +37,7 @@
     │   ├── FidelityError                      sections missing or identifier retention under the bar
     │   ├── ConvergenceError                   still above the threshold after every allowed attempt
     │   ├── CommitError                        the atomic commit failed (the store refused it)
+    │   │   └── LockHeldError                  ... and the compaction's lock could not be released
     │   └── SummarizerError                    the summarizer failed; ``code`` says how
     │       ├── ContextLengthError             the prompt did not fit the model (``context_length``)
     │       ├── TruncatedError                 generation stopped at max_tokens (``max_tokens``)
@@ -45,6 +47,7 @@
     ├── ProjectionError
     │   ├── TrackingConflictError              another runner already applied the batch
     │   ├── ProjectionTimeoutError (TimeoutError)  a view did not reach a position in time
+    │   ├── FollowerGaveUpError                a follower could not reach the store or its views
     │   └── ProjectionFoldError                a stored event does not fold (corrupt log)
     ├── RecoveryError
     │   ├── OrphanCorruptionError              an orphaned compact/start is not inert
@@ -130,12 +133,38 @@ class StoreError(EventCompactionError):
     """The event store failed."""
 
 
+class SaveError(StoreError):
+    """A save failed in the database. ``stored`` says whether its events are in the store: False
+    (the transaction was rolled back: nothing of it is stored), True (the events were stored; what
+    failed came after them) or None (the connection was lost at the commit and the store could not
+    be asked again: reload the session to see)."""
+
+    def __init__(
+        self, session_id: object, first_seq: int, last_seq: int, stored: bool | None, reason: str
+    ) -> None:
+        self.session_id = session_id
+        self.first_seq = first_seq
+        self.last_seq = last_seq
+        self.stored = stored
+        outcome = {
+            False: "none of them were stored",
+            True: "they were stored",
+            None: "whether they were stored is unknown (the store did not answer again); reload "
+            "the session to see",
+        }[stored]
+        super().__init__(
+            f"session {session_id}: saving seqs {first_seq}..{last_seq} failed: {reason}; {outcome}"
+        )
+
+
 class StoreNotFoundError(StoreError):
     """A read-only open found no store where the URL points (a SQLite file that does not exist)."""
 
 
 class ConcurrencyError(StoreError):
     """Another writer appended to the same session first; nothing of this save was stored."""
+
+    stored = False
 
     def __init__(self, session_id: object, first_seq: int, last_seq: int) -> None:
         self.session_id = session_id
@@ -284,6 +313,25 @@ class CommitError(CompactionError):
     pass
 
 
+class LockHeldError(CommitError):
+    """A compaction failed after its ``compact/start`` was stored and its ``compact/end`` could
+    not be stored either: the lock stays held. Names the compaction, the start's seq, the lease
+    and what releases it (the same process's next compaction of the session takes the lock over;
+    any other process waits for the lease to expire, then ``compaction recover --repair``)."""
+
+    def __init__(
+        self, compaction_id: str, session_id: object, start_seq: int, releases: str, failure: str
+    ) -> None:
+        self.compaction_id = compaction_id
+        self.session_id = session_id
+        self.start_seq = start_seq
+        super().__init__(
+            f"compaction {compaction_id} failed ({failure}) and its compact/end could not be "
+            f"stored: the compaction lock of session {session_id} (compact/start seq {start_seq}) "
+            f"stays held; {releases}"
+        )
+
+
 class SummarizerError(CompactionError):
     """A summarizer failed. ``retryable`` says whether the same request may succeed later."""
 
@@ -364,6 +412,12 @@ class TrackingConflictError(ProjectionError):
 
 class ProjectionTimeoutError(ProjectionError, TimeoutError):
     """A view did not record the awaited notification before the timeout."""
+
+
+class FollowerGaveUpError(ProjectionError):
+    """A follower (``rebuild --follow``, :meth:`ProjectionRunner.run_forever`) failed to reach the
+    store or its views as many times in a row as it was allowed to; names the last error and the
+    position the views are at (a restart resumes from there)."""
 
 
 class ProjectionFoldError(ProjectionError):

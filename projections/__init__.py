@@ -13,6 +13,7 @@ or in memory for ``memory://``. See ``docs/projections.md``.
 """
 
 from compaction.errors import (
+    FollowerGaveUpError,
     ProjectionConfigError,
     ProjectionError,
     ProjectionFoldError,
@@ -26,6 +27,7 @@ from projections.runner import (
     PROJECTIONS,
     ProjectionReport,
     ProjectionRunner,
+    Reconnect,
     resolve_names,
     stop_on_signals,
 )
@@ -42,6 +44,7 @@ from projections.views import ViewDatabase, ViewRecorder, default_views_path
 __all__ = [
     "ALL",
     "PROJECTIONS",
+    "FollowerGaveUpError",
     "LedgerProjection",
     "ProjectionConfigError",
     "ProjectionError",
@@ -49,6 +52,7 @@ __all__ = [
     "ProjectionReport",
     "ProjectionRunner",
     "ProjectionTimeoutError",
+    "Reconnect",
     "SurfaceProjection",
     "SurfaceRecord",
     "TrackingConflictError",

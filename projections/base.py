@@ -153,6 +153,24 @@ class SessionProjection(Projection[ViewRecorder], Generic[S]):
             self._evicted.clear()
             raise TrackingConflictError(self.name, self.position, recorded)
 
+    def resync(self) -> None:
+        """After a lost connection: take the view's tracking record as this projection's position.
+        A batch whose commit went through while its answer was lost is then not applied twice;
+        every cached state is reloaded from the view when next needed."""
+        self.discard()
+        try:
+            recorded = self.view.max_tracking_id(self.application_name) or 0
+        except PersistenceError as e:
+            raise ViewStoreError(
+                f"projection {self.name!r}: reading the tracking record in {self.view.location} "
+                f"failed: {e}"
+            ) from e
+        if recorded != self.position:
+            self._states.clear()
+            self._empty_view = False
+            self._evicted.clear()
+            self.position = recorded
+
     # ------------------------------------------------------------ writing
 
     def commit(self, tracking: Tracking, notifications: int) -> None:

@@ -5,7 +5,9 @@ Default: drop the selected views and their tracking records, then rebuild them f
 (a progress bar on stderr when it is a terminal). ``--resume`` catches up from the tracking
 records instead; ``--follow`` catches up and keeps applying new events until SIGTERM or SIGINT,
 then finishes the batch under way, records its tracking and exits 0 (it never drops, so a restarted
-follower resumes where it stopped).
+follower resumes where it stopped). A store or views it cannot reach (a PostgreSQL restart, a
+terminated connection) are waited out with backoff, and it resumes from the tracking records; it
+exits 1 only after ``--reconnect-attempts`` failed attempts in a row (default 20), saying why.
 
 JSON: ``{mode, store, views, projections: [{name, events, rows, position}]}``; ``events`` counts the
 notifications this run applied to the view, ``rows`` the rows the view holds now.
@@ -25,7 +27,7 @@ from compaction.cli.command import Command, Context, Document
 from compaction.cli.output import positive_int, table
 from compaction.engine.meters import meter_named
 from compaction.sessions.polling import DEFAULT_POLL_INTERVAL
-from projections import ALL, ProjectionReport, ProjectionRunner, resolve_names, stop_on_signals
+from projections import ALL, ProjectionReport, ProjectionRunner, Reconnect, resolve_names, stop_on_signals
 from projections.runner import DEFAULT_BATCH_SIZE
 
 
@@ -59,6 +61,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help=f"--follow: seconds between looks for new events (default {DEFAULT_POLL_INTERVAL})",
     )
     parser.add_argument(
+        "--reconnect-attempts", type=int, default=Reconnect.attempts, metavar="N",
+        help="--follow: failed attempts in a row to reach the store or the views before giving "
+        f"up (default {Reconnect.attempts}; 0 gives up at the first)",
+    )
+    parser.add_argument(
         "--batch-size", type=positive_int, default=DEFAULT_BATCH_SIZE, metavar="N",
         help=f"notifications per transaction (default {DEFAULT_BATCH_SIZE})",
     )
@@ -79,7 +86,7 @@ def run(context: Context, args: argparse.Namespace) -> Document:
     store = context.store
     with ProjectionRunner(
         store, names, views_path=args.views, batch_size=args.batch_size,
-        poll_interval=args.poll, meter=meter,
+        poll_interval=args.poll, meter=meter, reconnect=Reconnect(args.reconnect_attempts),
     ) as runner:
         if mode == "follow":
             reports = _follow(context, runner)

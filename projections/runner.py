@@ -10,10 +10,17 @@ or not at all, and a tracking position is never recorded twice, so nothing is ap
 
 Run ONE runner per view at a time; a second one fails with
 :class:`~compaction.errors.TrackingConflictError` instead of corrupting anything.
+
+A follower (:meth:`ProjectionRunner.run_forever`) rides out a store or a view database it cannot
+reach (a PostgreSQL restart, a failover, a terminated connection): it waits with backoff
+(:class:`Reconnect`), takes each view's tracking record as its position again, catches up and
+follows on. It ends only when stopped, or after :attr:`Reconnect.attempts` failed attempts in a row
+(:class:`~compaction.errors.FollowerGaveUpError`, naming the last error and the views' position).
 """
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -22,13 +29,16 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from eventsourcing.persistence import Tracking
+from eventsourcing.persistence import PersistenceError, Tracking
 
 from compaction.engine.meters import Meter
 from compaction.errors import (
+    FollowerGaveUpError,
     ProjectionConfigError,
     ProjectionFoldError,
     ProjectionTimeoutError,
+    SessionNotFoundError,
+    StoreError,
     UnreadableRowError,
 )
 from compaction.sessions.polling import DEFAULT_POLL_INTERVAL
@@ -50,6 +60,38 @@ DEFAULT_BATCH_SIZE = 2000
 
 OnBatch = Callable[[int], None]
 """Called after each committed batch with the number of notifications it held."""
+
+log = logging.getLogger("projections")
+
+
+@dataclass(frozen=True)
+class Reconnect:
+    """How a follower rides out a store or views it cannot reach: after the n-th failure in a row
+    it waits ``first_delay * 2 ** (n - 1)`` seconds (at most ``max_delay``) and tries again; after
+    ``attempts`` failures in a row it gives up. A committed batch, or a catch-up that reached the
+    end of the log, resets the count."""
+
+    attempts: int = 20
+    first_delay: float = 0.5
+    max_delay: float = 15.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.attempts, int) or self.attempts < 0:
+            raise ProjectionConfigError(
+                f"projection runner: reconnect attempts must be an integer >= 0; got {self.attempts!r}"
+            )
+        _check_positive("reconnect first_delay", self.first_delay)
+        _check_positive("reconnect max_delay", self.max_delay)
+
+    def delay(self, failures: int) -> float:
+        return float(min(self.max_delay, self.first_delay * 2 ** max(0, failures - 1)))
+
+
+def reconnectable(error: BaseException) -> bool:
+    """A failure to reach the store or a view (worth waiting out), not one of the log's content."""
+    if isinstance(error, (UnreadableRowError, SessionNotFoundError)):
+        return False
+    return isinstance(error, (StoreError, PersistenceError))
 
 
 @dataclass(frozen=True)
@@ -98,6 +140,7 @@ class ProjectionRunner:
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         meter: Meter | None = None,
         max_cached_sessions: int = DEFAULT_MAX_CACHED_SESSIONS,
+        reconnect: Reconnect | None = None,
     ) -> None:
         names = resolve_names(projections)
         _check_positive("batch_size", batch_size)
@@ -112,6 +155,8 @@ class ProjectionRunner:
             raise
         self.batch_size = batch_size
         self.poll_interval = poll_interval
+        self.reconnect = reconnect or Reconnect()
+        self.reconnections = 0  # connections lost and re-established while following
         self._keys: dict[UUID, str] = {}
 
     def _build(self, name: str, meter: Meter | None, cache: int) -> SessionProjection[Any]:
@@ -160,15 +205,57 @@ class ProjectionRunner:
         self, stop: threading.Event, on_batch: OnBatch | None = None
     ) -> list[ProjectionReport]:
         """Catch up, then follow new notifications until ``stop`` is set; the batch under way when
-        it is set is finished and recorded first."""
-        self.catch_up(on_batch, stop)
+        it is set is finished and recorded first. A lost store or view is waited out and the run
+        resumes from the views' tracking records (:class:`Reconnect`)."""
+        failures = 0
+
+        def connected(notifications: int = 0) -> None:
+            nonlocal failures
+            failures = 0
+            if notifications and on_batch is not None:
+                on_batch(notifications)
+
+        while not stop.is_set():
+            try:
+                if failures:
+                    for projection in self.projections:
+                        projection.resync()
+                self._follow(stop, connected)
+                break
+            except Exception as e:
+                if not reconnectable(e):
+                    raise
+                failures += 1
+                self._wait_out(e, failures, stop)
+        return self.reports()
+
+    def _follow(self, stop: threading.Event, connected: Callable[[int], None]) -> None:
+        self.catch_up(connected, stop)
         if stop.is_set():
-            return self.reports()
+            return
+        connected(0)
         feed = self.store.follow(self.position, poll_interval=self.poll_interval)
         with feed, _stopped_by(stop, feed):
-            while self._commit(self._gather(feed), on_batch):
+            while self._commit(self._gather(feed), connected):
                 pass
-        return self.reports()
+
+    def _wait_out(self, error: Exception, failures: int, stop: threading.Event) -> None:
+        """Give up after too many failures in a row; else wait (or until stopped)."""
+        policy = self.reconnect
+        if failures > policy.attempts:
+            raise FollowerGaveUpError(
+                f"projection runner: gave up after {failures} failed attempts in a row to reach "
+                f"the store or its views (the last: {error}); the views are at notification "
+                f"{self.position}, and a restarted follower resumes from there"
+            ) from error
+        delay = policy.delay(failures)
+        log.warning(
+            "projection runner: lost the store or a view at notification %d (%s); reconnecting "
+            "in %.1f s (attempt %d of %d)",
+            self.position, error, delay, failures, policy.attempts,
+        )  # fmt: skip
+        if not stop.wait(delay):
+            self.reconnections += 1
 
     def step(self, on_batch: OnBatch | None = None) -> int:
         """Read, fold and commit one batch; return how many notifications it held (0: none left)."""

@@ -4,7 +4,10 @@ An unmatched start is **stale** when, checked in this order:
 
 1. ``resume``: a later ``session/resume`` exists (a new process lifecycle took the session over);
 2. ``lease-expired``: its lease's ``expires_at`` is in the past;
-3. ``owner-gone``: the lease names this host and no process with that pid exists (a zombie counts
+3. ``owner-failed``: the lease names this host, and its owner reported on this host that the
+   compaction failed and its ``compact/end`` could not be stored
+   (:func:`compaction.engine.lock.report_failure`; the owner is alive, its compaction is not);
+4. ``owner-gone``: the lease names this host and no process with that pid exists (a zombie counts
    as gone). Skipped when pid checks are off (hosts that share a name across pid namespaces).
 
 Otherwise it is **live** (``rule == "live"``): a compaction is in progress and holds the lock.
@@ -18,9 +21,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
+from compaction.engine.lock import reported_failure
 from compaction.vocabulary.events import CompactStart
 
-Rule = Literal["resume", "lease-expired", "owner-gone", "live"]
+Rule = Literal["resume", "lease-expired", "owner-failed", "owner-gone", "live"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,14 @@ def judge(
             "lease-expired",
             f"lease of {lease.host} pid {lease.pid} expired at {lease.expires_at.isoformat()} "
             f"({ago:.1f}s ago)",
+        )
+    failure = reported_failure(start) if lease.host == host else None
+    if failure is not None:
+        return Liveness(
+            True,
+            "owner-failed",
+            f"its owner ({lease.host} pid {lease.pid}) reported that it failed and could not store "
+            f"its compact/end: {failure}",
         )
     if check_pids and lease.host == host and not process_alive(lease.pid):
         return Liveness(True, "owner-gone", f"owner process {lease.pid} on {host} is gone")

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from compaction.engine.brackets import is_closed
+from compaction.engine.lock import clear_failure
 from compaction.errors import ConcurrencyError, RepairConflictError
 from compaction.sessions.events import SessionEvent
 from compaction.sessions.interrupted import open_turn
@@ -77,6 +78,8 @@ def settle(store: SessionStore, orphan: Orphan, liveness: Liveness, *, repair: b
                 orphan.compaction_id,
             )
             continue
+        if liveness.rule == "owner-failed":
+            clear_failure(orphan.compaction_id)
         return Settlement("repaired", proof, appended[0].seq, tuple(e.seq for e in appended[1:]))
     raise RepairConflictError(
         f"recovery: could not close compaction {orphan.compaction_id} (compact/start seq "

@@ -36,7 +36,7 @@ class OrphanReport:
     start_seq: int
     turn: int | None
     stale: bool
-    rule: str  # resume | lease-expired | owner-gone | live
+    rule: str  # resume | lease-expired | owner-failed | owner-gone | live
     reason: str
     inert: bool | None  # None: not proven (already closed, or a conflict)
     surface_hash: str | None

@@ -19,6 +19,10 @@ is). A transcript that cannot be read is listed under ``failed`` with its :class
 same surface hash. A file whose seqs are not contiguous or whose events break a rule is refused,
 naming the line; a session already stored with different events is refused too (nothing of it is written).
 
+A save whose events are stored but whose snapshot could not be written succeeds: the snapshot is
+skipped, and ``warnings`` (in the JSON, and on stderr) says so; a save whose events were not stored
+fails with a :class:`~compaction.errors.SaveError` saying so (exit 1).
+
 JSON: ``{sessions: [{session_id, source, format, status, events, messages, tool_calls,
 tool_results, synthesized_results, compactions, skipped, notes}], failed: [{source, error}]}``
 (``reason`` too when skipped).
@@ -122,7 +126,10 @@ def run(context: Context, args: argparse.Namespace) -> Document:
                     raise  # the one file asked for: its error is the command's
                 failed.append({"source": str(path), "error": str(e)})
             advance()
-    return {"sessions": rows, "failed": failed}
+    document: Document = {"sessions": rows, "failed": failed}
+    if store.snapshot_warnings:
+        document["warnings"] = list(store.snapshot_warnings)
+    return document
 
 
 def import_file(store: SessionStore, path: Path, fmt: str) -> list[Document]:
@@ -291,7 +298,9 @@ def skip_reasons(skipped: list[str]) -> list[tuple[str, int, str]]:
 
 
 def comment(document: Document, err: Console) -> None:
-    """The importers' notes, on stderr."""
+    """The importers' notes and the store's warnings, on stderr."""
+    for warning in document.get("warnings", ()):
+        err.print(Text(f"warning: {warning}", style="yellow"), soft_wrap=True)
     for row in document["sessions"]:
         for note in row["notes"]:
             err.print(Text(f"session {row['session_id']} note: {note}", style="dim"), soft_wrap=True)

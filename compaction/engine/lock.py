@@ -3,14 +3,30 @@
 The lock is live when the latest of ``compact/start`` / ``compact/end`` is a start and no later
 ``session/resume`` exists. Across processes the lock holds through optimistic concurrency: the start is
 an append at a definite seq, so of two racing workers only one can store it.
+
+A compaction that fails after its start was stored closes its own bracket (``compact/end{error}``,
+retried until the store answers). When even that cannot be stored, the owner keeps two records of
+the failure, so the lock it still holds in the log does not lock out the living:
+
+* :class:`UnreleasedLeases`, held by the engine: its next compaction of that session, in the same
+  process, takes the lease over at once (it stores the failed bracket's ``compact/end`` with its new
+  ``compact/start``, in one save);
+* a failure report on this host (:func:`report_failure`, a small file under
+  :func:`failure_reports_dir`): ``compaction recover`` on this host judges such a lease stale
+  (``owner-failed``) instead of live, and ``--repair`` closes it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import socket
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
+from uuid import UUID
 
 from compaction.engine.brackets import open_start
 from compaction.sessions.events import now_utc
@@ -56,3 +72,88 @@ def new_lease(seconds: float, now: datetime | None = None) -> Lease:
     return Lease(
         host=socket.gethostname(), pid=os.getpid(), expires_at=now + timedelta(seconds=seconds)
     )
+
+
+def own_lease(lock: LockState) -> bool:
+    """The live lock's lease names this process (this host, this pid)."""
+    if lock.start is None:
+        return False
+    lease = lock.start.lease
+    return lease.host == socket.gethostname() and lease.pid == os.getpid()
+
+
+@dataclass
+class UnreleasedLeases:
+    """The compactions an engine started whose ``compact/end`` could not be stored: session id ->
+    compaction id. Only these may be taken over (a live compaction of the same process, another
+    task's, is never in it)."""
+
+    by_session: dict[UUID, str] = field(default_factory=dict)
+
+    def remember(self, session_id: UUID, compaction_id: str) -> None:
+        self.by_session[session_id] = compaction_id
+
+    def forget(self, session_id: UUID) -> None:
+        self.by_session.pop(session_id, None)
+
+    def takes_over(self, session: Session, lock: LockState) -> CompactStart | None:
+        """The start of ``lock`` when it is this process's own failed compaction: the caller may
+        close it and start anew at once; None when the lock belongs to anyone else."""
+        start = lock.start
+        if start is None or not lock.live or not own_lease(lock):
+            return None
+        if self.by_session.get(session.id) != start.compaction_id:
+            return None
+        return start
+
+
+# ---------------------------------------------------------------- failure reports on this host
+
+FAILURE_DIR_VARIABLE = "COMPACTION_FAILURE_DIR"
+
+
+def failure_reports_dir() -> Path:
+    """Where owners report the failed compactions they could not close: ``$COMPACTION_FAILURE_DIR``,
+    else ``compaction-failures`` under the system's temporary folder (one per host, as leases are)."""
+    configured = os.environ.get(FAILURE_DIR_VARIABLE)
+    return Path(configured) if configured else Path(tempfile.gettempdir()) / "compaction-failures"
+
+
+def report_failure(start: CompactStart, session_id: UUID, reason: str) -> Path | None:
+    """Record on this host that ``start``'s compaction failed and its end could not be stored;
+    the report's path, or None when the folder cannot be written (the failure is logged anyway)."""
+    folder = failure_reports_dir()
+    path = folder / f"{start.compaction_id}.json"
+    lease = start.lease
+    document = {
+        "compaction_id": start.compaction_id,
+        "session_id": str(session_id),
+        "start_seq": start.seq,
+        "host": lease.host,
+        "pid": lease.pid,
+        "reason": reason,
+    }
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(document), encoding="utf-8")
+    except OSError:
+        return None
+    return path
+
+
+def reported_failure(start: CompactStart) -> str | None:
+    """The reason the owner of ``start`` reported for its failure on this host, if it did."""
+    path = failure_reports_dir() / f"{start.compaction_id}.json"
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if document.get("pid") != start.lease.pid or document.get("host") != start.lease.host:
+        return None
+    return str(document.get("reason") or "failed")
+
+
+def clear_failure(compaction_id: str) -> None:
+    """Forget the failure report of a compaction whose bracket is now closed."""
+    with contextlib.suppress(OSError):
+        (failure_reports_dir() / f"{compaction_id}.json").unlink()

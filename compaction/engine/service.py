@@ -24,11 +24,11 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
-from compaction.engine.lock import busy_message, inspect_lock
+from compaction.engine.lock import LockState, UnreleasedLeases, busy_message, inspect_lock
 from compaction.engine.meters import HeuristicMeter, Measurement, Meter
 from compaction.engine.prune import PruneConfig, prune_session
 from compaction.engine.selection import Span, head_before_task, select_span, span_for
-from compaction.engine.transaction import Stability, Transaction
+from compaction.engine.transaction import CLOSE_BUDGET_SECONDS, Stability, Transaction
 from compaction.engine.windows import DEFAULT_WINDOWS, WindowTable, header_window
 from compaction.errors import (
     BusyError,
@@ -87,6 +87,12 @@ class CompactionEngine(CompactService):
         self.on_progress = on_progress
         self.read_ahead = ReadAhead(ANALYSIS_BYTES if analysis_bytes is None else analysis_bytes)
         self._warned_targets: set[str] = set()
+        self.unreleased = UnreleasedLeases()
+        """This engine's compactions whose ``compact/end`` could not be stored: its next
+        compaction of such a session takes the lease over (:mod:`compaction.engine.lock`)."""
+        self.close_budget = CLOSE_BUDGET_SECONDS
+        """Seconds a failed compaction retries storing its ``compact/end`` before it reports the
+        lock held (:class:`~compaction.errors.LockHeldError`)."""
 
     def _default_summarizer(self) -> Summarizer:
         make = type(self).default_summarizer
@@ -143,9 +149,7 @@ class CompactionEngine(CompactService):
         if self.config.context_window is None and session.latest_header() is None:
             return None  # nothing routed yet: no window, no pressure (the reference does the same)
         threshold, retain = self.config.budget(self.context_window(session))
-        lock = inspect_lock(session)
-        if lock.live:
-            raise BusyError(busy_message("automatic pressure compaction", session, lock))
+        self._lock_free("automatic pressure compaction", session)
         measurement = self.meter.measure(session)
         if measurement.total_tokens >= READ_AHEAD_FROM * threshold:
             self.read_ahead.observe(session)
@@ -336,9 +340,7 @@ class CompactionEngine(CompactService):
         source_command_id: str | None = None,
         focus: str | None = None,
     ) -> CompactionResult | None:
-        lock = inspect_lock(session)
-        if lock.live:
-            raise BusyError(busy_message("compaction", session, lock))
+        self._lock_free("compaction", session)
         if session.open_turn is not None:
             raise BusyError(
                 f"manual compaction: the session already has an open turn ({session.open_turn}) "
@@ -361,9 +363,7 @@ class CompactionEngine(CompactService):
         source_command_id: str | None = None,
         focus: str | None = None,
     ) -> CompactionResult:
-        lock = inspect_lock(session)
-        if lock.live:
-            raise BusyError(busy_message("compaction", session, lock))
+        lock = self._lock_free("compaction", session)
         if manual and session.open_turn is not None:
             raise BusyError(
                 f"manual compaction: the session already has an open turn ({session.open_turn})"
@@ -386,10 +386,21 @@ class CompactionEngine(CompactService):
             focus=focus,
             on_progress=self.on_progress,
             analysis=self.read_ahead.analysis(session),
+            unreleased=self.unreleased,
+            takeover=self.unreleased.takes_over(session, lock),
+            close_budget=self.close_budget,
         )
         result = await transaction.run()
         log.info("compaction (%s): %s", "manual" if manual else "step pressure", result.describe())
         return result
+
+    def _lock_free(self, stage: str, session: Session) -> LockState:
+        """The session's lock, when free or held only by this engine's own failed compaction
+        (which the next transaction takes over); else :class:`BusyError`."""
+        lock = inspect_lock(session)
+        if lock.live and self.unreleased.takes_over(session, lock) is None:
+            raise BusyError(busy_message(stage, session, lock))
+        return lock
 
     # ------------------------------------------------------------ the loop seam
 

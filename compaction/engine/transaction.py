@@ -6,20 +6,32 @@ summarization input; awaits the summary (the only slow, cancellable step); check
 is smaller than what it shadows and passes the fidelity gate; asserts stability (the whole surface
 for automatic compaction, the selected span for manual); then stores ``compact/summary`` + the
 replacement ``user/message`` + ``compact/end`` in ONE atomic save. Any failure after the start
-stores ``compact/end{error}`` and leaves the surface untouched. A conflicting save means another
-writer got there first: the start reports busy; a commit re-checks stability on a fresh load and
-retries once, and never commits over a bracket that recovery already closed.
+stores ``compact/end{error}`` and leaves the surface untouched; that end is retried with backoff
+for :data:`CLOSE_BUDGET_SECONDS` while the store does not answer (a restart, a failover, a dropped
+connection), and when it never lands the failure is kept by the engine (its next compaction of the
+session takes the lease over) and reported on this host (recovery then judges the lease stale), and
+the error raised is a :class:`LockHeldError` naming the compaction, the held lock and what releases
+it. A conflicting save means another writer got there first: the start reports busy; a commit
+re-checks stability on a fresh load and retries once, and never commits over a bracket that
+recovery already closed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from compaction.engine.lock import inspect_lock, new_lease
+from compaction.engine.lock import (
+    UnreleasedLeases,
+    clear_failure,
+    inspect_lock,
+    new_lease,
+    report_failure,
+)
 from compaction.engine.meters import Meter
 from compaction.engine.selection import Span, leading_task_statement, span_for
 from compaction.errors import (
@@ -28,6 +40,7 @@ from compaction.errors import (
     ConcurrencyError,
     EmptySummaryError,
     FidelityError,
+    LockHeldError,
     ShrinkError,
     SpanError,
     StoreError,
@@ -54,6 +67,10 @@ log = logging.getLogger("compaction")
 
 Stability = Literal["whole-surface", "selected-span"]
 
+CLOSE_BUDGET_SECONDS = 30.0
+"""How long a failed compaction keeps trying to store its ``compact/end`` (backoff from 0.1 s,
+doubling to 2 s) before it reports the lock as held."""
+
 
 @dataclass
 class Transaction:
@@ -76,6 +93,11 @@ class Transaction:
     analysis: SpanAnalysis = field(default_factory=SpanAnalysis)
     """What the handover has read of the session (the engine passes the read-ahead's): active while
     the transaction runs, so the summarizer, the completion and the gate share one reading."""
+    unreleased: UnreleasedLeases = field(default_factory=UnreleasedLeases)
+    """The engine's record of its compactions whose ``compact/end`` could not be stored."""
+    takeover: CompactStart | None = None
+    """This process's own failed, unclosed start (from ``unreleased``): closed in the new start's save."""
+    close_budget: float = CLOSE_BUDGET_SECONDS
 
     async def run(self) -> CompactionResult:
         with self.analysis.active():
@@ -89,7 +111,8 @@ class Transaction:
             reason = error_chain(e) if str(e) else "the compaction task was cancelled"
             try:
                 self._close(start, f"cancelled: {reason}")
-            except Exception as close_error:  # cancellation wins; the unclosed start blocks
+            except Exception as close_error:  # cancellation wins; the unclosed start is kept
+                self._hold(start, f"cancelled: {reason}", close_error)
                 log.error(
                     "compaction %s was cancelled and its compact/start (seq %d) could not be "
                     "closed: %s",
@@ -101,7 +124,7 @@ class Transaction:
         except _ClosedError as closed:
             raise closed.error from None
         except Exception as e:
-            self._close(start, error_chain(e))
+            await self._close_failed(start, e)
             raise
 
     # ------------------------------------------------------------ start (the lock)
@@ -117,6 +140,7 @@ class Transaction:
             focus=self.focus,
         )
         mark = session.mark()
+        taken = self._take_over()
         stamped = session.append(event)
         try:
             self._save()
@@ -130,8 +154,34 @@ class Transaction:
             session.rollback(mark)  # not stored: an in-memory start would block every later attempt
             raise
         assert isinstance(stamped, CompactStart)
+        if taken is not None:
+            self.unreleased.forget(session.id)
+            clear_failure(taken.compaction_id)
+            log.warning(
+                "compaction %s: took over this process's own failed compaction %s (compact/start "
+                "seq %d), closed at seq %d",
+                event.compaction_id, taken.compaction_id, taken.seq, stamped.seq - 1,
+            )  # fmt: skip
         self._progress(f"compact/start seq {stamped.seq} ({len(self.span.seqs)} nodes)", "started")
         return stamped
+
+    def _take_over(self) -> CompactStart | None:
+        """Append (unsaved) the ``compact/end`` of this process's own failed compaction, if the
+        engine handed one over: it is stored with the new start, in one save."""
+        taken = self.takeover
+        if taken is None:
+            return None
+        self.session.append(
+            CompactEnd(
+                compaction_id=taken.compaction_id,
+                turn=taken.turn,
+                error=(
+                    f"failed, and its compact/end could not be stored then; taken over by its own "
+                    f"process ({taken.lease.host} pid {taken.lease.pid})"
+                ),
+            )
+        )
+        return taken
 
     # ------------------------------------------------------------ summarize, check, commit
 
@@ -300,6 +350,52 @@ class Transaction:
         self._check_stable(fresh, captured)
 
     # ------------------------------------------------------------ failure
+
+    async def _close_failed(self, start: CompactStart, error: Exception) -> None:
+        """Store ``compact/end{error}`` for the failed compaction, retrying with backoff while the
+        store does not answer; when it never does within :attr:`close_budget`, keep the lock's
+        failure (:meth:`_hold`) and raise :class:`LockHeldError` instead of the store's error."""
+        reason = error_chain(error)
+        deadline = time.monotonic() + self.close_budget
+        delay = 0.1
+        while True:
+            try:
+                self._close(start, reason)
+                return
+            except StoreError as close_error:
+                if self.store is None or time.monotonic() + delay > deadline:
+                    releases = self._hold(start, reason, close_error)
+                    raise LockHeldError(
+                        start.compaction_id, self.session.id, start.seq, releases,
+                        f"{reason}; storing its compact/end failed too: {error_chain(close_error)}",
+                    ) from error  # fmt: skip
+                log.warning(
+                    "compaction %s failed and its compact/end could not be stored yet (%s); "
+                    "retrying in %.1f s",
+                    start.compaction_id, error_chain(close_error), delay,
+                )  # fmt: skip
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    def _hold(self, start: CompactStart, reason: str, close_error: Exception) -> str:
+        """The failed compaction's lock stays held: remember it for the engine's next attempt,
+        report it on this host for recovery; what releases the lock, for the error message."""
+        session_id = self.session.id
+        self.unreleased.remember(session_id, start.compaction_id)
+        report = report_failure(start, session_id, f"{reason}; {error_chain(close_error)}")
+        lease = start.lease
+        reported = (
+            f"`compaction recover --repair` on {lease.host} closes it now (the failure is reported "
+            f"in {report})"
+            if report is not None
+            else f"`compaction recover --repair` closes it once the lease expires at "
+            f"{lease.expires_at.isoformat()}"
+        )
+        return (
+            f"it is held by {lease.host} pid {lease.pid} until {lease.expires_at.isoformat()}; "
+            "the next compaction of the session by the same engine, in this process, takes it "
+            f"over at once, or {reported}"
+        )
 
     def _close(self, start: CompactStart, error: str) -> None:
         session = self.session

@@ -10,7 +10,10 @@ when the request envelope changed, ``request/header``. Each step then runs:
 3. the model call (``on_model_error`` hooks may ask for a retry from a re-derived surface);
 4. ``assistant/chunk`` per streamed chunk, then ``assistant/message`` citing the chunk seqs;
 5. per tool-call block: ``tool/call``, the tool, ``tool/result`` citing the ``tool/call`` seq;
-6. ``step/end``, then one atomic save when a store is given.
+6. ``step/end``, then one atomic save when a store is given. A save that fails in the database
+   (:class:`~compaction.errors.SaveError`: a dropped connection, a restart) is retried once after a
+   second, once the store answers again; if the failed save's events turn out stored, they are not
+   saved again (:mod:`compaction.sessions.retry`), so a step's events are never doubled.
 
 A prompt naming a registered command (``/compact``; :meth:`AgentLoop.submit`) runs the command
 between turns instead (:mod:`compaction.sessions.commands`): ``command/run``, what the command
@@ -60,6 +63,7 @@ from compaction.sessions.events import (
 )
 from compaction.sessions.interrupted import turn_closers
 from compaction.sessions.invariants import DEFAULT_INVARIANTS
+from compaction.sessions.retry import RETRY_DELAY, asave_retrying
 
 if TYPE_CHECKING:
     from compaction.sessions.session import Session
@@ -157,6 +161,7 @@ class AgentLoop:
         max_model_retries: int = 1,
         commands: Mapping[str, Command] | None = None,
         invariants: Sequence[str] = DEFAULT_INVARIANTS,
+        save_retry_delay: float = RETRY_DELAY,
     ) -> None:
         """``invariants``: put in force (a ``session/invariants`` marker) when the loop writes the
         first event of an empty session; a session with history keeps the ones it has."""
@@ -180,6 +185,7 @@ class AgentLoop:
         self.max_model_retries = max_model_retries
         self.commands: dict[str, Command] = dict(commands or {})
         self.invariants = tuple(invariants)
+        self.save_retry_delay = save_retry_delay
 
     def add_pre_step(self, hook: PreStepHook) -> None:
         self.pre_step.append(hook)
@@ -234,12 +240,12 @@ class AgentLoop:
         try:
             reason = await self._run_steps(state)
         except asyncio.CancelledError:
-            self._close_turn(TurnEndReason(kind="aborted", message="cancelled"))
+            await self._close_turn(TurnEndReason(kind="aborted", message="cancelled"))
             raise
         except Exception as exc:
-            self._close_turn(_error_reason(exc))
+            await self._close_turn(_error_reason(exc))
             raise
-        self._close_turn(reason)
+        await self._close_turn(reason)
         return TurnOutcome(turn=turn, steps=state.steps, reason=reason)
 
     async def _run_steps(self, state: _TurnState) -> TurnEndReason:
@@ -282,7 +288,7 @@ class AgentLoop:
         for call in tool_calls_of(message):
             await self._dispatch(state, step, call)
         self._append(StepEnd(turn=turn, step=step))
-        self._save()
+        await self._save()
         return response
 
     # ------------------------------------------------------------ the model call
@@ -368,11 +374,11 @@ class AgentLoop:
 
     # ------------------------------------------------------------ closing
 
-    def _close_turn(self, reason: TurnEndReason) -> None:
+    async def _close_turn(self, reason: TurnEndReason) -> None:
         """Answer the open step's pending calls, close the step if open, end the turn, save."""
         for closer in turn_closers(self.session, reason):
             self._append(closer)
-        self._save()
+        await self._save()
 
     # ------------------------------------------------------------ helpers
 
@@ -419,9 +425,9 @@ class AgentLoop:
     def _append(self, event: SessionEvent) -> SessionEvent:
         return self.session.append(event)
 
-    def _save(self) -> None:
+    async def _save(self) -> None:
         if self.store is not None:
-            self.store.save(self.session)
+            await asave_retrying(self.store, self.session, delay=self.save_retry_delay)
 
 
 def _tool_result_message(message_id: str, call_id: str, output: ToolOutput) -> Message:

@@ -158,6 +158,11 @@ class PartitionedSessionStore:
         base, partitions, notify = split_options(url)
         return cls(parse_store_url(base), partitions or 1, notify=notify)
 
+    @property
+    def snapshot_warnings(self) -> list[str]:
+        """Every partition's saves whose snapshot could not be written (:class:`SessionStore`)."""
+        return [warning for part in self.parts for warning in part.snapshot_warnings]
+
     # ------------------------------------------------------------ routing
 
     def partition_for(self, session_id: UUID) -> PartitionStore:
@@ -179,6 +184,9 @@ class PartitionedSessionStore:
 
     def save(self, session: Session) -> int:
         return self.partition_for(session.id).save(session)
+
+    def pending_stored(self, session: Session) -> bool | None:
+        return self.partition_for(session.id).pending_stored(session)
 
     def get(
         self,

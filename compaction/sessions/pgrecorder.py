@@ -16,13 +16,18 @@ batches (:data:`BATCH_BYTES` of payload per ``INSERT``) inside that one transact
 save stays atomic however large it is. ``SET LOCAL statement_timeout`` bounds every statement of the
 save (:attr:`statement_timeout` seconds, the store's ``statement_timeout`` setting), and
 eventsourcing's ``lock_timeout`` bounds the wait for the table lock: no save holds the table lock
-indefinitely, and no writer waits for it forever. With ``POSTGRES_ENABLE_DB_FUNCTIONS`` set the
-recorder uses eventsourcing's database function instead (no table lock; see docs/sessions.md).
+indefinitely, and no writer waits for it forever. The batches are built before the transaction
+begins, and the connection's ``idle_in_transaction_session_timeout`` is raised to the save's
+statement bound for the save (set on the idle connection and put back after): a client too starved
+to send its next statement within the server's idle timeout does not lose a large save. With
+``POSTGRES_ENABLE_DB_FUNCTIONS`` set the recorder uses eventsourcing's database function instead
+(no table lock; see docs/sessions.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from eventsourcing.persistence import StoredEvent
@@ -60,26 +65,53 @@ class SessionPostgresRecorder(PostgresApplicationRecorder):
             return stock
         if not stored_events:
             return []
+        columns = [_columns(batch) for batch in _batches(stored_events, self.batch_bytes)]
         ids: list[int] = []
-        with self.datastore.get_connection() as conn, conn.transaction(), conn.cursor() as curs:
+        with (
+            self.datastore.get_connection() as conn,
+            self._save_idle_timeout(conn),
+            conn.transaction(),
+            conn.cursor() as curs,
+        ):
             milliseconds = int(self.statement_timeout * 1000)
             curs.execute(SQL("SET LOCAL statement_timeout = {0}").format(milliseconds))
             self._insert_events(curs, stored_events, **kwargs)
             self._lock_table(curs)
             self._notify_channel(curs)
-            for batch in _batches(stored_events, self.batch_bytes):
-                curs.execute(
-                    self.insert_rows_statement,
-                    (
-                        [e.originator_id for e in batch],
-                        [e.originator_version for e in batch],
-                        [e.topic for e in batch],
-                        [e.state for e in batch],
-                    ),
-                    binary=True,
-                )
+            for batch in columns:
+                curs.execute(self.insert_rows_statement, batch, binary=True)
                 ids.extend(row["notification_id"] for row in curs.fetchall())
         return ids
+
+    @contextmanager
+    def _save_idle_timeout(self, conn: Any) -> Iterator[None]:
+        """The connection's ``idle_in_transaction_session_timeout`` raised to the save's bound
+        for the save, and put back after it. Set on the idle connection, before the transaction
+        begins: a client slow to send its next statement (a starved host) cannot lose the save
+        to the server's idle timeout, and a hung one still cannot hold the table lock longer than
+        :attr:`statement_timeout` seconds per gap."""
+        configured = int(self.datastore.idle_in_transaction_session_timeout * 1000)
+        during = int(self.statement_timeout * 1000)
+        if configured == 0 or (during and during <= configured):
+            yield  # no idle limit, or one the save's statements never come near
+            return
+        statement = "SET idle_in_transaction_session_timeout = {0}"
+        conn.execute(SQL(statement).format(during))
+        try:
+            yield
+        finally:
+            if not conn.closed:
+                conn.execute(SQL(statement).format(configured))
+
+
+def _columns(batch: Sequence[StoredEvent]) -> tuple[list[Any], list[int], list[str], list[bytes]]:
+    """A batch as the INSERT's four array parameters."""
+    return (
+        [e.originator_id for e in batch],
+        [e.originator_version for e in batch],
+        [e.topic for e in batch],
+        [e.state for e in batch],
+    )
 
 
 def _batches(events: Sequence[StoredEvent], limit: int) -> Iterator[Sequence[StoredEvent]]:

@@ -51,6 +51,7 @@ from compaction.errors import (
     ConcurrencyError,
     ConfigurationError,
     EventCompactionError,
+    SaveError,
     SessionNotFoundError,
     StoreError,
     StoreNotFoundError,
@@ -71,6 +72,19 @@ DEFAULT_URL = "sqlite:///./.compaction/sessions.db"
 DEFAULT_SNAPSHOT_INTERVAL = 1000
 OPEN_ATTEMPTS = 5
 _CONCURRENT_DDL = ("tuple concurrently updated", "pg_type_typname_nsp_index")
+
+
+def _reason(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+@contextlib.contextmanager
+def database_errors(where: object) -> Iterator[None]:
+    """A database error of a read as a :class:`StoreError` naming what was read."""
+    try:
+        yield
+    except PersistenceError as e:
+        raise StoreError(f"{where}: the store's database failed: {_reason(e)}") from e
 
 
 def default_url() -> str:
@@ -343,6 +357,7 @@ class SessionStore:
         self._mapper = mapper
         self._recorder = self.application.recorder
         self.snapshot_fallbacks: list[str] = []  # loads that replayed past an unusable snapshot
+        self.snapshot_warnings: list[str] = []  # saves whose snapshot could not be written
         self._covered: dict[UUID, int] = {}  # snapshot lengths whose covered rows were counted
         timeout = merged.get("POSTGRES_STATEMENT_TIMEOUT")
         if timeout and hasattr(self._recorder, "statement_timeout"):
@@ -403,7 +418,13 @@ class SessionStore:
         return session
 
     def save(self, session: Session) -> int:
-        """Store every pending event of ``session`` in one atomic insert; return how many."""
+        """Store every pending event of ``session`` in one atomic insert; return how many.
+
+        A failure of the insert raises :class:`SaveError` (``stored`` says whether the events are
+        in the store) or :class:`ConcurrencyError`. Once the events are stored the save succeeds:
+        a snapshot that cannot be written then (disk full, any database error on the snapshot
+        table) is skipped with a warning, logged and kept in :attr:`snapshot_warnings`; the next
+        snapshot is taken at the next interval."""
         pending = session.pending
         if not pending:
             return 0
@@ -416,32 +437,92 @@ class SessionStore:
             and interval > 0
             and len(session) // interval > before // interval
         ):
-            self.take_session_snapshot(session)
+            self._snapshot_or_warn(session)
         return len(pending)
+
+    def _snapshot_or_warn(self, session: Session) -> None:
+        try:
+            self.take_session_snapshot(session)
+        except (PersistenceError, OSError) as e:
+            message = (
+                f"session {session.id}: its {len(session)} events are stored, but the snapshot at "
+                f"length {len(session)} could not be written ({_reason(e)}); loading "
+                "replays past it until the next snapshot"
+            )
+            self.snapshot_warnings.append(message)
+            log.warning("%s", message)
 
     def append_events(self, session_id: UUID, events: Sequence[SessionEvent]) -> None:
         """Store ``events`` (consecutive seqs) in one atomic insert, without the session's append
-        rules (store-to-store copies); :class:`ConcurrencyError` when a seq is already taken."""
+        rules (store-to-store copies); :class:`ConcurrencyError` when a seq is already taken,
+        :class:`SaveError` (saying whether the events are stored) for any other database error."""
         if not events:
             return
         stored = [self._mapper.stored_event(session_id, e) for e in events]
         try:
             self._recorder.insert_events(stored)  # one transaction: all of them or none
         except IntegrityError as e:
-            raise ConcurrencyError(session_id, events[0].seq, events[-1].seq) from e
+            if self._seqs_taken(session_id, events[0].seq, events[-1].seq):
+                raise ConcurrencyError(session_id, events[0].seq, events[-1].seq) from e
+            raise SaveError(session_id, events[0].seq, events[-1].seq, False, _reason(e)) from e
         except PersistenceError as e:
-            raise StoreError(
-                f"session {session_id}: saving seqs {events[0].seq}..{events[-1].seq} failed: {e}"
-            ) from e
+            outcome = self._stored_after_failure(session_id, stored)
+            reason = _reason(e)
+            if outcome is not True:
+                raise SaveError(session_id, events[0].seq, events[-1].seq, outcome, reason) from e
+            log.warning(
+                "session %s: the insert of seqs %d..%d reported %s, but every one of them is "
+                "stored; the save succeeded",
+                session_id, events[0].seq, events[-1].seq, reason,
+            )  # fmt: skip
 
     def take_session_snapshot(self, session: Session) -> None:
         snapshots = self.application.snapshots
         if snapshots is None:
             return
         snapshot = session.snapshot()
-        # IntegrityError: another handle already snapshotted this exact version.
-        with contextlib.suppress(IntegrityError):
+        try:
             snapshots.put([SnapshotEnvelope(session.id, snapshot.length, snapshot)])
+        except IntegrityError:
+            # Another handle already snapshotted this exact version; anything else refused it.
+            taken = snapshots.recorder.select_events(
+                session.id, gt=snapshot.length - 1, lte=snapshot.length, limit=1
+            )
+            if not taken:
+                raise
+
+    def pending_stored(self, session: Session) -> bool | None:
+        """Are ``session``'s pending events stored, exactly, at their seqs (a save whose answer was
+        lost)? None when the store cannot be asked."""
+        pending = session.pending
+        if not pending:
+            return True
+        stored = [self._mapper.stored_event(session.id, e) for e in pending]
+        return self._stored_after_failure(session.id, stored)
+
+    def _seqs_taken(self, session_id: UUID, first: int, last: int) -> bool:
+        """Is any of seqs ``first..last`` stored (by another writer)? True when the store cannot
+        tell: a refused insert is then reported as the conflict it most likely was."""
+        try:
+            found = self._recorder.select_events(session_id, gt=first - 1, lte=last, limit=1)
+        except (PersistenceError, OSError):
+            return True
+        return bool(found)
+
+    def _stored_after_failure(self, session_id: UUID, stored: Sequence[Any]) -> bool | None:
+        """After a failed insert: are exactly these rows stored (True), not stored (False), or
+        can the store not tell (None)? A lost connection can fail a commit that went through."""
+        first, last = stored[0].originator_version, stored[-1].originator_version
+        try:
+            rows = self._rows(session_id, first, last + 1)
+        except (PersistenceError, OSError):
+            return None
+        if len(rows) != len(stored):
+            return False
+        return all(
+            row[0] == event.originator_version and bytes(row[2]) == event.state
+            for row, event in zip(rows, stored, strict=True)
+        )
 
     # ------------------------------------------------------------ reading
 
@@ -451,7 +532,8 @@ class SessionStore:
         """Stored events with ``lo <= seq < hi`` (and a seq in ``only``, when given: the other rows
         are not decoded), in order; a row that does not decode raises."""
         decode = self._mapper.decode_row
-        rows = self._rows(session_id, lo, hi)
+        with database_errors(f"session {session_id}: reading seqs from {lo}"):
+            rows = self._rows(session_id, lo, hi)
         return [
             decode(session_id, version, topic, state)
             for version, topic, state in rows
@@ -463,14 +545,14 @@ class SessionStore:
         or an :class:`UnreadableRow` naming the seq, the type and why it does not decode (a
         damaged log stays readable; missing seqs are simply absent)."""
         read = self._mapper.read_row
-        return [
-            read(session_id, version, topic, state)
-            for version, topic, state in self._rows(session_id, lo, hi)
-        ]
+        with database_errors(f"session {session_id}: reading seqs from {lo}"):
+            rows = self._rows(session_id, lo, hi)
+        return [read(session_id, version, topic, state) for version, topic, state in rows]
 
     def stream_length(self, session_id: UUID) -> int:
         """1 + the highest stored seq of the session (0 when it has no stored row)."""
-        last = self._recorder.select_events(session_id, desc=True, limit=1)
+        with database_errors(f"session {session_id}: reading its length"):
+            last = self._recorder.select_events(session_id, desc=True, limit=1)
         return last[0].originator_version + 1 if last else 0
 
     def _rows(self, session_id: UUID, lo: int, hi: int | None) -> Sequence[_Row]:
@@ -486,7 +568,8 @@ class SessionStore:
 
     def max_notification_id(self) -> int:
         """The id of the last notification (0 when the log is empty)."""
-        return self._recorder.max_notification_id() or 0
+        with database_errors("the notification log: reading its last id"):
+            return self._recorder.max_notification_id() or 0
 
     def notifications(
         self,
@@ -501,13 +584,8 @@ class SessionStore:
         ``topics`` when given; a row that does not decode raises :class:`UnreadableRowError`, or,
         with ``on_unreadable``, is handed to it and left out (one damaged session does not stop
         a reader of the whole log)."""
-        if not topics and upto is None:
-            rows = _notification_rows(self._recorder, after, limit)
-        else:
-            found = self._recorder.select_notifications(
-                start=after, limit=limit, stop=upto, topics=topics, inclusive_of_start=False
-            )
-            rows = [(n.id, n.originator_id, n.originator_version, n.topic, n.state) for n in found]
+        with database_errors(f"the notification log: reading after notification {after}"):
+            rows = self._notification_rows(after, limit, topics, upto)
         if on_unreadable is None:
             return self._decode_batch(rows)
         decoded: list[StoredNotification] = []
@@ -517,6 +595,16 @@ class SessionStore:
             except UnreadableRowError as e:
                 on_unreadable(e)
         return decoded
+
+    def _notification_rows(
+        self, after: int, limit: int, topics: Sequence[str], upto: int | None
+    ) -> list[_Notified]:
+        if not topics and upto is None:
+            return _notification_rows(self._recorder, after, limit)
+        found = self._recorder.select_notifications(
+            start=after, limit=limit, stop=upto, topics=topics, inclusive_of_start=False
+        )
+        return [(n.id, n.originator_id, n.originator_version, n.topic, n.state) for n in found]
 
     def follow(self, after: int = 0, *, poll_interval: float | None = None) -> NotificationFeed:
         """Decoded notifications after ``after``, blocking for new ones until stopped. With a
@@ -573,7 +661,8 @@ class SessionStore:
         """Load a session, optionally as it was right after event ``at``."""
         if at is not None and at < 0:
             raise StoreError(f"session {session_id}: cannot load it at seq {at}; seqs start at 0")
-        session = self._load(session_id, at, use_snapshots, strict_structure)
+        with database_errors(f"session {session_id}: loading it"):
+            session = self._load(session_id, at, use_snapshots, strict_structure)
         if at is not None and len(session) <= at:
             raise StoreError(
                 f"session {session_id} has {len(session)} events (seqs 0..{len(session) - 1}); "
@@ -691,7 +780,8 @@ class SessionStore:
         return snapshot
 
     def exists(self, session_id: UUID) -> bool:
-        return bool(self._recorder.select_events(session_id, limit=1))
+        with database_errors(f"session {session_id}: looking it up"):
+            return bool(self._recorder.select_events(session_id, limit=1))
 
     def session_ids(self) -> list[UUID]:
         """Every session id in the store, in order of first notification."""
@@ -859,7 +949,10 @@ class NotificationFeed:
         return self
 
     def __next__(self) -> StoredNotification:
-        n = next(self.subscription)
+        try:
+            n = next(self.subscription)
+        except PersistenceError as e:  # the subscription's connection failed
+            raise StoreError(f"following the notification log failed: {_reason(e)}") from e
         return self._decode(n.id, n.originator_id, n.originator_version, n.topic, n.state)
 
     def stop(self) -> None:

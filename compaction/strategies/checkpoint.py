@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from compaction.engine.brackets import committed_count
-from compaction.engine.lock import busy_message, inspect_lock
+from compaction.engine.lock import UnreleasedLeases, busy_message, inspect_lock
 from compaction.engine.meters import HeuristicMeter, Meter
 from compaction.engine.selection import Span
 from compaction.engine.transaction import Transaction
@@ -105,6 +105,7 @@ class CheckpointCompactService(CompactService):
         )
         self.meter = meter or HeuristicMeter()
         self.next_instruction = "Continue with the next phase."
+        self.unreleased = UnreleasedLeases()  # failed rebuilds whose compact/end was not stored
 
     async def compact_if_needed(
         self, session: Session, *, store: SessionStore | None = None, trigger: Trigger = "pressure"
@@ -148,6 +149,7 @@ class CheckpointCompactService(CompactService):
         span = self._span(session, pad)
         if span is None:
             return None
+        lock = inspect_lock(session)
         text = render_checkpoint(
             pad, next_instruction or focus or self.next_instruction, committed_count(session)
         )
@@ -162,6 +164,8 @@ class CheckpointCompactService(CompactService):
             stability="whole-surface",
             strategy="checkpoint",
             source_command_id=source_command_id,
+            unreleased=self.unreleased,
+            takeover=self.unreleased.takes_over(session, lock),
         )
         return await transaction.run()
 
@@ -172,7 +176,7 @@ class CheckpointCompactService(CompactService):
                 f"{session.open_turn} is open in session {session.id}"
             )
         lock = inspect_lock(session)
-        if lock.live:
+        if lock.live and self.unreleased.takes_over(session, lock) is None:
             raise BusyError(busy_message("checkpoint rebuild", session, lock))
         if not pad.values:
             raise CompactionError(

@@ -20,3 +20,10 @@ def extracted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(identifiers, "_kinds_of", counting)
     return seen
+
+
+@pytest.fixture(autouse=True)
+def failure_reports(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Failed compactions that could not close their bracket report it under a test's own folder,
+    not the system's temporary one (compaction.engine.lock.report_failure)."""
+    monkeypatch.setenv("COMPACTION_FAILURE_DIR", str(tmp_path_factory.mktemp("failures")))

@@ -531,17 +531,19 @@ async def test_a_store_failure_at_start_leaves_no_lock_in_memory() -> None:
         assert await service(**RELAXED).compact_now(session, store=store) is not None
 
 
-async def test_a_store_failure_at_close_keeps_the_start_unmatched_in_memory_too() -> None:
+async def test_a_store_failure_at_close_is_retried_until_the_store_answers() -> None:
     with SessionStore.open("memory://") as store:
         session = working_session(close_turn=True)
         store.save(session)
-        failing_saves(store, 2)
-        with pytest.raises(StoreError, match="disk full"):
+        failing_saves(store, 2, 3)  # the close fails twice, then lands
+        with pytest.raises(SummarizerError, match="boom"):
             await service(FailingSummarizer(SummarizerError("boom"))).compact_now(
                 session, store=store
             )
-        assert session.pending == []  # nothing unsaved that a later save would slip in
-        assert inspect_lock(session).live and inspect_lock(store.get(session.id)).live
+        assert session.pending == []
+        assert not inspect_lock(session).live and not inspect_lock(store.get(session.id)).live
+        end = store.get(session.id).event(len(session) - 1)
+        assert isinstance(end, CompactEnd) and end.error == "boom"
 
 
 async def test_cancellation_wins_over_a_failed_close() -> None:

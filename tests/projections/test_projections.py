@@ -507,9 +507,9 @@ def test_public_surface_is_pinned() -> None:
 
     assert sorted(projections.__all__) == sorted(
         [
-            "ALL", "PROJECTIONS", "LedgerProjection",
+            "ALL", "PROJECTIONS", "FollowerGaveUpError", "LedgerProjection",
             "ProjectionConfigError", "ProjectionError", "ProjectionFoldError", "ProjectionReport",
-            "ProjectionRunner", "ProjectionTimeoutError", "SurfaceProjection", "SurfaceRecord",
+            "ProjectionRunner", "ProjectionTimeoutError", "Reconnect", "SurfaceProjection", "SurfaceRecord",
             "TrackingConflictError", "UsageProjection", "ViewDatabase", "ViewRecorder",
             "ViewStoreError", "compactions", "default_views_path", "resolve_names", "steps_of",
             "stop_on_signals", "surface_at", "surface_of", "surfaces", "usage_of",

@@ -5,9 +5,12 @@
 Each backend gets a fresh store (a temporary SQLite file; a fresh PostgreSQL database on
 ``$COMPACTION_PG`` or postgresql://postgres@127.0.0.1:5432, dropped at the end) and the time is
 shared between them. Rounds rotate: a batch of fuzz cases (seeds counting up from ``--seed``), a
-race round, a crash round. The store is replaced every few hundred cases so listing it stays
+race round, a crash round and, on PostgreSQL, a restart round (:mod:`tests.reliability.restart`:
+PostgreSQL restarted under a writer; a private cluster the soak starts in a temporary folder, never
+the shared server, or, where no private cluster can be started, the writer's own connections
+ended). The store is replaced every few hundred cases so listing it stays
 cheap. At the end it prints the counts per backend (runs, clean imports, clean refusals,
-tracebacks, hangs, lost events, and the race and crash figures) as a table and as one JSON line,
+tracebacks, hangs, lost events, and the race, crash and restart figures) as a table and as one JSON line,
 and exits 1 when anything was not clean.
 """
 
@@ -28,7 +31,9 @@ from pathlib import Path
 
 from tests.reliability import fuzz
 from tests.reliability.crash import crash_round
+from tests.reliability.pg_cluster import PrivateCluster, private_cluster
 from tests.reliability.race import race_round
+from tests.reliability.restart import restart_round
 
 BATCH = 25
 CASES_PER_STORE = 200
@@ -45,6 +50,10 @@ class Counts:
     crash_kills: int = 0
     crash_sessions: int = 0
     torn: int = 0
+    restarts: int = 0
+    restart_mode: str = ""
+    restart_saves: int = 0
+    restart_unacknowledged: int = 0
     lost_events: int = 0
     hangs: int = 0
     errors: list[str] = field(default_factory=list)
@@ -66,6 +75,9 @@ class Counts:
             "race conflicts": self.race_conflicts,
             "kills": self.crash_kills,
             "torn sessions": self.torn,
+            "pg restarts": self.restarts,
+            "restart saves": self.restart_saves,
+            "restart unacked": self.restart_unacknowledged,
             "harness errors": len(self.harness_errors),
         }
 
@@ -118,17 +130,48 @@ def _drop_pg_database(url: str) -> None:
     connection.close()  # type: ignore[attr-defined]
 
 
+@dataclass
+class RestartTarget:
+    """Where the restart rounds write: a database on a private cluster (really restarted), or,
+    without one, the soak's own database on the shared server (its writer's connections ended)."""
+
+    cluster: PrivateCluster | None
+    url: str | None
+    mode: str
+
+
+@contextmanager
+def restart_target(backend: str) -> Iterator[RestartTarget]:
+    if backend != "postgresql":
+        yield RestartTarget(None, None, "")
+        return
+    with private_cluster() as (cluster, why):
+        if cluster is None:
+            url = _create_pg_database()
+            try:
+                yield RestartTarget(None, url, f"connections ended ({why})")
+            finally:
+                _drop_pg_database(url)
+            return
+        import psycopg
+
+        with psycopg.connect(cluster.url(), autocommit=True) as admin:
+            admin.execute('CREATE DATABASE "soak"')
+        yield RestartTarget(cluster, cluster.url("soak"), f"private cluster on port {cluster.port}")
+
+
 def soak(backend: str, seconds: float, seed: int, workdir: Path) -> Counts:
     counts = Counts(backend)
     rng = random.Random(seed)
     deadline = time.monotonic() + seconds
     next_seed = seed
-    with store_urls(backend, workdir) as urls:
+    with store_urls(backend, workdir) as urls, restart_target(backend) as target:
+        counts.restart_mode = target.mode
         url = next(urls)
         cases_here = 0
         while time.monotonic() < deadline:
             try:
-                cases_here += _round(counts, url, next_seed, workdir, rng)
+                cases_here += _round(counts, url, next_seed, workdir, rng, target=target)
             except Exception as e:  # the harness itself failed: reported, and the soak goes on
                 counts.harness_errors.append(f"seed {next_seed}: {type(e).__name__}: {e}")
             next_seed += 1
@@ -138,8 +181,11 @@ def soak(backend: str, seconds: float, seed: int, workdir: Path) -> Counts:
     return counts
 
 
-def _round(counts: Counts, url: str, seed: int, workdir: Path, rng: random.Random) -> int:
-    """One fuzz batch, one race round, one crash round; the number of fuzz cases run."""
+def _round(
+    counts: Counts, url: str, seed: int, workdir: Path, rng: random.Random, *, target: RestartTarget
+) -> int:
+    """One fuzz batch, one race round, one crash round, one restart round (PostgreSQL); the
+    number of fuzz cases run."""
     for case in fuzz.corpus(seed, BATCH):
         fuzz.run_case(case, url, workdir, counts.fuzz)
     race = race_round(url, writers=4, saves=10)
@@ -155,6 +201,15 @@ def _round(counts: Counts, url: str, seed: int, workdir: Path, rng: random.Rando
     counts.torn += crash.torn
     counts.lost_events += crash.lost
     counts.errors += crash.errors
+    if target.url is not None:
+        restart = restart_round(target.url, workdir, rng, target.cluster)
+        counts.restarts += restart.restarts
+        counts.restart_saves += restart.acknowledged
+        counts.restart_unacknowledged += restart.unacknowledged
+        counts.torn += restart.torn
+        counts.lost_events += restart.lost
+        counts.hangs += restart.hangs
+        counts.errors += restart.errors
     return BATCH
 
 
@@ -192,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         print("  ".join(str(r[c]).rjust(w) for c, w in zip(columns, widths, strict=True)))
     print(json.dumps({"minutes": args.minutes, "seed": args.seed, "results": rows}))
+    for result in results:
+        if result.restart_mode:
+            print(f"{result.backend} restarts: {result.restart_mode}", file=sys.stderr)
     for result in results:
         for line in result.fuzz.failures + result.errors + result.harness_errors:
             print(f"{result.backend}: {line}", file=sys.stderr)

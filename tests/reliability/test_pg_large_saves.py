@@ -9,11 +9,13 @@ save never returned; every other writer waited with it). The store's recorder
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from uuid import uuid4
 
 import pytest
@@ -22,8 +24,10 @@ from compaction.errors import StoreError
 from compaction.sessions import pgrecorder
 from compaction.sessions.blocks import Message, TextBlock
 from compaction.sessions.events import UserMessage
+from compaction.sessions.native import export_session
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
+from tests.builders import run_json
 
 pytestmark = pytest.mark.postgres
 
@@ -221,3 +225,64 @@ def test_copy_of_a_session_holding_a_10_mb_event_to_postgresql(pg_url: str, sqli
     assert seconds < 20.0
     with SessionStore.open(pg_url) as target:
         assert target.get(session.id).event(0) == session.event(0)
+
+
+def test_a_40_mb_import_survives_a_one_second_idle_in_transaction_timeout(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """The connection's ``idle_in_transaction_session_timeout`` is 1 s; a save's transaction never
+    waits on the client that long (its batches are built before it begins, and the save's own
+    statements set the timeout for the save: docs/sessions.md)."""
+    session = Session(strict_structure=False)
+    session.append_all(_message("z" * 200_000, i) for i in range(200))  # 40 MB
+    path = tmp_path / "big.jsonl"
+    export_session(session, path)
+    url = f"{pg_url}?idle_in_transaction_session_timeout=1"
+    code, document = run_json("--store", url, "import", str(path))
+    assert code == 0, document
+    with SessionStore.open(pg_url) as store:
+        assert store.stream_length(session.id) == 200
+        assert store.get(session.id).event(199) == session.event(199)
+
+
+@contextmanager
+def starved_client(seconds: float) -> Iterator[None]:
+    """A CPU-starved client, for real: a busy thread holds the interpreter lock, and the switch
+    interval makes every thread that returns from the database wait ``seconds`` for it (the
+    client then sits idle between the statements it sends, as on a saturated host)."""
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            pass
+
+    previous = sys.getswitchinterval()
+    busy = threading.Thread(target=spin, daemon=True)
+    sys.setswitchinterval(seconds)
+    busy.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        sys.setswitchinterval(previous)
+        busy.join()
+
+
+def test_a_starved_client_keeps_its_large_save_under_a_one_second_idle_timeout(
+    pg_url: str,
+) -> None:
+    """Every gap between the save's statements lasts 1.3 s, past the connection's 1 s
+    ``idle_in_transaction_session_timeout``: the save still commits (it sets the timeout for
+    itself before its transaction begins, and puts the connection's back after)."""
+    url = f"{pg_url}?idle_in_transaction_session_timeout=1"
+    with SessionStore.open(url) as store:
+        store.snapshot_interval = 0
+        session = store.create(strict_structure=False)
+        session.append_all(_message("w" * 1_000_000, i) for i in range(20))  # 20 MB, 3 batches
+        store.stream_length(session.id)  # the pool's connection is open before the starving
+        with starved_client(1.3):
+            store.save(session)
+        assert store.stream_length(session.id) == 20
+        with store.application.recorder.datastore.get_connection() as conn:  # type: ignore[attr-defined]
+            shown = conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()
+    assert shown is not None and list(shown.values()) == ["1s"]

@@ -9,9 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import require_pg
 from tests.reliability import fuzz
 from tests.reliability.crash import crash_round
 from tests.reliability.race import race_round
+from tests.reliability.restart import restart_round
+from tests.reliability.soak import restart_target
 
 SEED = 15
 CASES = {"sqlite": 120, "postgresql": 30}
@@ -76,3 +79,17 @@ def test_a_killed_writer_leaves_whole_sessions_only(durable_store_url: str, tmp_
         assert result.errors == []
         assert (result.torn, result.lost) == (0, 0), result
         assert result.sessions >= 1
+
+
+@pytest.mark.postgres
+def test_a_postgresql_restart_under_a_writer_loses_no_acknowledged_save(tmp_path: Path) -> None:
+    """The soak's restart fault, once: a private cluster (restarted for real) where one can be
+    started, else the writer's own connections on the shared server ended."""
+    require_pg()
+    with restart_target("postgresql") as target:
+        assert target.url is not None
+        result = restart_round(target.url, tmp_path, random.Random(SEED), target.cluster)
+    assert result.errors == [], (target.mode, result)
+    assert result.restarts == 1 and result.hangs == 0
+    assert (result.torn, result.lost) == (0, 0), result
+    assert result.acknowledged >= 3  # one before the restart, two after it
