@@ -114,6 +114,7 @@ def test_each_backend_subscribes_through_its_recorder(store: SessionStore) -> No
         "memory": POPOSubscription,
         "sqlite": PollingSubscription,
         "postgresql": PostgresSubscription,
+        "nats": PollingSubscription,
     }[store.backend]
     with store.follow() as feed:
         assert isinstance(feed.subscription, expected)
