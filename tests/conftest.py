@@ -164,6 +164,9 @@ def nats_url() -> Iterator[str]:
         yield f"{NATS_BASE}?stream={stream}"
     finally:
         delete_nats_streams(NATS_BASE, stream)
+        # the projections' default views file of a JetStream store (./.compaction/STREAM.views.db)
+        for folder in {Path.cwd(), ROOT}:
+            (folder / ".compaction" / f"{stream}.views.db").unlink(missing_ok=True)
 
 
 @pytest.fixture

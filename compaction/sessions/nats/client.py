@@ -15,12 +15,15 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import nats
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 from nats.js.client import JetStreamContext
 
@@ -128,6 +131,15 @@ class JetStreamLog:
                 if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(RETRY_PAUSE)
+
+    async def listen(self, subject: str, wake: Callable[[], None]) -> Subscription:
+        """Call ``wake`` for every message published on ``subject`` from now on (a core NATS
+        subscription: JetStream delivers each stored message to core subscribers too)."""
+
+        async def woken(_: Msg) -> None:
+            wake()
+
+        return await self.nc.subscribe(subject, cb=woken)
 
     async def purge(self, stream: str, subject: str) -> None:
         await self.js.purge_stream(stream, subject=subject)

@@ -15,7 +15,7 @@ and waits for it.
 - **Application recorder**: the notification log is the stream's sequence of commit messages,
   each also published with ``Nats-Expected-Last-Sequence``: a commit that raced another session's
   commit is re-read and re-sent (a different session is no conflict), so notification ids are
-  dense and in commit order. Subscriptions poll (:class:`~compaction.sessions.polling.PollingRecorder`).
+  dense and in commit order. A subscription is woken by every commit (:class:`JetStreamSubscription`).
 - **Tracking recorder**: the highest processed notification id per application name, in the
   key-value bucket ``<stream>_tracking``, advanced only by compare-and-set on the key's revision.
 """
@@ -37,6 +37,7 @@ from eventsourcing.persistence import (
     DataError,
     InfrastructureFactory,
     IntegrityError,
+    ListenNotifySubscription,
     Notification,
     NotSupportedError,
     OperationalError,
@@ -51,7 +52,6 @@ from nats.js.kv import KeyValue
 from compaction.sessions.nats import frames
 from compaction.sessions.nats.client import RETRY_FOR, WRONG_LAST_SEQUENCE, JetStreamLog, Record
 from compaction.sessions.nats.loop import LoopThread
-from compaction.sessions.polling import PollingRecorder
 
 T = TypeVar("T")
 EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
@@ -329,7 +329,36 @@ def _overlaps(head: Record, gt: int | None, lte: int | None) -> bool:
     return (gt is None or first + count - 1 > gt) and (lte is None or first <= lte)
 
 
-class JetStreamApplicationRecorder(PollingRecorder, JetStreamAggregateRecorder):
+class JetStreamSubscription(ListenNotifySubscription["JetStreamApplicationRecorder"]):
+    """eventsourcing's listen/notify subscription, woken by a core NATS subscription to the
+    session subjects (as PostgreSQL's by ``NOTIFY``): every commit wakes the puller, which selects
+    what is new after its position. Listening starts after the first select has been queued, so
+    the subscription pulls once more when it is in place: a commit in between is not missed."""
+
+    def __init__(
+        self, recorder: JetStreamApplicationRecorder, gt: int | None = None, topics: Sequence[str] = ()
+    ) -> None:
+        super().__init__(recorder=recorder, gt=gt, topics=topics)
+        self._listening: Any = None
+        try:
+            self._listening = recorder.connection.call(
+                recorder.log.listen(recorder.prefix + ">", self._has_been_notified.set)
+            )
+        except BaseException:
+            self.stop()
+            self._pull_thread.join()
+            raise
+        self._has_been_notified.set()
+
+    def stop(self) -> None:
+        super().stop()
+        listening, self._listening = getattr(self, "_listening", None), None
+        if listening is not None:
+            with contextlib.suppress(Exception):
+                self._recorder.connection.call(listening.unsubscribe())
+
+
+class JetStreamApplicationRecorder(JetStreamAggregateRecorder, ApplicationRecorder):
     """The aggregate recorder plus the notification log: the stream's commit messages in order,
     each event's notification id its commit's position plus its index in the save."""
 
@@ -396,6 +425,11 @@ class JetStreamApplicationRecorder(PollingRecorder, JetStreamAggregateRecorder):
             else:
                 lo = mid
         return lo
+
+    def subscribe(
+        self, gt: int | None = None, topics: Sequence[str] = ()
+    ) -> JetStreamSubscription:
+        return JetStreamSubscription(self, gt, topics)
 
     def max_notification_id(self) -> int | None:
         last = self.connection.call(self.log.last(self.prefix + ">"))
