@@ -15,8 +15,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import nats
 import nats.errors
@@ -28,13 +29,45 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, S
 from nats.js.client import JetStreamContext
 
 CONNECT_ATTEMPTS = 2
+ASK_TIMEOUT = 1.5
+"""Seconds a retried request (a read, a publish with its message id) waits for its answer."""
+CREATE_TIMEOUT = 0.5
+"""Seconds the creation of a read consumer waits for its answer before it is tried again."""
 RETRY_FOR = 30.0
 """Seconds a publish is retried after timeouts or a missing stream leader."""
 RETRY_PAUSE = 0.25
 log = logging.getLogger("compaction.store.nats")
+T = TypeVar("T")
 FETCH_BATCH = 512
+STREAM_NAME_IN_USE = 10058
+NO_SUITABLE_PEERS = 10005
 WRONG_LAST_SEQUENCE = 10071
 """JetStream's error code for a failed ``Nats-Expected-Last-Subject-Sequence``."""
+
+
+TRANSIENT: tuple[type[Exception], ...] = (
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.StaleConnectionError,
+    nats.js.errors.NoStreamResponseError,
+    nats.js.errors.ServiceUnavailableError,
+    nats.js.errors.ServerError,
+    asyncio.TimeoutError,
+)
+"""What a cluster shows while a node is down or a stream elects a new leader: retried."""
+
+
+async def retrying(operation: Callable[[], Awaitable[T]]) -> T:
+    """``operation()``, retried on :data:`TRANSIENT` errors for up to :data:`RETRY_FOR` seconds."""
+    deadline = time.monotonic() + RETRY_FOR
+    while True:
+        try:
+            return await operation()
+        except TRANSIENT:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(RETRY_PAUSE)
 
 
 @dataclass(frozen=True)
@@ -61,6 +94,8 @@ class JetStreamLog:
         self.timeout = timeout
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
+        self._ask: JetStreamContext | None = None
+        self._create: JetStreamContext | None = None
 
     @property
     def nc(self) -> Client:
@@ -71,6 +106,18 @@ class JetStreamLog:
     def js(self) -> JetStreamContext:
         assert self._js is not None, "JetStreamLog used before connect()"
         return self._js
+
+    @property
+    def ask(self) -> JetStreamContext:
+        """The JetStream context of retried requests (:data:`ASK_TIMEOUT`)."""
+        assert self._ask is not None, "JetStreamLog used before connect()"
+        return self._ask
+
+    @property
+    def create(self) -> JetStreamContext:
+        """The JetStream context that creates the short-lived read consumers (:data:`CREATE_TIMEOUT`)."""
+        assert self._create is not None, "JetStreamLog used before connect()"
+        return self._create
 
     @property
     def max_payload(self) -> int:
@@ -88,12 +135,18 @@ class JetStreamLog:
         # Once connected, reconnect for as long as it takes (a cluster node restarting).
         self._nc.options["max_reconnect_attempts"] = -1
         self._js = self._nc.jetstream(timeout=self.timeout)
+        # Reads and publishes that can simply be retried wait briefly for an answer: a request to
+        # a stream leader that just died is never answered, and a new one is elected in seconds.
+        self._ask = self._nc.jetstream(timeout=min(ASK_TIMEOUT, self.timeout))
+        # nats-server 2.9 may place a new ephemeral consumer on a replica that is down; the
+        # request then goes unanswered, and the next attempt is placed anew.
+        self._create = self._nc.jetstream(timeout=min(CREATE_TIMEOUT, self.timeout))
         for stream in self.streams:
-            await self._ensure_stream(stream)
+            await retrying(lambda stream=stream: self._ensure_stream(stream))  # type: ignore[misc]
 
     async def _ensure_stream(self, stream: str) -> None:
         try:
-            await self.js.stream_info(stream)
+            await self.ask.stream_info(stream)
             return
         except nats.js.errors.NotFoundError:
             pass
@@ -106,8 +159,12 @@ class JetStreamLog:
         )
         try:
             await self.js.add_stream(config)
-        except nats.js.errors.BadRequestError:  # created by another process meanwhile
-            await self.js.stream_info(stream)
+        except nats.js.errors.BadRequestError as e:
+            if e.err_code == NO_SUITABLE_PEERS:  # a cluster still forming, or a node down
+                raise nats.js.errors.ServiceUnavailableError(description=str(e)) from e
+            if e.err_code != STREAM_NAME_IN_USE:
+                raise
+            await self.js.stream_info(stream)  # created by another process meanwhile
 
     async def close(self) -> None:
         if self._nc is not None and not self._nc.is_closed:
@@ -121,16 +178,12 @@ class JetStreamLog:
         """Store one message; its stream sequence. A wrong expected sequence raises
         :class:`nats.js.errors.BadRequestError` (``err_code`` :data:`WRONG_LAST_SEQUENCE`)."""
         headers = {**headers, "Nats-Msg-Id": msg_id}
-        deadline = time.monotonic() + RETRY_FOR
-        while True:
-            try:
-                ack = await self.js.publish(subject, body, headers=dict(headers))
-                return int(ack.seq)
-            except (nats.errors.TimeoutError, nats.js.errors.NoStreamResponseError,
-                    nats.js.errors.ServiceUnavailableError, nats.errors.ConnectionReconnectingError):
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(RETRY_PAUSE)
+
+        async def once() -> int:
+            ack = await self.ask.publish(subject, body, headers=dict(headers))
+            return int(ack.seq)
+
+        return await retrying(once)
 
     async def listen(self, subject: str, wake: Callable[[], None]) -> Subscription:
         """Call ``wake`` for every message published on ``subject`` from now on (a core NATS
@@ -142,13 +195,13 @@ class JetStreamLog:
         return await self.nc.subscribe(subject, cb=woken)
 
     async def purge(self, stream: str, subject: str) -> None:
-        await self.js.purge_stream(stream, subject=subject)
+        await retrying(lambda: self.ask.purge_stream(stream, subject=subject))
 
     # ------------------------------------------------------------ reading
 
     async def last(self, subject: str, stream: str | None = None) -> Record | None:
         try:
-            raw = await self.js.get_last_msg(stream or self.stream, subject)
+            raw = await retrying(lambda: self.ask.get_last_msg(stream or self.stream, subject))
         except nats.js.errors.NotFoundError:
             return None
         return Record(int(raw.seq or 0), str(raw.subject), raw.headers, raw.data or b"")
@@ -157,10 +210,11 @@ class JetStreamLog:
         """The message at ``seq``; with ``subject``, the first message of that subject at or
         after ``seq``."""
         try:
+            name = stream or self.stream
             if subject is None:
-                raw = await self.js.get_msg(stream or self.stream, seq)
+                raw = await retrying(lambda: self.ask.get_msg(name, seq))
             else:
-                raw = await self.js.get_msg(stream or self.stream, seq, subject=subject, next=True)
+                raw = await retrying(lambda: self.ask.get_msg(name, seq, subject=subject, next=True))
         except nats.js.errors.NotFoundError:
             return None
         return Record(int(raw.seq or 0), str(raw.subject), raw.headers, raw.data or b"")
@@ -175,7 +229,20 @@ class JetStreamLog:
         stream: str | None = None,
     ) -> list[Record]:
         """The messages of ``subject`` (wildcards allowed) from stream sequence ``start`` on, in
-        order; at most ``limit`` of them."""
+        order; at most ``limit`` of them. Read again from the start on a transient error."""
+        return await retrying(
+            lambda: self._scan(subject, start, limit=limit, headers_only=headers_only, stream=stream)
+        )
+
+    async def _scan(
+        self,
+        subject: str,
+        start: int = 1,
+        *,
+        limit: int | None = None,
+        headers_only: bool = False,
+        stream: str | None = None,
+    ) -> list[Record]:
         config = ConsumerConfig(
             filter_subject=subject,
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
@@ -187,7 +254,7 @@ class JetStreamLog:
             num_replicas=1,
         )
         stream = stream or self.stream
-        sub = await self.js.pull_subscribe(subject, stream=stream, config=config)
+        sub = await self.create.pull_subscribe(subject, stream=stream, config=config)
         name = ""
         try:
             info = await sub.consumer_info()
@@ -206,7 +273,7 @@ class JetStreamLog:
         finally:
             await sub.unsubscribe()
             if name:
-                await _delete_consumer(self.js, stream, name)
+                await _delete_consumer(self.ask, stream, name)
 
 
 async def _logged(error: Exception) -> None:
