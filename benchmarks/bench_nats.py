@@ -110,15 +110,17 @@ def concurrent_saves_per_second(url: str, events: int) -> float:
 
 
 def load_seconds(url: str, events: int) -> float:
-    all_events = agent_events(events)
     with SessionStore.open(url) as store:
-        session_id = uuid.uuid4()
-        for lo in range(0, len(all_events), 1000):
-            store.append_events(session_id, all_events[lo : lo + 1000])
+        session = store.create()
+        for index, event in enumerate(agent_events(events), 1):
+            session.append(event)
+            if index % 1000 == 0:
+                store.save(session)
+        store.save(session)
         start = time.perf_counter()
-        loaded = store.load_events(session_id)
+        loaded = store.load_events(session.id)
         seconds = time.perf_counter() - start
-        assert len(loaded) == len(all_events)
+        assert len(loaded) == len(session)
         return seconds
 
 
