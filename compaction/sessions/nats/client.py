@@ -70,6 +70,20 @@ async def retrying(operation: Callable[[], Awaitable[T]]) -> T:
             await asyncio.sleep(RETRY_PAUSE)
 
 
+MSG_ID = "Nats-Msg-Id"
+
+
+class PerhapsStoredError(Exception):
+    """A publish that was retried after an unanswered attempt was then refused for a wrong
+    expected sequence: the unanswered attempt may be the message that moved the sequence (a
+    clustered server checks the expected sequence before its de-duplication). Look for the
+    message id before calling it a conflict."""
+
+    def __init__(self, msg_id: str) -> None:
+        super().__init__(f"the message {msg_id} may have been stored by an unanswered attempt")
+        self.msg_id = msg_id
+
+
 @dataclass(frozen=True)
 class Record:
     """One stored message."""
@@ -177,13 +191,21 @@ class JetStreamLog:
     ) -> int:
         """Store one message; its stream sequence. A wrong expected sequence raises
         :class:`nats.js.errors.BadRequestError` (``err_code`` :data:`WRONG_LAST_SEQUENCE`)."""
-        headers = {**headers, "Nats-Msg-Id": msg_id}
+        headers = {**headers, MSG_ID: msg_id}
+        attempts = 0
 
         async def once() -> int:
+            nonlocal attempts
+            attempts += 1
             ack = await self.ask.publish(subject, body, headers=dict(headers))
             return int(ack.seq)
 
-        return await retrying(once)
+        try:
+            return await retrying(once)
+        except nats.js.errors.BadRequestError as e:
+            if attempts > 1 and e.err_code == WRONG_LAST_SEQUENCE:
+                raise PerhapsStoredError(msg_id) from e
+            raise
 
     async def listen(self, subject: str, wake: Callable[[], None]) -> Subscription:
         """Call ``wake`` for every message published on ``subject`` from now on (a core NATS

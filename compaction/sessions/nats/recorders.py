@@ -50,7 +50,14 @@ from eventsourcing.utils import Environment
 from nats.js.kv import KeyValue
 
 from compaction.sessions.nats import frames
-from compaction.sessions.nats.client import RETRY_FOR, WRONG_LAST_SEQUENCE, JetStreamLog, Record
+from compaction.sessions.nats.client import (
+    MSG_ID,
+    RETRY_FOR,
+    WRONG_LAST_SEQUENCE,
+    JetStreamLog,
+    PerhapsStoredError,
+    Record,
+)
 from compaction.sessions.nats.loop import LoopThread
 
 T = TypeVar("T")
@@ -147,8 +154,13 @@ class JetStreamAggregateRecorder(AggregateRecorder):
                 position = self._expect(subject, rows[0][0], headers)
                 try:
                     seq = await self.log.publish(subject, body, headers, save_id)
-                except nats.js.errors.BadRequestError as e:
-                    if e.err_code != WRONG_LAST_SEQUENCE:
+                except (PerhapsStoredError, nats.js.errors.BadRequestError) as e:
+                    if isinstance(e, PerhapsStoredError):  # stored by an unanswered attempt?
+                        stored = await self._stored_as(subject, save_id, self._tails[subject][0])
+                        if stored is not None:  # yes: with the headers sent, so at `position`
+                            self._remember(subject, stored.seq, rows[-1][0], position + len(rows))
+                            return position
+                    elif e.err_code != WRONG_LAST_SEQUENCE:
                         raise
                     if fresh and not self.ordered:
                         raise IntegrityError(f"{subject}: another writer appended first") from e
@@ -169,6 +181,14 @@ class JetStreamAggregateRecorder(AggregateRecorder):
                 with contextlib.suppress(Exception):
                     await self.log.purge(self.chunk_stream, self._chunk_subject(save_id))
             raise
+
+    async def _stored_as(self, subject: str, save_id: str, after: int) -> Record | None:
+        """The commit of ``subject`` after stream sequence ``after`` whose message id is
+        ``save_id``, if an unanswered publish stored it."""
+        for head in await self.log.scan(subject, after + 1, headers_only=True, stream=self.stream):
+            if (head.headers or {}).get(MSG_ID) == save_id:
+                return head
+        return None
 
     def _expect(self, subject: str, first: int, headers: dict[str, str]) -> int:
         """Set the expected sequences (and the position) in ``headers``; the position. Raises
