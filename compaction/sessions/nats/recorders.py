@@ -174,10 +174,12 @@ class JetStreamAggregateRecorder(AggregateRecorder):
                     continue
                 self._remember(subject, seq, rows[-1][0], position + len(rows))
                 return position
-        except BaseException:
+        except BaseException as e:
             self._tails.pop(subject, None)
             self._head = None
-            if chunked:
+            # Only a refused commit is known not to be stored; after any other failure (a timeout)
+            # it may be, and its chunks must stay (unreferenced chunks are merely never read).
+            if chunked and isinstance(e, IntegrityError):
                 with contextlib.suppress(Exception):
                     await self.log.purge(self.chunk_stream, self._chunk_subject(save_id))
             raise
