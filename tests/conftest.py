@@ -3,10 +3,13 @@
 PostgreSQL tests run against the server on 127.0.0.1:5432 (override with ``COMPACTION_TEST_PG``,
 a URL without the database). Each test run creates its own databases and drops them. When the
 server is unreachable the PostgreSQL tests skip locally, but under ``CI=true`` they fail loudly.
+NATS JetStream tests run against 127.0.0.1:4222 (``COMPACTION_TEST_NATS``), each on a stream of its
+own, deleted afterwards; the same rule applies when the server is down.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -33,6 +36,7 @@ PUBLIC_TRANSCRIPTS: list[Path] = sorted(
 )
 
 PG_BASE = os.environ.get("COMPACTION_TEST_PG", "postgresql://postgres@127.0.0.1:5432")
+NATS_BASE = os.environ.get("COMPACTION_TEST_NATS", "nats://127.0.0.1:4222")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -98,25 +102,94 @@ def pg_url() -> Iterator[str]:
         drop_pg_database(url)
 
 
+def nats_available(base: str = NATS_BASE) -> str | None:
+    """None when a NATS server answers at ``base`` (a plain TCP connect and its INFO line), else
+    the reason it does not."""
+    import socket
+
+    host, _, port = base[len("nats://") :].split(",", 1)[0].rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=3) as sock:
+            greeting = sock.recv(4096)
+    except OSError as e:
+        return str(e)
+    return None if greeting.startswith(b"INFO ") and b'"jetstream":true' in greeting else (
+        f"the server at {base} did not announce JetStream"
+    )
+
+
+def require_nats() -> None:
+    try:
+        import nats  # noqa: F401
+    except ImportError as e:
+        reason: str | None = f"nats-py is not installed ({e}); pip install 'event-compaction[nats]'"
+    else:
+        reason = nats_available()
+    if reason is None:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"NATS JetStream is required under CI=true but unusable at {NATS_BASE}: {reason}")
+    pytest.skip(f"NATS JetStream unusable at {NATS_BASE}: {reason}")
+
+
+def delete_nats_streams(base: str, *streams: str) -> None:
+    """Delete the streams (and their key-value buckets) a test created."""
+    import asyncio
+
+    import nats
+    import nats.js.errors
+
+    async def delete() -> None:
+        nc = await nats.connect(base.split(","), connect_timeout=5)
+        try:
+            js = nc.jetstream()
+            for stream in streams:
+                for suffix in ("", "_chunks", "_snapshots"):
+                    with contextlib.suppress(nats.js.errors.NotFoundError):
+                        await js.delete_stream(f"{stream}{suffix}")
+                with contextlib.suppress(nats.js.errors.NotFoundError):
+                    await js.delete_stream(f"KV_{stream}_tracking")
+        finally:
+            await nc.close()
+
+    asyncio.run(delete())
+
+
+@pytest.fixture
+def nats_url() -> Iterator[str]:
+    """A store URL on the local JetStream server with a stream of its own, deleted afterwards."""
+    require_nats()
+    stream = f"test_{uuid.uuid4().hex[:12]}"
+    try:
+        yield f"{NATS_BASE}?stream={stream}"
+    finally:
+        delete_nats_streams(NATS_BASE, stream)
+        # the projections' default views file of a JetStream store (./.compaction/STREAM.views.db)
+        for folder in {Path.cwd(), ROOT}:
+            (folder / ".compaction" / f"{stream}.views.db").unlink(missing_ok=True)
+
+
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'sessions.db'}"
 
 
 def _backend_url(request: pytest.FixtureRequest) -> str:
-    """The URL of the backend ``request.param`` names: the test's ``sqlite_url`` or ``pg_url``."""
+    """The URL of the backend ``request.param`` names: the test's ``sqlite_url``, ``pg_url`` or
+    ``nats_url``."""
     if request.param == "memory":
         return "memory://"
-    return str(request.getfixturevalue({"sqlite": "sqlite_url", "postgresql": "pg_url"}[request.param]))
+    fixtures = {"sqlite": "sqlite_url", "postgresql": "pg_url", "nats": "nats_url"}
+    return str(request.getfixturevalue(fixtures[request.param]))
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgresql"])
+@pytest.fixture(params=["memory", "sqlite", "postgresql", "nats"])
 def store_url(request: pytest.FixtureRequest) -> str:
     """One URL per backend: the abstract suites run once per backend."""
     return _backend_url(request)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", "postgresql", "nats"])
 def durable_store_url(request: pytest.FixtureRequest) -> str:
     """Backends that two processes can share."""
     return _backend_url(request)

@@ -128,7 +128,9 @@ PLUGIN_COMMANDS = {"projections.cli", "recovery.cli"}
 ``compaction.cli.Command``, so they (and only they, outside ``compaction.cli``) import it."""
 PLUGIN_HOST = "compaction.cli"
 ONLY_IN: dict[str, set[str]] = {
-    "aiohttp": {"compaction.summarizers.aiohttp_transport"},
+    # and the JetStream client: nats-py's transport module imports aiohttp (for websockets) when
+    # it is installed; compaction.sessions.nats.client itself never does
+    "aiohttp": {"compaction.summarizers.aiohttp_transport", "compaction.sessions.nats.client"},
     # the agent frameworks are optional extras: only their adapters import them
     **{
         framework: {"compaction.integrations"}
@@ -433,7 +435,8 @@ PLANTED: dict[str, tuple[str, str, str]] = {
     "aiohttp outside the transport": (
         "compaction/summarizers/http.py",
         "import aiohttp\n",
-        "line 1: imports aiohttp (only ['compaction.summarizers.aiohttp_transport'] may)",
+        "line 1: imports aiohttp (only ['compaction.sessions.nats.client', "
+        "'compaction.summarizers.aiohttp_transport'] may)",
     ),
 }
 """Wrong imports planted in a fake tree, by what each one breaks: the checker must report each."""

@@ -106,7 +106,7 @@ def _add_common(parser: argparse.ArgumentParser, *, in_command: bool) -> None:
         "--store",
         metavar="URL",
         default=default,
-        help=f"sqlite:///PATH, postgresql://USER@HOST:PORT/DB or memory:// "
+        help=f"sqlite:///PATH, postgresql://USER@HOST:PORT/DB, nats://HOST:PORT or memory:// "
         f"(default: $COMPACTION_STORE, else {DEFAULT_URL})",
     )
     parser.add_argument(

@@ -9,7 +9,8 @@ eventsourcing ``subscribe()``; SQLite gets a polling one, :mod:`compaction.sessi
 
 ``SessionStore.open(url)`` takes ``sqlite:///PATH`` (the default,
 ``sqlite:///./.compaction/sessions.db``, or ``$COMPACTION_STORE``),
-``postgresql://USER[:PASSWORD]@HOST:PORT/DB`` or ``memory://``.
+``postgresql://USER[:PASSWORD]@HOST:PORT/DB``, ``nats://HOST:PORT[,HOST:PORT...][?stream=S&replicas=N]``
+(NATS JetStream, :mod:`compaction.sessions.nats`) or ``memory://``.
 
 Each session is one stream: ``originator_id`` is the session id and ``originator_version`` is the
 event's ``seq``. Payloads are msgspec JSON (see :mod:`compaction.sessions.mapper`). All pending events of a
@@ -30,7 +31,7 @@ from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 from urllib.parse import parse_qsl, unquote, urlparse
 from uuid import UUID
 
@@ -96,7 +97,7 @@ class StoreLocation:
     """A parsed store URL and the eventsourcing environment it stands for."""
 
     url: str
-    kind: str  # memory | sqlite | postgresql
+    kind: str  # memory | sqlite | postgresql | nats
     env: dict[str, str]
 
     @property
@@ -111,6 +112,10 @@ def parse_store_url(url: str, *, create: bool = True) -> StoreLocation:
     """The store a URL names, as eventsourcing settings. ``create=False`` (read-only commands)
     refuses a SQLite file that does not exist instead of creating its folders. Errors are
     :class:`ConfigurationError` naming the URL, what was expected and what was found."""
+    if url.startswith("nats://"):  # several HOST:PORT, which urlparse cannot read
+        from compaction.sessions.nats.url import nats_settings
+
+        return StoreLocation(url, "nats", {"IS_SNAPSHOTTING_ENABLED": "y"} | nats_settings(url))
     try:
         parsed = urlparse(url)
         port = parsed.port
@@ -160,7 +165,7 @@ def parse_store_url(url: str, *, create: bool = True) -> StoreLocation:
         return StoreLocation(url, "postgresql", env)
     raise ConfigurationError(
         f"unsupported store URL {_redacted(url)!r}: expected sqlite:///PATH, "
-        "postgresql://USER@HOST:PORT/DB or memory://"
+        "postgresql://USER@HOST:PORT/DB, nats://HOST:PORT or memory://"
     )
 
 
@@ -388,7 +393,7 @@ class SessionStore:
             return "postgresql"
         if isinstance(recorder, POPOApplicationRecorder):
             return "memory"
-        return type(recorder).__qualname__
+        return str(getattr(recorder, "backend_name", type(recorder).__qualname__))
 
     def close(self) -> None:
         self.application.close()
@@ -731,6 +736,8 @@ class SessionStore:
     def _row_count(self, session_id: UUID, below: int) -> int:
         """How many rows of the session are stored with ``seq < below`` (one index count)."""
         recorder: Any = self._recorder
+        if isinstance(recorder, OriginatorIndex):  # nats://
+            return recorder.count_below(session_id, below)
         table = getattr(recorder, "events_table_name", None)
         if table is None:  # memory://
             return len(recorder.select_events(session_id, lte=below - 1))
@@ -798,12 +805,25 @@ class SessionStore:
             yield self.get(session_id)
 
 
-_ES_KEYS = ("PERSISTENCE_MODULE", "SQLITE_", "POSTGRES_", "IS_SNAPSHOTTING", "SESSIONSTORE_")
+_ES_KEYS = ("PERSISTENCE_MODULE", "SQLITE_", "POSTGRES_", "NATS_", "IS_SNAPSHOTTING", "SESSIONSTORE_")
+
+
+@runtime_checkable
+class OriginatorIndex(Protocol):
+    """A recorder that lists its originators and counts their rows itself (no SQL table to
+    query): the JetStream recorder."""
+
+    def originator_ids(self, *, first_stored: bool) -> list[UUID]: ...
+
+    def count_below(self, originator_id: UUID, below: int) -> int: ...
 
 
 def _distinct_ids(recorder: Any, kind: str) -> Iterator[UUID]:
     """Session ids in order of their first event: one indexed query per backend (the first event of
     every session is the row with ``originator_version = 0``)."""
+    if isinstance(recorder, OriginatorIndex):  # nats://
+        yield from recorder.originator_ids(first_stored=True)
+        return
     table = getattr(recorder, "events_table_name", None)
     if table is None:  # memory://
         for stored in recorder._stored_events:
@@ -820,6 +840,9 @@ def _distinct_ids(recorder: Any, kind: str) -> Iterator[UUID]:
 
 
 def _all_ids(recorder: Any, kind: str) -> Iterator[UUID]:
+    if isinstance(recorder, OriginatorIndex):  # nats://
+        yield from recorder.originator_ids(first_stored=False)
+        return
     table = getattr(recorder, "events_table_name", None)
     if table is None:  # memory://
         seen: dict[UUID, None] = {}

@@ -44,6 +44,12 @@ def default_views_path(store_path: str, tag: int = 0) -> str:
     return str(path.with_name(f"{path.stem}.views.db"))
 
 
+def nats_views_path(stream: str) -> str:
+    """The views of a JetStream store whose stream is ``stream``: ``./.compaction/STREAM.views.db``
+    (a SQLite file of the machine that runs the projections; another with ``--views``)."""
+    return str(Path(".compaction") / f"{stream}.views.db")
+
+
 class ViewDatabase:
     """The views of one store: opens each projection's :class:`ViewRecorder` on its backend."""
 
@@ -51,10 +57,13 @@ class ViewDatabase:
         self.store = store
         self._factory: SQLiteFactory | PostgresFactory | None = None
         backend, settings = store.backend, store.settings
-        if backend == "sqlite":
+        if backend in ("sqlite", "nats"):
             self.kind = "sqlite"
-            store_path = settings["SQLITE_DBNAME"]
-            self.location = views_path or default_views_path(store_path, id(store))
+            if backend == "sqlite":
+                store_path = settings["SQLITE_DBNAME"]
+                self.location = views_path or default_views_path(store_path, id(store))
+            else:  # a JetStream store: the views in a SQLite file of this machine
+                self.location = views_path or nats_views_path(settings["NATS_STREAM"])
             env = {
                 "PERSISTENCE_MODULE": "eventsourcing.sqlite",
                 "SQLITE_DBNAME": self.location,
@@ -78,7 +87,7 @@ class ViewDatabase:
         else:
             raise ProjectionConfigError(
                 f"projections: the store's recorder {backend} is not one of the supported "
-                "backends (SQLite, PostgreSQL, in-memory)"
+                "backends (SQLite, PostgreSQL, NATS JetStream, in-memory)"
             )
 
     @staticmethod

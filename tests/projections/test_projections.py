@@ -427,7 +427,7 @@ def test_configuration_errors(store: SessionStore, tmp_path: Any) -> None:
         ProjectionRunner(store, ["bogus"])
     with pytest.raises(ProjectionConfigError, match="batch_size must be positive"):
         ProjectionRunner(store, batch_size=0)
-    if store.location.kind != "sqlite":
+    if store.location.kind not in ("sqlite", "nats"):  # both keep their views in SQLite files
         with pytest.raises(ProjectionConfigError, match="applies to SQLite stores only"):
             ProjectionRunner(store, views_path=str(tmp_path / "v.db"))
 

@@ -1,0 +1,89 @@
+"""How a save is laid out in JetStream messages: the commit message, its chunks, notification ids.
+
+A save (every event of one ``insert_events`` call, one session) is **one commit message** on the
+session's subject ``<stream>.s.<session hex>``. Its body is the msgpack array of the saved rows
+``[[version, topic, state], ...]``; its headers name the first version and the count, so a reader
+can skip it without decoding it. The server (2.9) has no atomic batch publish, but one message is
+stored or not: a reader sees all of a save or nothing of it.
+
+A body above the server's maximum payload (a save of many events, or a single tool output of
+several megabytes) is cut into **chunks** published first, each its own message on
+``<stream>_chunks.<save id>`` (a stream of their own); the commit message is then published on the
+session's subject, carrying only the stream sequences of its chunks (header ``Compaction-Chunked``).
+Readers only ever read the session subjects and follow a commit's chunk list, so a save whose
+commit was never published (the writer crashed, or lost the race for the session) is invisible: its
+chunks are orphans, deleted by the writer when it loses the race and otherwise never read.
+
+Notification ids: the stream ``<stream>`` holds the commit messages and nothing else, and each is
+published with ``Nats-Expected-Last-Sequence`` (the stream's last sequence as the writer read it),
+so commits are stored one after the other, never interleaved: the commit at stream sequence ``k``
+is the ``k``-th save. Its header ``Compaction-Position`` is the notification id of its first event,
+one more than the last notification id before it, so notification ids are dense (1, 2, 3, ... as on
+SQLite) and in commit order (as PostgreSQL's table lock gives).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import msgspec
+
+FIRST = "Compaction-First"
+COUNT = "Compaction-Count"
+POSITION = "Compaction-Position"
+CHUNKED = "Compaction-Chunked"
+HEADROOM = 8 * 1024
+"""Bytes of the maximum payload kept free for headers and protocol framing."""
+
+Row = tuple[int, str, bytes]  # originator_version, topic, state
+
+_ROWS = msgspec.msgpack.Decoder(list[tuple[int, str, bytes]])
+_SEQS = msgspec.msgpack.Decoder(list[int])
+
+
+def encode_rows(rows: Sequence[Row]) -> bytes:
+    return msgspec.msgpack.encode(list(rows))
+
+
+def decode_rows(body: bytes) -> list[Row]:
+    return _ROWS.decode(body)
+
+
+def encode_chunk_list(seqs: Sequence[int]) -> bytes:
+    return msgspec.msgpack.encode(list(seqs))
+
+
+def decode_chunk_list(body: bytes) -> list[int]:
+    return _SEQS.decode(body)
+
+
+def chunks(body: bytes, size: int) -> Iterator[bytes]:
+    """``body`` in consecutive pieces of at most ``size`` bytes."""
+    for start in range(0, len(body), size):
+        yield body[start : start + size]
+
+
+def commit_headers(first: int, count: int, chunked: bool) -> dict[str, str]:
+    """The headers of a commit message (its :data:`POSITION` is added when it is published)."""
+    headers = {FIRST: str(first), COUNT: str(count)}
+    if chunked:
+        headers[CHUNKED] = "1"
+    return headers
+
+
+def header_range(headers: dict[str, str] | None) -> tuple[int, int]:
+    """``(first version, count)`` of a commit message's headers."""
+    if not headers or FIRST not in headers or COUNT not in headers:
+        raise ValueError(f"a commit message without {FIRST}/{COUNT} headers: {headers!r}")
+    return int(headers[FIRST]), int(headers[COUNT])
+
+
+def is_chunked(headers: dict[str, str] | None) -> bool:
+    return bool(headers and headers.get(CHUNKED) == "1")
+
+
+def position(headers: dict[str, str] | None) -> int:
+    """The notification id of a commit message's first event."""
+    if not headers or POSITION not in headers:
+        raise ValueError(f"a commit message without a {POSITION} header: {headers!r}")
+    return int(headers[POSITION])

@@ -1,0 +1,572 @@
+"""eventsourcing recorders on NATS JetStream: aggregate, application and tracking recorders.
+
+Built the way eventsourcing's SQLite and PostgreSQL modules are: an infrastructure factory
+(:class:`JetStreamFactory`, named by the ``PERSISTENCE_MODULE`` setting) constructs recorders that
+share one connection. The recorders are synchronous, as eventsourcing wants; each call submits a
+coroutine to the factory's private event loop (:class:`~compaction.sessions.nats.loop.LoopThread`)
+and waits for it.
+
+- **Aggregate recorder**: one subject per stream of events (``<stream>.s.<session hex>``), one
+  commit message per save (:mod:`compaction.sessions.nats.frames`), published with
+  ``Nats-Expected-Last-Subject-Sequence`` set to the sequence of the session's last commit: a
+  writer that lost the race gets eventsourcing's :class:`IntegrityError`, as on PostgreSQL, and
+  nothing of its save is visible. Snapshots use the same recorder on the stream
+  ``<stream>_snapshots``.
+- **Application recorder**: the notification log is the stream's sequence of commit messages,
+  each also published with ``Nats-Expected-Last-Sequence``: a commit that raced another session's
+  commit is re-read and re-sent (a different session is no conflict), so notification ids are
+  dense and in commit order. A subscription is woken by every commit (:class:`JetStreamSubscription`).
+- **Tracking recorder**: the highest processed notification id per application name, in the
+  key-value bucket ``<stream>_tracking``, advanced only by compare-and-set on the key's revision.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
+from uuid import UUID, uuid4
+
+import nats.errors
+import nats.js.errors
+from eventsourcing.persistence import (
+    AggregateRecorder,
+    ApplicationRecorder,
+    DatabaseError,
+    DataError,
+    InfrastructureFactory,
+    IntegrityError,
+    ListenNotifySubscription,
+    Notification,
+    NotSupportedError,
+    OperationalError,
+    ProcessRecorder,
+    StoredEvent,
+    Tracking,
+    TrackingRecorder,
+)
+from eventsourcing.utils import Environment
+from nats.js.kv import KeyValue
+
+from compaction.sessions.nats import frames
+from compaction.sessions.nats.client import (
+    MSG_ID,
+    RETRY_FOR,
+    WRONG_LAST_SEQUENCE,
+    JetStreamLog,
+    PerhapsStoredError,
+    Record,
+)
+from compaction.sessions.nats.loop import LoopThread
+
+T = TypeVar("T")
+EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
+EXPECTED_LAST_SEQUENCE = "Nats-Expected-Last-Sequence"
+_MAX_TAILS = 100_000
+
+
+class JetStreamConnection:
+    """The event loop thread and the connected log every recorder of one factory shares."""
+
+    def __init__(self, log: JetStreamLog) -> None:
+        self.log = log
+        self.runner = LoopThread()
+        try:
+            self.call(log.connect())
+        except BaseException:
+            self.runner.close()
+            raise
+
+    @property
+    def where(self) -> str:
+        return f"JetStream stream {self.log.stream!r} at {','.join(self.log.servers)}"
+
+    def call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run ``coroutine`` on the loop; NATS failures become eventsourcing persistence errors."""
+        try:
+            return self.runner.run(coroutine)
+        except (IntegrityError, DataError, NotSupportedError):
+            raise
+        except nats.js.errors.APIError as e:
+            raise DatabaseError(f"{self.where}: {e}") from e
+        except (nats.errors.Error, TimeoutError, OSError) as e:
+            raise OperationalError(f"{self.where}: {type(e).__name__} {e}".strip()) from e
+
+    def close(self) -> None:
+        if self.runner.running:
+            with contextlib.suppress(Exception):
+                self.runner.run(self.log.close())
+            self.runner.close()
+
+
+def _token(originator_id: UUID | str) -> str:
+    return originator_id.hex if isinstance(originator_id, UUID) else UUID(str(originator_id)).hex
+
+
+class JetStreamAggregateRecorder(AggregateRecorder):
+    """Stored events of each originator on its own subject, one commit message per save.
+
+    The events recorder (``ordered``) also serialises its commits on the stream: each carries
+    ``Nats-Expected-Last-Sequence`` and its notification id (``Compaction-Position``). The
+    snapshots recorder only checks the originator's own subject."""
+
+    def __init__(self, connection: JetStreamConnection, *, snapshots: bool = False) -> None:
+        self.connection = connection
+        self.log = connection.log
+        _, self.chunk_stream, snapshot_stream = self.log.streams
+        self.stream = snapshot_stream if snapshots else self.log.stream
+        self.ordered = not snapshots
+        self.prefix = f"{self.stream}.s."
+        self._tails: dict[str, tuple[int, int]] = {}  # subject -> (its last commit's seq, last version)
+        self._head: tuple[int, int] | None = None  # (the stream's last seq, the next notification id)
+
+    def subject(self, originator_id: UUID | str) -> str:
+        return self.prefix + _token(originator_id)
+
+    # ------------------------------------------------------------ writing
+
+    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int]:
+        if not stored_events:
+            return []
+        originators = {_token(e.originator_id) for e in stored_events}
+        if len(originators) > 1:
+            raise NotSupportedError(
+                f"{self.connection.where}: one save holds the events of one originator (a subject); "
+                f"found {len(originators)}"
+            )
+        rows = [(e.originator_version, e.topic, e.state) for e in stored_events]
+        first = self.connection.call(self._append(self.subject(stored_events[0].originator_id), rows))
+        return list(range(first, first + len(rows)))
+
+    async def _append(self, subject: str, rows: list[frames.Row]) -> int:
+        """Publish one save; the notification id of its first event."""
+        save_id = uuid4().hex
+        body, chunked = await self._body(rows, save_id)
+        headers = frames.commit_headers(rows[0][0], len(rows), chunked)
+        deadline = time.monotonic() + RETRY_FOR
+        try:
+            fresh = False
+            if subject not in self._tails or (self.ordered and self._head is None):
+                await self._refresh(subject)
+                fresh = True
+            while True:
+                position = self._expect(subject, rows[0][0], headers)
+                try:
+                    seq = await self.log.publish(subject, body, headers, save_id)
+                except (PerhapsStoredError, nats.js.errors.BadRequestError) as e:
+                    if isinstance(e, PerhapsStoredError):  # stored by an unanswered attempt?
+                        stored = await self._stored_as(subject, save_id, self._tails[subject][0])
+                        if stored is not None:  # yes: with the headers sent, so at `position`
+                            self._remember(subject, stored.seq, rows[-1][0], position + len(rows))
+                            return position
+                    elif e.err_code != WRONG_LAST_SEQUENCE:
+                        raise
+                    if fresh and not self.ordered:
+                        raise IntegrityError(f"{subject}: another writer appended first") from e
+                    if time.monotonic() > deadline:
+                        raise OperationalError(
+                            f"{self.connection.where}: {subject}: no append got through in "
+                            f"{RETRY_FOR:.0f} s of retries (other writers kept appending first)"
+                        ) from e
+                    await self._refresh(subject)  # another session's save, or this one's
+                    fresh = True
+                    continue
+                self._remember(subject, seq, rows[-1][0], position + len(rows))
+                return position
+        except BaseException as e:
+            self._tails.pop(subject, None)
+            self._head = None
+            # Only a refused commit is known not to be stored; after any other failure (a timeout)
+            # it may be, and its chunks must stay (unreferenced chunks are merely never read).
+            if chunked and isinstance(e, IntegrityError):
+                with contextlib.suppress(Exception):
+                    await self.log.purge(self.chunk_stream, self._chunk_subject(save_id))
+            raise
+
+    async def _stored_as(self, subject: str, save_id: str, after: int) -> Record | None:
+        """The commit of ``subject`` after stream sequence ``after`` whose message id is
+        ``save_id``, if an unanswered publish stored it."""
+        for head in await self.log.scan(subject, after + 1, headers_only=True, stream=self.stream):
+            if (head.headers or {}).get(MSG_ID) == save_id:
+                return head
+        return None
+
+    def _expect(self, subject: str, first: int, headers: dict[str, str]) -> int:
+        """Set the expected sequences (and the position) in ``headers``; the position. Raises
+        :class:`IntegrityError` when the session already holds version ``first``."""
+        seq, last_version = self._tails[subject]
+        if first <= last_version:
+            raise IntegrityError(
+                f"{subject}: version {first} is taken (the last stored version is {last_version})"
+            )
+        headers[EXPECTED_LAST_SUBJECT_SEQUENCE] = str(seq)
+        if not self.ordered:
+            return 0
+        assert self._head is not None
+        head_seq, position = self._head
+        headers[EXPECTED_LAST_SEQUENCE] = str(head_seq)
+        headers[frames.POSITION] = str(position)
+        return position
+
+    async def _refresh(self, subject: str) -> None:
+        last = await self.log.last(subject, self.stream)
+        if last is None:
+            self._tails[subject] = (0, -1)
+        else:
+            first, count = frames.header_range(last.headers)
+            self._tails[subject] = (last.seq, first + count - 1)
+        if self.ordered:
+            top = await self.log.last(self.prefix + ">", self.stream)
+            if top is None:
+                self._head = (0, 1)
+            else:
+                self._head = (top.seq, frames.position(top.headers) + frames.header_range(top.headers)[1])
+
+    def _remember(self, subject: str, seq: int, version: int, next_position: int) -> None:
+        if len(self._tails) > _MAX_TAILS:
+            self._tails.clear()
+        self._tails[subject] = (seq, version)
+        if self.ordered:
+            self._head = (seq, next_position)
+
+    async def _body(self, rows: list[frames.Row], save_id: str) -> tuple[bytes, bool]:
+        """The commit message's body: the rows, or the list of the chunks they were cut into."""
+        body = frames.encode_rows(rows)
+        room = self.log.max_payload - frames.HEADROOM
+        if len(body) <= room:
+            return body, False
+        subject = self._chunk_subject(save_id)
+        seqs = [
+            await self.log.publish(subject, piece, {}, f"{save_id}.{index}")
+            for index, piece in enumerate(frames.chunks(body, room))
+        ]
+        return frames.encode_chunk_list(seqs), True
+
+    def _chunk_subject(self, save_id: str) -> str:
+        return f"{self.chunk_stream}.{save_id}"
+
+    # ------------------------------------------------------------ reading
+
+    def select_events(
+        self,
+        originator_id: UUID | str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Sequence[StoredEvent]:
+        found = self.connection.call(self._select(self.subject(originator_id), gt, lte, desc, limit))
+        return [StoredEvent(originator_id, v, topic, state) for v, topic, state in found]
+
+    async def _select(
+        self, subject: str, gt: int | None, lte: int | None, desc: bool, limit: int | None
+    ) -> list[frames.Row]:
+        records = await self._records(subject, gt, lte, desc, limit)
+        rows: list[frames.Row] = []
+        for record in records:
+            rows.extend(await self.rows_of(record))
+        rows = [r for r in rows if (gt is None or r[0] > gt) and (lte is None or r[0] <= lte)]
+        rows.sort(key=lambda r: r[0], reverse=desc)
+        return rows if limit is None else rows[:limit]
+
+    async def _records(
+        self, subject: str, gt: int | None, lte: int | None, desc: bool, limit: int | None
+    ) -> list[Record]:
+        """The commit messages that can hold the wanted rows: the last one for "the latest", the
+        newest covering ones for a bounded descending read, from the first needed one on for a
+        read after a version (headers are read first so skipped messages are never decoded)."""
+        if desc and limit is not None and lte is None:
+            last = await self.log.last(subject, self.stream)
+            if last is None:
+                return []
+            first, count = frames.header_range(last.headers)
+            if count >= limit and (gt is None or first > gt):
+                return [last]
+        if not (desc and limit is not None) and not gt:
+            return await self.log.scan(subject, stream=self.stream)
+        heads = await self.log.scan(subject, headers_only=True, stream=self.stream)
+        wanted = [h for h in heads if _overlaps(h, gt, lte)]
+        if desc and limit is not None:
+            picked: list[Record] = []
+            count = 0
+            for head in reversed(wanted):
+                picked.append(head)
+                count += frames.header_range(head.headers)[1]
+                if count >= limit:
+                    break
+            wanted = picked[::-1]
+        if not wanted:
+            return []
+        found = await self.log.scan(subject, wanted[0].seq, stream=self.stream)
+        keep = {h.seq for h in wanted}
+        return [r for r in found if r.seq in keep]
+
+    async def rows_of(self, record: Record) -> list[frames.Row]:
+        """The rows a commit message holds (its chunks fetched and joined when chunked)."""
+        body = record.data
+        if frames.is_chunked(record.headers):
+            pieces = []
+            for seq in frames.decode_chunk_list(body):
+                chunk = await self.log.get(seq, self.chunk_stream)
+                if chunk is None:
+                    raise DataError(
+                        f"{self.connection.where}: the save at stream sequence {record.seq} "
+                        f"({record.subject}) lost its chunk at sequence {seq} of {self.chunk_stream}"
+                    )
+                pieces.append(chunk.data)
+            body = b"".join(pieces)
+        return frames.decode_rows(body)
+
+    # ------------------------------------------------------------ the index of originators
+
+    def originator_ids(self, *, first_stored: bool) -> list[UUID]:
+        """Originators in order of their first commit: every one, or (``first_stored``) only the
+        ones whose version 0 is stored. One pass over the commit headers."""
+        heads = self.connection.call(
+            self.log.scan(self.prefix + ">", headers_only=True, stream=self.stream)
+        )
+        seen: dict[UUID, None] = {}
+        for head in heads:
+            if first_stored and frames.header_range(head.headers)[0] != 0:
+                continue
+            seen.setdefault(UUID(head.subject[len(self.prefix) :]), None)
+        return list(seen)
+
+    def count_below(self, originator_id: UUID | str, below: int) -> int:
+        """How many stored versions of the originator are ``< below``."""
+        heads = self.connection.call(
+            self.log.scan(self.subject(originator_id), headers_only=True, stream=self.stream)
+        )
+        total = 0
+        for head in heads:
+            first, count = frames.header_range(head.headers)
+            total += max(0, min(first + count, below) - first)
+        return total
+
+
+def _overlaps(head: Record, gt: int | None, lte: int | None) -> bool:
+    first, count = frames.header_range(head.headers)
+    return (gt is None or first + count - 1 > gt) and (lte is None or first <= lte)
+
+
+class JetStreamSubscription(ListenNotifySubscription["JetStreamApplicationRecorder"]):
+    """eventsourcing's listen/notify subscription, woken by a core NATS subscription to the
+    session subjects (as PostgreSQL's by ``NOTIFY``): every commit wakes the puller, which selects
+    what is new after its position. Listening starts after the first select has been queued, so
+    the subscription pulls once more when it is in place: a commit in between is not missed."""
+
+    def __init__(
+        self, recorder: JetStreamApplicationRecorder, gt: int | None = None, topics: Sequence[str] = ()
+    ) -> None:
+        super().__init__(recorder=recorder, gt=gt, topics=topics)
+        self._listening: Any = None
+        try:
+            self._listening = recorder.connection.call(
+                recorder.log.listen(recorder.prefix + ">", self._has_been_notified.set)
+            )
+        except BaseException:
+            self.stop()
+            self._pull_thread.join()
+            raise
+        self._has_been_notified.set()
+
+    def stop(self) -> None:
+        super().stop()
+        listening, self._listening = getattr(self, "_listening", None), None
+        if listening is not None:
+            with contextlib.suppress(Exception):
+                self._recorder.connection.call(listening.unsubscribe())
+
+
+class JetStreamApplicationRecorder(JetStreamAggregateRecorder, ApplicationRecorder):
+    """The aggregate recorder plus the notification log: the stream's commit messages in order,
+    each event's notification id its commit's position plus its index in the save."""
+
+    backend_name = "nats"
+
+    def __init__(self, connection: JetStreamConnection) -> None:
+        super().__init__(connection)
+        self._cursor: tuple[int, int] = (1, 1)  # (a notification id, the seq of the commit holding it)
+
+    def select_notifications(
+        self,
+        start: int | None,
+        limit: int,
+        stop: int | None = None,
+        topics: Sequence[str] = (),
+        *,
+        inclusive_of_start: bool = True,
+    ) -> Sequence[Notification]:
+        lowest = (start or 0) + (0 if inclusive_of_start else 1)
+        return self.connection.call(self._notifications(max(lowest, 1), limit, stop, topics))
+
+    async def _notifications(
+        self, lowest: int, limit: int, stop: int | None, topics: Sequence[str]
+    ) -> list[Notification]:
+        found: list[Notification] = []
+        seq = await self._seq_holding(lowest)
+        while seq and len(found) < limit:
+            records = await self.log.scan(self.prefix + ">", seq, limit=limit)
+            for record in records:
+                originator = UUID(record.subject[len(self.prefix) :])
+                position = frames.position(record.headers)
+                rows = await self.rows_of(record)
+                self._cursor = (position + len(rows), record.seq + 1)
+                for index, (version, topic, state) in enumerate(rows):
+                    nid = position + index
+                    if stop is not None and nid > stop:
+                        return found
+                    if nid < lowest or (topics and topic not in topics):
+                        continue
+                    found.append(Notification(originator, version, topic, state, nid))
+                    if len(found) == limit:
+                        return found
+            if len(records) < limit:
+                break
+            seq = records[-1].seq + 1
+        return found
+
+    async def _seq_holding(self, notification: int) -> int:
+        """The stream sequence of the commit holding ``notification`` (or of the first one after
+        it); 0 when the log ends before it. Where the last read stopped is remembered; anywhere
+        else is found by bisecting the stream (positions grow with the sequence)."""
+        known, at = self._cursor
+        if known == notification:
+            return at
+        top = await self.log.last(self.prefix + ">")
+        if top is None:
+            return 0
+        lo, hi = 1, top.seq
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            record = await self.log.get(mid, subject=self.prefix + ">")
+            if record is None or record.seq > hi or frames.position(record.headers) > notification:
+                hi = mid - 1
+            else:
+                lo = mid
+        return lo
+
+    def subscribe(
+        self, gt: int | None = None, topics: Sequence[str] = ()
+    ) -> JetStreamSubscription:
+        return JetStreamSubscription(self, gt, topics)
+
+    def max_notification_id(self) -> int | None:
+        last = self.connection.call(self.log.last(self.prefix + ">"))
+        if last is None:
+            return None
+        return frames.position(last.headers) + frames.header_range(last.headers)[1] - 1
+
+
+class JetStreamTrackingRecorder(TrackingRecorder):
+    """Tracking positions in a key-value bucket: key = application name, value = the highest
+    processed notification id; updated by compare-and-set on the key's revision."""
+
+    def __init__(self, connection: JetStreamConnection) -> None:
+        self.connection = connection
+        self.bucket = f"{connection.log.stream}_tracking"
+        self._kv: KeyValue | None = None
+
+    async def _bucket(self) -> KeyValue:
+        if self._kv is None:
+            js = self.connection.log.js
+            try:
+                self._kv = await js.key_value(self.bucket)
+            except nats.js.errors.BucketNotFoundError:
+                self._kv = await js.create_key_value(
+                    bucket=self.bucket, history=1, replicas=self.connection.log.replicas
+                )
+        return self._kv
+
+    def insert_tracking(self, tracking: Tracking) -> None:
+        self.connection.call(self._insert(tracking))
+
+    async def _insert(self, tracking: Tracking) -> None:
+        kv = await self._bucket()
+        key = _key(tracking.application_name)
+        try:
+            entry = await kv.get(key)
+        except nats.js.errors.KeyNotFoundError:
+            await _create_or_conflict(kv, key, tracking)
+            return
+        current = int(entry.value or b"0")
+        if current >= tracking.notification_id:
+            raise IntegrityError(
+                f"tracking {tracking.application_name!r}: notification {tracking.notification_id} "
+                f"is not after the recorded position {current}"
+            )
+        try:
+            await kv.update(key, str(tracking.notification_id).encode(), last=entry.revision)
+        except nats.js.errors.KeyWrongLastSequenceError as e:
+            raise IntegrityError(
+                f"tracking {tracking.application_name!r}: another process moved the position"
+            ) from e
+
+    def max_tracking_id(self, application_name: str) -> int | None:
+        return self.connection.call(self._max(application_name))
+
+    async def _max(self, application_name: str) -> int | None:
+        kv = await self._bucket()
+        try:
+            entry = await kv.get(_key(application_name))
+        except nats.js.errors.KeyNotFoundError:
+            return None
+        return int(entry.value or b"0")
+
+
+async def _create_or_conflict(kv: KeyValue, key: str, tracking: Tracking) -> None:
+    try:
+        await kv.create(key, str(tracking.notification_id).encode())
+    except nats.js.errors.KeyWrongLastSequenceError as e:
+        raise IntegrityError(
+            f"tracking {tracking.application_name!r}: another process recorded a position first"
+        ) from e
+
+
+def _key(application_name: str) -> str:
+    """A key-value key for an application name (keys allow ``[-/_=.a-zA-Z0-9]``)."""
+    return "".join(c if c.isascii() and (c.isalnum() or c in "-_=") else "_" for c in application_name)
+
+
+class JetStreamFactory(InfrastructureFactory[JetStreamTrackingRecorder]):
+    """eventsourcing infrastructure on JetStream. Settings: ``NATS_SERVERS`` (comma separated
+    ``nats://HOST:PORT``), ``NATS_STREAM`` (default ``compaction``), ``NATS_REPLICAS`` (default 1),
+    ``NATS_TIMEOUT`` (seconds per request, default 5)."""
+
+    def __init__(self, env: Environment) -> None:
+        super().__init__(env)
+        servers = [s for s in (self.env.get("NATS_SERVERS") or "nats://127.0.0.1:4222").split(",") if s]
+        log = JetStreamLog(
+            servers,
+            self.env.get("NATS_STREAM") or "compaction",
+            int(self.env.get("NATS_REPLICAS") or 1),
+            float(self.env.get("NATS_TIMEOUT") or 5),
+        )
+        self.connection = JetStreamConnection(log)  # OperationalError when no server answers
+
+    def aggregate_recorder(self, purpose: str = "events") -> AggregateRecorder:
+        return JetStreamAggregateRecorder(self.connection, snapshots=purpose == "snapshots")
+
+    def application_recorder(self) -> ApplicationRecorder:
+        return JetStreamApplicationRecorder(self.connection)
+
+    def tracking_recorder(
+        self, tracking_recorder_class: type[JetStreamTrackingRecorder] | None = None
+    ) -> JetStreamTrackingRecorder:
+        return (tracking_recorder_class or JetStreamTrackingRecorder)(self.connection)
+
+    def process_recorder(self) -> ProcessRecorder:
+        """Not provided: a process application's new events and its tracking record must be
+        written atomically, and a stream and a key-value bucket cannot be written together."""
+        raise NotSupportedError(
+            f"{self.connection.where}: process recorders need events and tracking in one atomic "
+            "write, which JetStream does not offer; use PostgreSQL for process applications"
+        )
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+FACTORY_TOPIC = f"{__name__}:{JetStreamFactory.__name__}"

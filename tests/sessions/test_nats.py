@@ -1,0 +1,298 @@
+"""What only the JetStream store has: commit messages, chunks, the private event loop, the URL form.
+
+The abstract store suites run on JetStream too (the ``nats`` parameter of ``store_url``); these tests
+look at the messages themselves, through a plain nats-py connection, to check the layout the
+recorders promise: one commit per save, a reader never sees part of a save, a losing writer leaves
+nothing behind, large saves and events are chunked and joined, notification ids are dense.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from compaction.errors import ConcurrencyError, ConfigurationError
+from compaction.sessions.nats.loop import LoopThread
+from compaction.sessions.nats.url import nats_settings
+from compaction.sessions.session import Session
+from compaction.sessions.store import SessionStore, parse_store_url
+from tests.builders import end_turn, start_turn, tool_step, turn, user
+from tests.conftest import NATS_BASE, require_nats
+
+MEGABYTE = 1024 * 1024
+
+
+@pytest.fixture
+def store(nats_url: str) -> Iterator[SessionStore]:
+    with SessionStore.open(nats_url) as opened:
+        yield opened
+
+
+def _messages(store: SessionStore, stream: str) -> list[tuple[str, dict[str, str] | None]]:
+    """(subject, headers) of every message of ``stream``, read with a plain connection."""
+    import nats
+
+    async def read() -> list[tuple[str, dict[str, str] | None]]:
+        nc = await nats.connect(NATS_BASE)
+        try:
+            js = nc.jetstream()
+            info = await js.stream_info(stream)
+            found = []
+            for seq in range(info.state.first_seq, info.state.last_seq + 1):
+                if info.state.messages == 0:
+                    break
+                message = await js.get_msg(stream, seq)
+                found.append((str(message.subject), message.headers))
+            return found
+        finally:
+            await nc.close()
+
+    return asyncio.run(read())
+
+
+def _stream(store: SessionStore) -> str:
+    return store.settings["NATS_STREAM"]
+
+
+def _big_session(output_bytes: int) -> Session:
+    session = Session()
+    user(session, "read the log")
+    start_turn(session)
+    tool_step(session, output="x" * output_bytes)
+    end_turn(session)
+    return session
+
+
+# ---------------------------------------------------------------- one commit message per save
+
+
+def test_a_save_is_one_commit_message_on_the_sessions_subject(store: SessionStore) -> None:
+    session = store.create()
+    turn(session, steps=3)
+    store.save(session)
+    user(session, "more")
+    store.save(session)
+    messages = _messages(store, _stream(store))
+    assert [subject for subject, _ in messages] == [f"{_stream(store)}.s.{session.id.hex}"] * 2
+    first, second = (headers or {} for _, headers in messages)
+    assert (first["Compaction-First"], first["Compaction-Count"]) == ("0", str(len(session) - 1))
+    assert (second["Compaction-First"], second["Compaction-Count"]) == (str(len(session) - 1), "1")
+    assert (first["Compaction-Position"], second["Compaction-Position"]) == ("1", str(len(session)))
+
+
+def test_notification_ids_are_dense_and_in_commit_order_across_sessions(nats_url: str) -> None:
+    with SessionStore.open(nats_url) as one, SessionStore.open(nats_url) as two:
+        a, b = one.create(), two.create()
+        for index in range(3):
+            user(a, f"a{index}")
+            one.save(a)
+            user(b, f"b{index}")
+            user(b, f"b{index}-again")
+            two.save(b)  # the other handle's cached stream tail is stale by now: it re-reads
+        found = one.notifications(0, 100)
+        assert one.max_notification_id() == 9
+        assert [n.notification_id for n in one.notifications(4, 2)] == [5, 6]  # found by bisection
+    assert [n.notification_id for n in found] == list(range(1, 10))
+    assert [(n.session_id, n.event.seq) for n in found][:3] == [(a.id, 0), (b.id, 0), (b.id, 1)]
+
+
+def test_a_concurrent_writer_gets_the_conflict_and_stores_nothing(nats_url: str) -> None:
+    with SessionStore.open(nats_url) as one, SessionStore.open(nats_url) as two:
+        session = one.create()
+        turn(session)
+        one.save(session)
+        mine, theirs = one.get(session.id), two.get(session.id)
+        user(mine, "mine")
+        user(theirs, "theirs")
+        one.save(mine)
+        with pytest.raises(ConcurrencyError):
+            two.save(theirs)
+        stored = two.load_events(session.id)
+    assert len(stored) == len(mine)
+    assert stored[-1].message.content[0].text == "mine"  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------- chunks
+
+
+def test_a_save_above_the_max_payload_is_chunked_and_joined(store: SessionStore) -> None:
+    session = _big_session(3 * MEGABYTE)  # one tool output of 3 MB: above the 1 MB max payload
+    store.save(session)
+    chunks = _messages(store, f"{_stream(store)}_chunks")
+    assert len(chunks) >= 3
+    commits = _messages(store, _stream(store))
+    assert len(commits) == 1 and (commits[0][1] or {}).get("Compaction-Chunked") == "1"
+    assert store.load_events(session.id) == list(session.events())
+    assert [n.event for n in store.notifications(0, 100)] == list(session.events())
+
+
+def test_a_reader_never_sees_part_of_a_chunked_save(nats_url: str) -> None:
+    sizes: list[int] = []
+    with SessionStore.open(nats_url) as writer, SessionStore.open(nats_url) as reader:
+        session = _big_session(4 * MEGABYTE)
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.is_set():
+                sizes.append(reader.stream_length(session.id))
+                sizes.append(len(reader.load_events(session.id)))
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            writer.save(session)
+        finally:
+            done.set()
+            watcher.join()
+        sizes.append(len(reader.load_events(session.id)))
+    assert set(sizes) <= {0, len(session)}
+    assert sizes[-1] == len(session)
+
+
+def test_a_losing_chunked_save_leaves_no_chunks_and_no_events(nats_url: str) -> None:
+    with SessionStore.open(nats_url) as one, SessionStore.open(nats_url) as two:
+        session = one.create()
+        user(session, "start")
+        one.save(session)
+        mine, theirs = one.get(session.id), two.get(session.id)
+        user(mine, "small")
+        one.save(mine)
+        start_turn(theirs)
+        tool_step(theirs, output="y" * (3 * MEGABYTE))
+        with pytest.raises(ConcurrencyError):
+            two.save(theirs)
+        assert _messages(one, f"{_stream(one)}_chunks") == []
+        assert len(two.load_events(session.id)) == 2
+
+
+# ---------------------------------------------------------------- snapshots, tracking
+
+
+def test_snapshots_are_stored_in_their_own_stream_and_used(nats_url: str) -> None:
+    with SessionStore.open(nats_url, snapshot_interval=10) as store:
+        session = store.create()
+        for index in range(4):
+            turn(session, f"task {index}", steps=2)
+            store.save(session)
+        snapshots = _messages(store, f"{_stream(store)}_snapshots")
+        assert snapshots, "no snapshot was stored"
+        loaded = store.get(session.id)
+        assert list(loaded.events()) == list(session.events())
+        assert store.snapshot_fallbacks == []
+
+
+def test_the_tracking_recorder_keeps_the_highest_position_per_application(nats_url: str) -> None:
+    from eventsourcing.persistence import IntegrityError, Tracking
+
+    with SessionStore.open(nats_url) as store:
+        factory: Any = store.application.factory
+        tracking = factory.tracking_recorder()
+        assert tracking.max_tracking_id("view") is None
+        tracking.insert_tracking(Tracking("view", 3))
+        tracking.insert_tracking(Tracking("view", 7))
+        with pytest.raises(IntegrityError):
+            tracking.insert_tracking(Tracking("view", 7))
+        assert tracking.max_tracking_id("view") == 7
+        assert tracking.has_tracking_id("view", 5)
+        assert tracking.max_tracking_id("other") is None
+
+
+# ---------------------------------------------------------------- the private event loop
+
+
+def test_the_loop_thread_serves_many_threads_and_refuses_its_own() -> None:
+    runner = LoopThread()
+    try:
+        loops: list[object] = []
+
+        async def which() -> object:
+            await asyncio.sleep(0.001)
+            return asyncio.get_running_loop()
+
+        threads = [threading.Thread(target=lambda: loops.append(runner.run(which()))) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert loops == [runner.loop] * 8
+
+        async def nested() -> object:
+            return runner.run(which())
+
+        with pytest.raises(RuntimeError, match="own thread"):
+            runner.run(nested())
+
+        async def fails() -> None:
+            raise ValueError("from the loop")
+
+        with pytest.raises(ValueError, match="from the loop"):
+            runner.run(fails())
+    finally:
+        runner.close()
+    assert not runner.running
+    with pytest.raises(RuntimeError, match="closed"):
+        runner.run(asyncio.sleep(0))
+
+
+def test_the_stores_calls_from_many_threads_share_one_connection(store: SessionStore) -> None:
+    sessions = [store.create() for _ in range(8)]
+    errors: list[BaseException] = []
+
+    def write(session: Session) -> None:
+        try:
+            for index in range(3):
+                user(session, f"m{index}")
+                store.save(session)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=write, args=(s,)) for s in sessions]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert [n.notification_id for n in store.notifications(0, 100)] == list(range(1, 25))
+    assert set(store.session_ids()) == {s.id for s in sessions}
+
+
+# ---------------------------------------------------------------- URLs
+
+
+def test_nats_urls_name_servers_stream_and_replicas() -> None:
+    settings = nats_settings("nats://a:4222,b:5222,[::1]:6222?stream=S_1&replicas=3")
+    assert settings["NATS_SERVERS"] == "nats://a:4222,nats://b:5222,nats://[::1]:6222"
+    assert (settings["NATS_STREAM"], settings["NATS_REPLICAS"]) == ("S_1", "3")
+    defaults = parse_store_url("nats://127.0.0.1")
+    assert defaults.kind == "nats"
+    assert defaults.env["NATS_STREAM"] == "compaction"
+    assert defaults.env["NATS_SERVERS"] == "nats://127.0.0.1:4222"
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("nats://h:99999", "not a HOST:PORT"),
+        ("nats://h:4222,,h:4223", "not a HOST:PORT"),
+        ("nats://h?stream=a.b", "not a stream name"),
+        ("nats://h?replicas=7", "1..5"),
+        ("nats://h?timeout=0", "seconds"),
+        ("nats://h?partitions=2", "unknown parameter 'partitions'"),
+    ],
+)
+def test_bad_nats_urls_say_what_was_expected(url: str, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        parse_store_url(url)
+
+
+def test_an_unreachable_server_fails_the_open_at_once() -> None:
+    require_nats()  # the client must be installed to try
+    from compaction.errors import StoreError
+
+    with pytest.raises(StoreError, match="no servers available"):
+        SessionStore.open(f"nats://127.0.0.1:1?stream=x{uuid.uuid4().hex[:6]}&timeout=1")
