@@ -16,7 +16,10 @@ items come back as they went in until a compaction replaces some of them with it
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -41,9 +44,13 @@ from compaction.sessions.blocks import (
     text_of,
 )
 from compaction.sessions.store import SessionStore
+from compaction.vocabulary.summarizer import Summarizer
 
 if TYPE_CHECKING:
     from agents.memory.session_settings import SessionSettings
+    from agents.run_config import CallModelData, ModelInputData, RunConfig
+
+log = logging.getLogger("compaction.integrations")
 
 JSON = dict[str, Any]
 PROVIDER = "openai-agents"
@@ -65,9 +72,14 @@ def _settings_type() -> Any:
 class CompactingSession:
     """An Agents SDK ``Session`` whose history is an append-only, compacting event log.
 
-    ``session_id`` is the SDK's key; the events live in the store at ``url`` (or ``store``), in the
-    session :meth:`CompactingMemory.session_id` names. ``service`` (or ``context_window``) sets when
-    ``get_items`` compacts."""
+    ``session_id`` is the SDK's conversation id; the events live in the store at ``url`` (or
+    ``store``, or the ``memory`` several sessions share: one store, one set of locks), in the
+    session :meth:`CompactingMemory.session_id` names for the Agents SDK. ``service`` (or
+    ``context_window``, or the known window of ``model``) sets when to compact; ``summarizer``
+    (e.g. :class:`AgentsModelSummarizer`) writes the summaries.
+
+    :meth:`run` is ``Runner.run`` with this session, one run of the conversation at a time in this
+    process, and compaction before every model call of the run (:meth:`run_config`)."""
 
     def __init__(
         self,
@@ -75,16 +87,32 @@ class CompactingSession:
         url: str | None = None,
         *,
         store: SessionStore | None = None,
+        memory: CompactingMemory | None = None,
         service: BasicCompactService | None = None,
         context_window: int | None = None,
+        summarizer: Summarizer | None = None,
         model: str = "unknown",
+        retries: int = 1,
+        allow_foreign: bool = False,
         session_settings: SessionSettings | None = None,
     ) -> None:
         settings_type = _settings_type()
         self.session_id = session_id
         self.session_settings: SessionSettings | None = session_settings or settings_type()
-        self.memory = CompactingMemory(
-            url, store=store, service=service, context_window=context_window, provider=PROVIDER, model=model
+        if memory is not None and (url is not None or store is not None):
+            raise IntegrationError(
+                f"session {session_id!r}: expected a memory= or a store (url=/store=); found both"
+            )
+        self.memory = memory or CompactingMemory(
+            url,
+            store=store,
+            service=service,
+            context_window=context_window,
+            summarizer=summarizer,
+            framework=PROVIDER,
+            model=model,
+            retries=retries,
+            allow_foreign=allow_foreign,
         )
         self._added = 0
 
@@ -106,7 +134,9 @@ class CompactingSession:
             return
         origin = f"add_items #{self._added}"
         self._added += 1
-        self.memory.record(self.session_id, from_items([as_json(i) for i in items], origin), origin=origin)
+        await self.memory.record(
+            self.session_id, from_items([as_json(i) for i in items], origin), origin=origin
+        )
 
     async def pop_item(self) -> Any | None:
         """Remove the newest item from the surface and return it.
@@ -115,7 +145,7 @@ class CompactingSession:
         replaces its node on the surface (see :meth:`CompactingMemory.pop`). When the newest node
         is an assistant message holding several items, the whole message leaves the surface and
         its last item is returned."""
-        popped = self.memory.pop(self.session_id)
+        popped = await self.memory.pop(self.session_id)
         if popped is None:
             return None
         items = to_items([popped])
@@ -126,7 +156,64 @@ class CompactingSession:
 
         Append-only: the earlier generations stay in the store as they were (``compaction
         sessions`` lists them); only ``get_items`` stops seeing them."""
-        self.memory.clear(self.session_id)
+        await self.memory.clear(self.session_id)
+
+    # ------------------------------------------------------------ runs
+
+    async def run(self, agent: Any, input: Any, **kwargs: Any) -> Any:
+        """``Runner.run(agent, input, session=self, ...)`` holding this conversation's run lock,
+        with :meth:`run_config` (compaction before every model call)."""
+        from agents import Runner
+
+        kwargs["run_config"] = self.run_config(kwargs.get("run_config"))
+        async with self.memory.run_lock(self.session_id):
+            return await Runner.run(agent, input, session=self, **kwargs)
+
+    def run_config(self, base: RunConfig | None = None) -> RunConfig:
+        """``base`` (or a default ``RunConfig``) with :meth:`filter_model_input` as its
+        ``call_model_input_filter``, run after the one ``base`` had."""
+        from agents import RunConfig
+
+        config = base if base is not None else RunConfig()
+        earlier = config.call_model_input_filter
+
+        async def call_model_input_filter(data: CallModelData[Any]) -> ModelInputData:
+            if earlier is not None:
+                found = earlier(data)
+                data.model_data = await found if inspect.isawaitable(found) else found
+            return await self.filter_model_input(data)
+
+        return dataclasses.replace(config, call_model_input_filter=call_model_input_filter)
+
+    async def filter_model_input(self, data: CallModelData[Any]) -> ModelInputData:
+        """Before a model call inside a run: compact the session when it is over the threshold
+        and send its surface (what ``get_items`` would return), followed by the run's items the
+        session does not hold yet. The SDK keeps the run's items in memory and would send them
+        all; this is what keeps a long run inside the window."""
+        from agents.memory.session_settings import resolve_session_limit
+        from agents.run_config import ModelInputData
+
+        sent = [as_json(i) for i in data.model_data.input]
+        found = await self.memory.compacted(self.session_id)
+        held = {item_key(i) for i in to_items(found.recorded)}
+        start = len(sent)
+        while start > 0 and item_key(sent[start - 1]) not in held:
+            start -= 1
+        surface = to_items(found.after)
+        wanted = resolve_session_limit(None, self.session_settings)
+        surface = surface if wanted is None else surface[-wanted:] if wanted > 0 else []
+        items: list[Any] = [*surface, *sent[start:]]
+        return ModelInputData(input=items, instructions=data.model_data.instructions)
+
+
+def item_key(item: JSON) -> tuple[str, ...]:
+    """What identifies an SDK input item: its call id, its item id, else its role and content."""
+    kind = str(item.get("type", "message"))
+    if kind in ("function_call", "function_call_output") and "call_id" in item:
+        return (kind, str(item["call_id"]))
+    if item.get("id"):
+        return ("id", str(item["id"]))
+    return (kind, str(item.get("role", "")), json.dumps(item.get("content"), sort_keys=True))
 
 
 # ---------------------------------------------------------------- SDK items -> events

@@ -46,7 +46,9 @@ from compaction.sessions.blocks import (
     text_of,
     tool_calls_of,
 )
+from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
+from compaction.vocabulary.summarizer import Summarizer
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -68,20 +70,37 @@ def _messages_module() -> Any:
 
 
 class CompactingHistory:
-    """pydantic-ai message histories, one per session key, kept in a :class:`SessionStore`."""
+    """pydantic-ai message histories, one per conversation key, kept in a :class:`SessionStore`
+    (at ``url``, or ``store``, or the ``memory`` several histories share)."""
 
     def __init__(
         self,
         url: str | None = None,
         *,
         store: SessionStore | None = None,
+        memory: CompactingMemory | None = None,
         service: BasicCompactService | None = None,
         context_window: int | None = None,
+        summarizer: Summarizer | None = None,
         model: str = "unknown",
+        retries: int = 1,
+        allow_foreign: bool = False,
     ) -> None:
         _messages_module()
-        self.memory = CompactingMemory(
-            url, store=store, service=service, context_window=context_window, provider=PROVIDER, model=model
+        if memory is not None and (url is not None or store is not None):
+            raise IntegrationError(
+                "CompactingHistory: expected a memory= or a store (url=/store=); found both"
+            )
+        self.memory = memory or CompactingMemory(
+            url,
+            store=store,
+            service=service,
+            context_window=context_window,
+            summarizer=summarizer,
+            framework=PROVIDER,
+            model=model,
+            retries=retries,
+            allow_foreign=allow_foreign,
         )
 
     def close(self) -> None:
@@ -92,29 +111,29 @@ class CompactingHistory:
         threshold (an empty list for a new session)."""
         return to_model_messages(await self.memory.surface(session_id))
 
+    def load_sync(self, session_id: str) -> list[ModelMessage]:
+        """:meth:`load` for synchronous code (``agent.run_sync``); blocking."""
+        return to_model_messages(self.memory.surface_sync(session_id))
+
     def record(self, session_id: str, messages: Sequence[ModelMessage]) -> int:
-        """Record the messages not recorded yet, in order; returns how many were new."""
-        session = self.memory.load(session_id)
-        known = self.memory.recorded_ids(session)
-        items: list[Item] = []
-        fresh = 0
-        for message in messages:
-            if _is_recorded(message, known):
-                continue
-            found = from_model_message(message)
-            known.update(_item_id(i) for i in found)
-            items.extend(found)
-            fresh += 1
-        if items:
-            self.memory.record(session_id, items, origin="pydantic-ai messages")
-        return fresh
+        """Record the messages not recorded yet, in order; returns how many were new. Blocking
+        (:meth:`arecord` in async code)."""
+        fresh: list[int] = []
+        self.memory.record_sync(session_id, _unrecorded(messages, fresh), origin="pydantic-ai messages")
+        return fresh[-1] if fresh else 0
+
+    async def arecord(self, session_id: str, messages: Sequence[ModelMessage]) -> int:
+        """:meth:`record` off the event loop."""
+        fresh: list[int] = []
+        await self.memory.record(session_id, _unrecorded(messages, fresh), origin="pydantic-ai messages")
+        return fresh[-1] if fresh else 0
 
     def processor(self, session_id: str) -> Callable[[list[ModelMessage]], Awaitable[list[ModelMessage]]]:
         """A history processor for ``Agent(history_processors=[...])``: records what is new, then
         returns the compacted surface."""
 
         async def process(messages: list[Any]) -> list[Any]:  # resolved at run time by pydantic-ai
-            self.record(session_id, messages)
+            await self.arecord(session_id, messages)
             return await self.load(session_id)
 
         return process
@@ -130,6 +149,27 @@ class CompactingHistory:
                 f"Agent(history_processors=[...]) instead ({e})"
             ) from e
         return ProcessHistory(self.processor(session_id))
+
+
+def _unrecorded(messages: Sequence[ModelMessage], fresh: list[int]) -> Callable[[Session], list[Item]]:
+    """What of ``messages`` the session does not hold yet, as items (how many messages: appended
+    to ``fresh``, once per attempt)."""
+
+    def unrecorded(session: Session) -> list[Item]:
+        known = CompactingMemory.recorded_ids(session)
+        items: list[Item] = []
+        count = 0
+        for message in messages:
+            if _is_recorded(message, known):
+                continue
+            found = from_model_message(message)
+            known.update(_item_id(i) for i in found)
+            items.extend(found)
+            count += 1
+        fresh.append(count)
+        return items
+
+    return unrecorded
 
 
 def _version() -> str:
