@@ -40,9 +40,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from compaction.errors import (
     CompactionError,
@@ -402,7 +402,7 @@ class CompactingMemory:
 
     def surface_sync(self, key: str) -> list[Message]:
         """The messages the model is to see, compacted first when over the threshold. Blocking:
-        the compaction runs in an event loop of this thread's own."""
+        the compaction runs in an event loop of its own (:func:`run_apart`)."""
         return self.compacted_sync(key).after
 
     async def surface(self, key: str) -> list[Message]:
@@ -419,7 +419,7 @@ class CompactingMemory:
                 return Compacted([], [], [])
             before = len(session)
             messages = session.derive_messages()
-            asyncio.run(self.compact(session))
+            run_apart(self.compact(session))
             after = messages if len(session) == before else session.derive_messages()
             recorded = [m for e in session.events() if e.SURFACE and (m := project(e)) is not None]
             return Compacted(messages, after, recorded)
@@ -472,6 +472,16 @@ class LoopSummarizer(Summarizer):
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+def run_apart(work: Coroutine[Any, Any, None]) -> None:
+    """``work`` to completion in an event loop of its own, leaving this thread's current loop (a
+    framework's, e.g. the one ``run_sync`` keeps) as it was, which :func:`asyncio.run` would unset."""
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(work)
+    finally:
+        loop.close()
 
 
 def owner_of(session: Session) -> str | None:

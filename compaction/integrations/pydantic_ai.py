@@ -138,17 +138,20 @@ class CompactingHistory:
 
         return process
 
-    def capability(self, session_id: str) -> Any:
-        """The processor as a pydantic-ai 2 capability: ``Agent(capabilities=[...])`` (pydantic-ai 1
-        takes :meth:`processor` as ``Agent(history_processors=[...])``)."""
+    def capability(self, key: str | None = None) -> Any:
+        """The pydantic-ai 2 capability: ``Agent(capabilities=[history.capability()])`` records
+        every message of every run (final answers included) and sends the model the compacted
+        conversation, ``key``'s or, without one, the run's ``conversation_id``'s
+        (:class:`~compaction.integrations.pydantic_ai_capability.CompactionCapability`). pydantic-ai 1
+        takes :meth:`processor` as ``Agent(history_processors=[...])``."""
         try:
-            from pydantic_ai.capabilities import ProcessHistory
+            from compaction.integrations.pydantic_ai_capability import CompactionCapability
         except ImportError as e:
             raise FrameworkMissingError(
-                f"pydantic-ai {_version()} has no capabilities; pass processor({session_id!r}) as "
+                f"pydantic-ai {_version()} has no capabilities; pass processor({key!r}) as "
                 f"Agent(history_processors=[...]) instead ({e})"
             ) from e
-        return ProcessHistory(self.processor(session_id))
+        return CompactionCapability(self, key)
 
 
 def _unrecorded(messages: Sequence[ModelMessage], fresh: list[int]) -> Callable[[Session], list[Item]]:

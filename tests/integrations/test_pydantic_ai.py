@@ -69,7 +69,7 @@ async def test_a_multi_turn_run_is_compacted_kept_and_audited(url: str) -> None:
     agent = make_agent(history, "fixer", model)
     for k in range(9):
         result = await agent.run(prompt(k), message_history=await history.load("fixer"))
-        assert history.record("fixer", result.new_messages()) == 1, "only the final answer was new"
+        assert history.record("fixer", result.new_messages()) == 0, "the capability recorded the whole run"
     assert history.memory.compactions
     sent = model.sent[-1]
     first = sent[0].parts[0]
