@@ -20,6 +20,7 @@ PINNED: dict[str, set[str]] = {
         "EventRuleError",
         "ImageBlock",
         "Message",
+        "OpaqueBlock",
         "ReasoningBlock",
         "Replace",
         "RequestHeader",

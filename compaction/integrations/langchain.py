@@ -19,6 +19,7 @@ This module imports LangChain when it is imported; ``import compaction.integrati
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -35,7 +36,9 @@ from compaction.integrations.memory import (
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import (
     Block,
+    ImageBlock,
     Message,
+    OpaqueBlock,
     ReasoningBlock,
     Source,
     TextBlock,
@@ -165,7 +168,9 @@ class CompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
         def unrecorded(session: Session) -> list[Item]:
             known = self.memory.recorded_ids(session)
-            return [from_langchain(m) for m in messages if not {m.id, f"system:{m.id}"} & known]
+            return [
+                from_langchain(m) for m in messages if not {m.id, f"system:{m.id}", f"parts:{m.id}"} & known
+            ]
 
         return unrecorded
 
@@ -180,7 +185,7 @@ def _replacement(
         return None
     kept = {m.id: m for m in state if m.id}
     surface = [
-        kept.get(m.id.removeprefix("system:"), converted)
+        kept.get(m.id.removeprefix("system:").removeprefix("parts:"), converted)
         for m, converted in zip(after, to_langchain(after), strict=True)
     ]
     return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *surface]}
@@ -209,6 +214,9 @@ def from_langchain(message: BaseMessage) -> Item:
             message.tool_call_id, (TextBlock(str(message.text)),), message_id, message.status == "error"
         )
     if isinstance(message, HumanMessage):
+        if isinstance(message.content, list):
+            parts = tuple(_part(p) for p in message.content)
+            return UserItem(Message(id=f"parts:{message_id}", role="user", content=parts))
         return UserItem(Message(id=message_id, role="user", content=(TextBlock(str(message.text)),)))
     if isinstance(message, SystemMessage):
         return ContextItem(
@@ -250,11 +258,48 @@ def to_langchain(messages: Sequence[Message]) -> list[AnyMessage]:
                     id=message.id,
                 )
             )
+        elif message.id.startswith("parts:"):
+            parts = [_part_of(b) for b in message.content]
+            out.append(HumanMessage(content=parts, id=message.id.removeprefix("parts:")))
         elif message.id.startswith("system:"):
             out.append(SystemMessage(content=text_of(message.content), id=message.id.removeprefix("system:")))
         else:
             out.append(HumanMessage(content=text_of(message.content), id=message.id))
     return out
+
+
+def _part(part: Any) -> Block:
+    """A content part: text; an image by URL or base64 in LangChain's two usual shapes; anything
+    else opaque (returned as it came)."""
+    if isinstance(part, str):
+        return TextBlock(part)
+    if part == {"type": "text", "text": part.get("text")}:
+        return TextBlock(str(part["text"]))
+    image_url = part.get("image_url")
+    if part == {"type": "image_url", "image_url": image_url} and image_url == {"url": _url(image_url)}:
+        url = str(image_url["url"])
+        digest = hashlib.sha256(url.encode()).hexdigest()[:16]
+        return ImageBlock(attachment_id=f"sha256-{digest}", media_type="image", url=url)
+    if set(part) == {"type", "base64", "mime_type"} and part["type"] == "image":
+        data = str(part["base64"])
+        digest = hashlib.sha256(data.encode()).hexdigest()[:16]
+        return ImageBlock(attachment_id=f"sha256-{digest}", media_type=str(part["mime_type"]), data=data)
+    payload = json.dumps(part, sort_keys=True)
+    return OpaqueBlock(framework=PROVIDER, kind=str(part.get("type", "")), payload=payload)
+
+
+def _url(value: Any) -> Any:
+    return value.get("url") if isinstance(value, dict) else None
+
+
+def _part_of(block: Block) -> Any:
+    if isinstance(block, ImageBlock) and block.data is not None:
+        return {"type": "image", "base64": block.data, "mime_type": block.media_type}
+    if isinstance(block, ImageBlock):
+        return {"type": "image_url", "image_url": {"url": block.url}}
+    if isinstance(block, OpaqueBlock):
+        return json.loads(block.payload)
+    return {"type": "text", "text": block.text if isinstance(block, TextBlock) else ""}
 
 
 def _arguments(raw: str) -> dict[str, Any]:

@@ -17,6 +17,7 @@ items come back as they went in until a compaction replaces some of them with it
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import inspect
 import json
 import logging
@@ -35,7 +36,9 @@ from compaction.integrations.memory import (
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import (
     Block,
+    ImageBlock,
     Message,
+    OpaqueBlock,
     ReasoningBlock,
     Source,
     TextBlock,
@@ -55,6 +58,11 @@ log = logging.getLogger("compaction.integrations")
 JSON = dict[str, Any]
 PROVIDER = "openai-agents"
 ASSISTANT_SIDE = frozenset({"reasoning", "function_call"})
+OWN_TYPES = frozenset({"message", "reasoning", "function_call", "function_call_output"})
+"""The item types this module interprets; every other one (a hosted tool call such as
+``web_search_call``, a computer or shell call and its output, ...) is kept as an opaque block of
+the model's response it came with, and handed back unchanged."""
+PLAIN_REASONING = frozenset({"id", "type", "summary"})
 CONTEXT_ROLES = frozenset({"system", "developer"})
 
 
@@ -240,7 +248,11 @@ def from_items(items: Sequence[JSON], origin: str) -> list[Item]:
     for index, item in enumerate(items):
         where = f"{origin} item {index}"
         kind = item.get("type", "message")
-        if kind in ASSISTANT_SIDE or (kind == "message" and item.get("role") == "assistant"):
+        if (
+            kind not in OWN_TYPES
+            or kind in ASSISTANT_SIDE
+            or (kind == "message" and item.get("role") == "assistant")
+        ):
             group.extend(_assistant_blocks(item, where))
             continue
         if group:
@@ -251,13 +263,8 @@ def from_items(items: Sequence[JSON], origin: str) -> list[Item]:
             out.append(
                 ResultItem(call_id, (TextBlock(_output_text(item.get("output"))),), f"result-{call_id}")
             )
-        elif kind == "message":
-            out.append(_user(item, where))
         else:
-            raise IntegrationError(
-                f"{where}: expected a message, reasoning, function_call or function_call_output item; "
-                f"found type {kind!r}"
-            )
+            out.append(_user(item, where))
     if group:
         out.append(_assistant(group))
     return out
@@ -269,7 +276,11 @@ def _assistant_blocks(item: JSON, where: str) -> list[tuple[str, Block]]:
     if kind == "reasoning":
         summary = item.get("summary") or []
         text = "\n".join(str(part.get("text", "")) for part in summary if isinstance(part, Mapping))
-        return [(item_id, ReasoningBlock(text))]
+        if set(item) <= PLAIN_REASONING:
+            return [(item_id, ReasoningBlock(text))]
+        return [(item_id, _opaque(item, text))]  # encrypted content, raw content: back as it came
+    if kind not in OWN_TYPES:
+        return [(item_id, _opaque(item, _described(item)))]
     if kind == "function_call":
         call = ToolCallBlock(
             id=str(item["call_id"]), name=str(item["name"]), arguments=str(item["arguments"])
@@ -286,6 +297,19 @@ def _assistant_blocks(item: JSON, where: str) -> list[tuple[str, Block]]:
     return blocks
 
 
+def _opaque(item: JSON, text: str) -> OpaqueBlock:
+    kind = str(item.get("type", "message"))
+    return OpaqueBlock(framework=PROVIDER, kind=kind, payload=json.dumps(item, sort_keys=True), text=text)
+
+
+def _described(item: JSON) -> str:
+    """What a reader may see of an item this module does not interpret: its action or query."""
+    action = item.get("action")
+    if isinstance(action, Mapping):
+        return " ".join(f"{k}={v}" for k, v in sorted(action.items()) if isinstance(v, str | int | float))
+    return str(item.get("status", ""))
+
+
 def _assistant(group: list[tuple[str, Block]]) -> AssistantItem:
     ids = json.dumps([item_id for item_id, _ in group])
     source = Source(kind="model", provider=PROVIDER, model="unknown")
@@ -296,15 +320,40 @@ def _user(item: JSON, where: str) -> UserItem | ContextItem:
     role = str(item.get("role", "user"))
     content = item.get("content")
     if isinstance(content, str):
-        text = content
+        blocks: tuple[Block, ...] = (TextBlock(content),)
+        shape = "text"
     elif isinstance(content, list):
-        text = "\n".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
+        blocks = tuple(_user_part(part, where) for part in content)
+        shape = "parts"
     else:
         raise IntegrationError(f"{where}: expected message content as text or parts; found {content!r}")
     if role not in {"user", *CONTEXT_ROLES}:
         raise IntegrationError(f"{where}: expected a user, system or developer message; found role {role!r}")
-    message = Message(id=f"{role}:{where}", role="user", content=(TextBlock(text),))
+    message = Message(id=f"{role}:{shape}:{where}", role="user", content=blocks)
     return ContextItem(message) if role in CONTEXT_ROLES else UserItem(message)
+
+
+def _user_part(part: Any, where: str) -> Block:
+    """An input part: text; an image (URL, ``data:`` URL or file id) as an image block; anything
+    else (a file, audio) opaque."""
+    if not isinstance(part, Mapping):
+        raise IntegrationError(f"{where}: expected content parts as objects; found {part!r}")
+    kind = part.get("type")
+    if kind == "input_text":
+        return TextBlock(str(part.get("text", "")))
+    if kind == "input_image" and (part.get("image_url") or part.get("file_id")):
+        url = str(part.get("image_url") or "")
+        reference = url or f"file:{part.get('file_id')}"
+        media = url[5 : url.index(";")] if url.startswith("data:") and ";" in url else "image"
+        digest = hashlib.sha256(reference.encode()).hexdigest()[:16]
+        return ImageBlock(
+            attachment_id=str(part.get("file_id") or f"sha256-{digest}"),
+            media_type=media,
+            bytes=len(url),
+            url=url or None,
+            detail=str(part["detail"]) if part.get("detail") else None,
+        )
+    return _opaque(dict(part), str(part.get("filename", "")))
 
 
 def _output_text(output: Any) -> str:
@@ -335,11 +384,29 @@ def to_items(messages: Sequence[Message]) -> list[JSON]:
                 }
             )
         else:
-            role = message.id.split(":", 1)[0]
-            items.append(
-                {"content": text_of(message.content), "role": role if role in CONTEXT_ROLES else "user"}
-            )
+            role, _, rest = message.id.partition(":")
+            shape = rest.partition(":")[0]
+            content: Any = text_of(message.content)
+            if shape == "parts":
+                content = [_input_part(b) for b in message.content]
+            items.append({"content": content, "role": role if role in CONTEXT_ROLES else "user"})
     return items
+
+
+def _input_part(block: Block) -> JSON:
+    if isinstance(block, ImageBlock):
+        part: JSON = {"type": "input_image"}
+        if block.detail:
+            part["detail"] = block.detail
+        if block.url:
+            part["image_url"] = block.url
+        else:
+            part["file_id"] = block.attachment_id
+        return part
+    if isinstance(block, OpaqueBlock):
+        loaded: JSON = json.loads(block.payload)
+        return loaded
+    return {"type": "input_text", "text": block.text if isinstance(block, TextBlock) else ""}
 
 
 def _item_ids(message: Message) -> list[str]:
@@ -371,6 +438,9 @@ def _assistant_items(message: Message) -> list[JSON]:
             items.append(open_message)
             continue
         open_message = None
+        if isinstance(block, OpaqueBlock):
+            items.append(json.loads(block.payload))
+            continue
         if isinstance(block, ReasoningBlock):
             item: JSON = {"summary": [{"text": block.text, "type": "summary_text"}], "type": "reasoning"}
         elif isinstance(block, ToolCallBlock):

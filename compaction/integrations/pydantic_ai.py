@@ -20,6 +20,7 @@ messages they stand for; a message without it is identified by a hash of its par
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from collections.abc import Sequence
@@ -37,7 +38,9 @@ from compaction.integrations.memory import (
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import (
     Block,
+    ImageBlock,
     Message,
+    OpaqueBlock,
     ReasoningBlock,
     Source,
     TextBlock,
@@ -191,7 +194,8 @@ def _is_recorded(message: ModelMessage, known: set[str]) -> bool:
     tagged = (message.metadata or {}).get(METADATA_KEY)
     if isinstance(tagged, list) and tagged and all(t in known for t in tagged):
         return True
-    return f"{fingerprint(message)}-0" in known
+    first = f"{fingerprint(message)}-0"
+    return any(f"{prefix}{first}" in known for prefix in ("", "parts:", "system:", "retry:"))
 
 
 def fingerprint(message: ModelMessage) -> str:
@@ -229,17 +233,15 @@ def _response(message: ModelResponse, message_id: str) -> AssistantItem:
     for part in message.parts:
         if isinstance(part, TextPart):
             blocks.append(TextBlock(part.content))
-        elif isinstance(part, ThinkingPart):
+        elif isinstance(part, ThinkingPart) and part == ThinkingPart(content=part.content):
             blocks.append(ReasoningBlock(part.content))
         elif isinstance(part, ToolCallPart):
             blocks.append(
                 ToolCallBlock(id=part.tool_call_id, name=part.tool_name, arguments=part.args_as_json_str())
             )
-        else:
-            raise IntegrationError(
-                f"pydantic-ai response {message_id}: expected text, thinking or tool-call parts; "
-                f"found a {part.part_kind!r} part"
-            )
+        else:  # built-in tool calls and returns, files, signed thinking: kept as they came
+            text = str(getattr(part, "tool_name", getattr(part, "content", "")))
+            blocks.append(_opaque(_response_parts(), part, part.part_kind, text))
     source = Source(kind="model", provider=PROVIDER, model=message.model_name or "unknown")
     return AssistantItem(Message(id=message_id, role="assistant", content=tuple(blocks), source=source))
 
@@ -255,8 +257,10 @@ def _request_part(part: ModelRequestPart, message_id: str) -> Item:
 
     if isinstance(part, UserPromptPart):
         content = part.content
-        text = content if isinstance(content, str) else "\n".join(str(c) for c in content)
-        return UserItem(Message(id=message_id, role="user", content=(TextBlock(text),)))
+        if isinstance(content, str):
+            return UserItem(Message(id=message_id, role="user", content=(TextBlock(content),)))
+        blocks = tuple(_user_content(c) for c in content)
+        return UserItem(Message(id=f"parts:{message_id}", role="user", content=blocks))
     if isinstance(part, SystemPromptPart):
         return ContextItem(_user_text(f"system:{message_id}", part.content))
     if isinstance(part, ToolReturnPart):
@@ -272,6 +276,49 @@ def _request_part(part: ModelRequestPart, message_id: str) -> Item:
         f"pydantic-ai request part {message_id}: expected user-prompt, system-prompt, tool-return or "
         f"retry-prompt; found {part.part_kind!r}"
     )
+
+
+def _user_content(content: Any) -> Block:
+    """A part of a user prompt: text; an image (URL or bytes) as an image block when it comes
+    back equal; anything else (documents, audio, video, images with extra settings) opaque."""
+    from pydantic_ai.messages import BinaryContent, ImageUrl
+
+    if isinstance(content, str):
+        return TextBlock(content)
+    if isinstance(content, ImageUrl) and ImageUrl(url=content.url) == content:
+        digest = hashlib.sha256(content.url.encode()).hexdigest()[:16]
+        return ImageBlock(attachment_id=f"sha256-{digest}", media_type=content.media_type, url=content.url)
+    if isinstance(content, BinaryContent) and content.is_image:
+        again = BinaryContent(data=content.data, media_type=content.media_type)
+        if again == content:
+            digest = hashlib.sha256(content.data).hexdigest()[:16]
+            return ImageBlock(
+                attachment_id=f"sha256-{digest}",
+                media_type=content.media_type,
+                bytes=len(content.data),
+                data=base64.b64encode(content.data).decode(),
+            )
+    kind = str(getattr(content, "kind", type(content).__name__))
+    return _opaque(_user_contents(), content, kind, str(getattr(content, "url", "")))
+
+
+def _opaque(adapter: Any, value: Any, kind: str, text: str) -> OpaqueBlock:
+    payload = adapter.dump_json(value).decode()
+    return OpaqueBlock(framework=PROVIDER, kind=kind, payload=payload, text=text)
+
+
+def _user_contents() -> Any:
+    from pydantic import TypeAdapter
+    from pydantic_ai.messages import UserContent
+
+    return TypeAdapter(UserContent)
+
+
+def _response_parts() -> Any:
+    from pydantic import TypeAdapter
+    from pydantic_ai.messages import ModelResponsePart
+
+    return TypeAdapter(ModelResponsePart)
 
 
 def _user_text(message_id: str, text: str) -> Message:
@@ -312,12 +359,24 @@ def _request_part_of(pai: Any, message: Message, names: dict[str, str]) -> Any:
             return pai.RetryFeedbackPart(
                 content=text_of(message.content), retry=pai.RetryInfo(cause="model_retry")
             )
+        if message.id.startswith("parts:"):
+            return pai.UserPromptPart(content=[_content_of(pai, b) for b in message.content])
         return pai.UserPromptPart(content=text_of(message.content))
     name = names.get(result.tool_call_id, "")
     outcome = "failed" if result.is_error else "success"
     return pai.ToolReturnPart(
         tool_name=name, content=text_of(result.content), tool_call_id=result.tool_call_id, outcome=outcome
     )
+
+
+def _content_of(pai: Any, block: Block) -> Any:
+    if isinstance(block, ImageBlock) and block.data is not None:
+        return pai.BinaryContent(data=base64.b64decode(block.data), media_type=block.media_type)
+    if isinstance(block, ImageBlock) and block.url is not None:
+        return pai.ImageUrl(url=block.url)
+    if isinstance(block, OpaqueBlock) and block.framework == PROVIDER:
+        return _user_contents().validate_json(block.payload)
+    return block.text if isinstance(block, TextBlock) else ""
 
 
 def _model_response(pai: Any, message: Message) -> Any:
@@ -329,5 +388,7 @@ def _model_response(pai: Any, message: Message) -> Any:
             parts.append(pai.ThinkingPart(content=block.text))
         elif isinstance(block, ToolCallBlock):
             parts.append(pai.ToolCallPart(tool_name=block.name, args=block.arguments, tool_call_id=block.id))
+        elif isinstance(block, OpaqueBlock) and block.framework == PROVIDER:
+            parts.append(_response_parts().validate_json(block.payload))
     model = message.source.model if message.source.model not in (None, "unknown") else None
     return pai.ModelResponse(parts=parts, model_name=model, metadata={METADATA_KEY: [message.id]})

@@ -198,10 +198,11 @@ async def test_developer_messages_are_context_and_come_back_as_they_went_in(url:
     assert session.type_counts.get("context/message") == 1 and session.first_user_seq == 1
 
 
-async def test_an_unknown_item_type_is_refused_naming_it(url: str) -> None:
+async def test_a_message_of_an_unknown_role_is_refused_naming_it(url: str) -> None:
+    """(An unknown item *type* is kept opaquely: tests/integrations/test_content.py.)"""
     ours = CompactingSession("fixer", url, context_window=100_000)
-    with pytest.raises(IntegrationError, match="found type 'web_search_call'"):
-        await ours.add_items([{"type": "web_search_call", "id": "ws_1", "status": "completed"}])
+    with pytest.raises(IntegrationError, match="found role 'critic'"):
+        await ours.add_items([{"type": "message", "role": "critic", "content": "no"}])
 
 
 # ---------------------------------------------------------------- helpers
