@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -199,6 +200,7 @@ class CompactingMemory:
         system: str | None = None,
         retries: int = 1,
         allow_foreign: bool = False,
+        keep_sessions: int = 256,
     ) -> None:
         if store is not None and url is not None:
             raise IntegrationError(f"expected a store URL or an open store, found both (url {url!r})")
@@ -216,6 +218,8 @@ class CompactingMemory:
         self.compactions: list[CompactionResult] = []
         self._locks: dict[str, asyncio.Lock] = {}
         self._run_locks: dict[str, asyncio.Lock] = {}
+        self._kept: OrderedDict[str, Session] = OrderedDict()
+        self._keep = keep_sessions
 
     @property
     def provider(self) -> str:
@@ -269,11 +273,21 @@ class CompactingMemory:
     # ------------------------------------------------------------ reading the store (sync parts)
 
     def load_sync(self, key: str) -> Session:
-        """The current session of ``key`` (a new, unsaved one when the key is new). Blocking."""
+        """The current session of ``key`` (a new, unsaved one when the key is new). Blocking.
+
+        The ``keep_sessions`` most recently used sessions stay loaded: one is used again when the
+        store holds no event past it (one query), else loaded again; so another process's appends
+        are always seen. (A new generation another process starts, by ``clear``, is seen once the
+        session is no longer kept.)"""
+        kept = self._kept.get(key)
+        if kept is not None and not kept.pending and self.store.stream_length(kept.id) == kept.saved_length:
+            self._kept.move_to_end(key)
+            return kept
+        self._kept.pop(key, None)
         session_id = self.session_id(key)
         if not self.store.exists(session_id):
-            return self.store.create(session_id)
-        session = self.store.get(session_id)
+            return self._keep_session(key, self.store.create(session_id))
+        session = self._keep_session(key, self.store.get(session_id))
         owner = owner_of(session)
         if owner is not None and owner != self.framework and not self.allow_foreign:
             raise ForeignSessionError(
@@ -286,13 +300,27 @@ class CompactingMemory:
     async def load(self, key: str) -> Session:
         return await self._off_loop(key, lambda: self.load_sync(key))
 
+    def _keep_session(self, key: str, session: Session) -> Session:
+        if self._keep > 0:
+            self._kept[key] = session
+            while len(self._kept) > self._keep:
+                self._kept.popitem(last=False)
+        return session
+
+    def forget(self, key: str) -> None:
+        """Drop ``key``'s loaded session: the next use loads it from the store."""
+        self._kept.pop(key, None)
+
     def _retrying(self, key: str, what: str, work: Callable[[], T]) -> T:
         """``work`` again after a :class:`ConcurrencyError` (it reloads the session), ``retries``
         times; then :class:`ConversationConflictError`."""
         for attempt in range(self.retries + 1):
             try:
                 return work()
-            except ConcurrencyError as e:
+            except BaseException as e:
+                self.forget(key)  # what it appended in memory is not in the store: load it again
+                if not isinstance(e, ConcurrencyError):
+                    raise
                 if attempt == self.retries:
                     raise ConversationConflictError(
                         f"{self.framework} conversation {key!r} (session {e.session_id}): expected to "
@@ -391,6 +419,7 @@ class CompactingMemory:
             session = self.store.create(generation_id(self.framework, key, generation))
             session.append(SessionResume(origin=f"clear_session of {key!r}: generation {generation}"))
             self.store.save(session)
+            self.forget(key)
             return session.id
 
         return self._retrying(key, "starting a new generation", attempt)
