@@ -73,6 +73,9 @@ class Heartbeat:
         ordered = sorted(self.lags)
         return 1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else 0.0
 
+    def median_ms(self) -> float:
+        return 1000 * statistics.median(self.lags) if self.lags else 0.0
+
     def max_ms(self) -> float:
         return 1000 * max(self.lags, default=0.0)
 
@@ -268,7 +271,7 @@ def measure(framework: str, base: str = PG_BASE) -> list[Result]:
         ),
         Result(
             f"adapters: {framework} heartbeat lag max", f"{heartbeat.max_ms():.1f} ms",
-            f"{alone.max_ms():.1f} ms without (median {statistics.median(heartbeat.lags or [0.0]) * 1000:.1f})",
+            f"{alone.max_ms():.1f} ms without (median {heartbeat.median_ms():.1f})",
             heartbeat.max_ms(),
             MAX_TARGET_MS, False,
         ),

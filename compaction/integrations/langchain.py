@@ -147,8 +147,7 @@ class CompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         key = self.thread_of(runtime)
         messages = state["messages"]
         await self.memory.record(key, self._unrecorded(messages), origin="langchain state")
-        found = await self.memory.compacted(key)
-        return _replacement(messages, found.before, found.after)
+        return await self.memory.view(key, lambda found: _replacement(messages, found.before, found.after))
 
     def after_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Record the model's answer right away, so the last answer of a run is in the log too."""

@@ -459,6 +459,11 @@ class CompactingMemory:
         """:meth:`compacted_sync` in a worker thread, under ``key``'s lock."""
         return await self._off_loop(key, lambda: self.compacted_sync(key))
 
+    async def view(self, key: str, render: Callable[[Compacted], T]) -> T:
+        """``render`` of :meth:`compacted_sync`, both in the worker thread: an adapter turns the
+        surface into its framework's messages there, not on the event loop."""
+        return await self._off_loop(key, lambda: render(self.compacted_sync(key)))
+
     async def compact(self, session: Session) -> None:
         """Compact ``session`` when it is over the threshold: inside its open turn when one is
         open (automatic), else between turns. A compaction failure is logged; the surface stays

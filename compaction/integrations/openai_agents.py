@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from compaction.errors import FrameworkMissingError, IntegrationError
 from compaction.integrations.memory import (
     AssistantItem,
+    Compacted,
     CompactingMemory,
     ContextItem,
     Item,
@@ -132,7 +133,7 @@ class CompactingSession:
         session is over its threshold."""
         from agents.memory.session_settings import resolve_session_limit
 
-        items = to_items(await self.memory.surface(self.session_id))
+        items = await self.memory.view(self.session_id, lambda found: to_items(found.after))
         wanted = resolve_session_limit(limit, self.session_settings)
         return items if wanted is None else items[-wanted:] if wanted > 0 else []
 
@@ -201,16 +202,20 @@ class CompactingSession:
         from agents.memory.session_settings import resolve_session_limit
         from agents.run_config import ModelInputData
 
-        sent = [as_json(i) for i in data.model_data.input]
-        found = await self.memory.compacted(self.session_id)
-        held = {item_key(i) for i in to_items(found.recorded)}
-        start = len(sent)
-        while start > 0 and item_key(sent[start - 1]) not in held:
-            start -= 1
-        surface = to_items(found.after)
+        sent = list(data.model_data.input)
         wanted = resolve_session_limit(None, self.session_settings)
-        surface = surface if wanted is None else surface[-wanted:] if wanted > 0 else []
-        items: list[Any] = [*surface, *sent[start:]]
+
+        def model_input(found: Compacted) -> list[Any]:  # in the worker thread
+            given = [as_json(i) for i in sent]
+            held = {item_key(i) for i in to_items(found.recorded)}
+            start = len(given)
+            while start > 0 and item_key(given[start - 1]) not in held:
+                start -= 1
+            surface = to_items(found.after)
+            surface = surface if wanted is None else surface[-wanted:] if wanted > 0 else []
+            return [*surface, *given[start:]]
+
+        items = await self.memory.view(self.session_id, model_input)
         return ModelInputData(input=items, instructions=data.model_data.instructions)
 
 

@@ -112,7 +112,7 @@ class CompactingHistory:
     async def load(self, session_id: str) -> list[ModelMessage]:
         """The surface of ``session_id`` as pydantic-ai messages, compacted first when over the
         threshold (an empty list for a new session)."""
-        return to_model_messages(await self.memory.surface(session_id))
+        return await self.memory.view(session_id, lambda found: to_model_messages(found.after))
 
     def load_sync(self, session_id: str) -> list[ModelMessage]:
         """:meth:`load` for synchronous code (``agent.run_sync``); blocking."""
