@@ -4,6 +4,7 @@ compaction before every model call of a long run (scenarios 3 and 5 of the backe
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -119,3 +120,25 @@ def _fields(message: BaseMessage) -> tuple[Any, ...]:
         message.response_metadata,
         getattr(message, "artifact", None),
     )
+
+
+async def test_concurrent_threads_through_one_middleware_each_keep_their_own_turns(url: str) -> None:
+    middleware = CompactionMiddleware(url, context_window=6000)
+
+    async def conversation(k: int) -> None:
+        model = ReadingModel(messages=iter(()), sent=[])  # one model per user: its script is per prompt
+        agent = create_agent(model, tools=[read_file], middleware=[middleware])
+        thread = {"configurable": {"thread_id": f"user-{k}"}}
+        messages: list[Any] = []
+        for turn in range(3):
+            ask = {"role": "user", "content": prompt(turn) + f" (user {k})"}
+            messages = (await agent.ainvoke({"messages": [*messages, ask]}, thread))["messages"]
+
+    await asyncio.gather(*(conversation(k) for k in range(5)))
+    for k in range(5):
+        session = await middleware.memory.load(f"user-{k}")
+        asked = [e.message.content[0].text for e in session.events() if e.type == "user/message"]
+        mine = [a for a in asked if a.endswith(")") and "(user " in a]
+        assert mine == [prompt(turn) + f" (user {k})" for turn in range(3)], "each thread its own prompts"
+        assert session.type_counts["turn/end"] == 3
+    audit_passes(url)
