@@ -23,6 +23,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import (
+    bench_adapters,
     bench_append,
     bench_compaction,
     bench_decision,
@@ -49,6 +50,7 @@ BENCHMARKS: dict[str, Callable[[], list[Result]]] = {
     "rebuild": bench_rebuild.run,
     "recovery": bench_recovery.run,
     "peers": bench_peers.run,  # in the default set only with the bench extra (bench_peers.available)
+    "adapters": bench_adapters.run,  # needs PostgreSQL ($COMPACTION_BENCH_PG) and the framework extras
 }
 
 FLAGS: dict[str, dict[str, Callable[[], list[Result]]]] = {

@@ -27,7 +27,9 @@
     ├── TranscriptError (ValueError)           an input transcript cannot be read; names file and line
     ├── AgentLoopError (RuntimeError)          the reference loop was misused or the model answered badly
     ├── IntegrationError (ValueError)          an agent framework's item cannot be recorded or rendered
-    │   └── FrameworkMissingError (ImportError)  the adapter's framework package is not installed
+    │   ├── FrameworkMissingError (ImportError)  the adapter's framework package is not installed
+    │   ├── ForeignSessionError                a session one framework made, opened by another
+    │   └── ConversationConflictError          another process kept writing the conversation
     ├── ScriptExhaustedError (LookupError)     a scripted model was called more often than scripted
     ├── CompactionError
     │   ├── SpanError (ValueError)             the region is not on the surface or not a balanced cut
@@ -226,6 +228,16 @@ class IntegrationError(EventCompactionError, ValueError):
 
 class FrameworkMissingError(IntegrationError, ImportError):
     """An adapter's framework package is not installed; the message names the extra to install."""
+
+
+class ForeignSessionError(IntegrationError):
+    """An adapter was handed a session another framework made (its ``request/header`` names that
+    framework); pass ``allow_foreign=True`` to the adapter to open it anyway."""
+
+
+class ConversationConflictError(IntegrationError):
+    """Another writer (another process) appended to the conversation's session between this
+    adapter's read and its write, again after every allowed reload-and-retry."""
 
 
 # ---------------------------------------------------------------- the command line

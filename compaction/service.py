@@ -3,7 +3,8 @@
 :class:`~compaction.engine.service.CompactionEngine` (when and where to cut, how to commit) is
 given its summarizer and names none; :class:`BasicCompactService` is the engine whose default is
 :class:`~compaction.summarizers.template.TemplateSummarizer`, used when no ``summarizer`` is passed.
-This module sits above the engine and the summarizers, so neither imports the other.
+This module sits above the engine and the summarizers, so neither imports the other; it also hands
+the rooms above it (the adapters) the window table's lookup, :func:`known_window`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from compaction.engine.meters import meter_named
 from compaction.engine.service import CompactionEngine
 from compaction.engine.settings import Settings, default_settings_path, load_settings
+from compaction.engine.windows import known_window
 from compaction.sessions.session import Session
 from compaction.summarizers.template import TemplateSummarizer
 from compaction.vocabulary.summarizer import Summarizer
@@ -19,6 +21,7 @@ __all__ = [
     "BasicCompactService",
     "Settings",
     "default_settings_path",
+    "known_window",
     "load_settings",
     "service_for",
 ]

@@ -22,6 +22,7 @@ PINNED: dict[str, set[str]] = {
         "EventRuleError",
         "ImageBlock",
         "Message",
+        "OpaqueBlock",
         "ReasoningBlock",
         "Replace",
         "RequestHeader",

@@ -31,7 +31,9 @@ import msgspec
 
 from compaction.sessions.blocks import (
     Block,
+    ImageBlock,
     Message,
+    OpaqueBlock,
     ReasoningBlock,
     TextBlock,
     ToolCallBlock,
@@ -42,6 +44,9 @@ from compaction.sessions.session import PRICE_CODE, Session, project
 from compaction.sessions.surface import NODE_CODE, PackedInts, Surface, packed
 
 BLOCK_OVERHEAD = 4
+IMAGE_TOKENS = 1_000
+"""What an image the log carries (an :class:`ImageBlock` with its URL or bytes) is priced at, on top
+of its description: about what a vision model charges for a medium-sized image."""
 ROLE_OVERHEAD = 4
 COLUMN_CODE = PRICE_CODE  # a meter's column of node prices, as snapshots pack it
 
@@ -151,6 +156,11 @@ class Meter(ABC):
             return self.text_tokens(block.name) + self.text_tokens(block.arguments) + BLOCK_OVERHEAD
         if isinstance(block, ToolResultBlock):
             return sum(self.block(b) for b in block.content) + BLOCK_OVERHEAD
+        if isinstance(block, OpaqueBlock):
+            return self.text_tokens(block.payload) + BLOCK_OVERHEAD
+        if isinstance(block, ImageBlock) and (block.url or block.data):
+            described = msgspec.structs.replace(block, url=None, data=None)
+            return self.text_tokens(_compact_json(described)) + IMAGE_TOKENS + BLOCK_OVERHEAD
         return self.text_tokens(_compact_json(block)) + BLOCK_OVERHEAD
 
     def message(self, message: Message) -> int:

@@ -11,7 +11,10 @@ adapter                                    framework           extra
 Each module imports its framework lazily (on first use of the adapter), so ``import
 compaction.integrations`` and the base install stay free of them; a missing framework raises
 :class:`~compaction.errors.FrameworkMissingError` naming the extra. The shared part,
-:mod:`compaction.integrations.memory`, records items as events and compacts the surface.
+:mod:`compaction.integrations.memory`, records items as events and compacts the surface, off the
+event loop, one conversation (the framework's own id, namespaced per framework) per session;
+:mod:`compaction.integrations.summarizers` makes a framework's own model the summarizer;
+``CompactingHistory.capability()`` is :mod:`compaction.integrations.pydantic_ai_capability`.
 """
 
 from __future__ import annotations

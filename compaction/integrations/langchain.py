@@ -1,26 +1,27 @@
 """LangChain v1 agents: a middleware that keeps the conversation in a compacting event log
 (extra ``langchain``).
 
-    memory = CompactionMiddleware("user-42", "sqlite:///./.compaction/sessions.db", context_window=128_000)
-    agent = create_agent(model, tools=[...], middleware=[memory])
+    memory = CompactionMiddleware("sqlite:///./.compaction/sessions.db", model="gpt-4o")
+    agent = create_agent(model, tools=[...], middleware=[memory], checkpointer=InMemorySaver())
+    agent.invoke({"messages": [...]}, {"configurable": {"thread_id": "user-42"}})
 
 Before every model call, :meth:`CompactionMiddleware.before_model` records the state's messages the
 log does not hold yet (a ``HumanMessage`` opens a turn; an ``AIMessage`` is one step with its tool
 calls; a ``ToolMessage`` answers its call; ``after_model`` records each answer as it arrives),
-compacts when the session is over its threshold, and replaces the state's messages with the surface,
-as LangChain's ``SummarizationMiddleware`` does, but with every original message kept in the log,
-the task statement pinned first, tool pairs never split, and ``compaction audit`` able to re-check
-every compaction. Messages are matched by their LangChain ``id`` (the surface hands them back with
-the ids they were recorded under).
+compacts when the session is over its threshold, and, only when a compaction replaced something,
+replaces the state's messages with the surface (as LangChain's ``SummarizationMiddleware`` does),
+but with every original message kept in the log, the task statement pinned first, tool pairs
+never split, and ``compaction audit`` able to re-check every compaction. Messages are matched by
+their LangChain ``id``; a message the state still holds is handed back as the state's own object.
 
 This module imports LangChain when it is imported; ``import compaction.integrations`` does not.
 """
 
 from __future__ import annotations
 
-import asyncio
+import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from compaction.errors import FrameworkMissingError, IntegrationError
@@ -35,7 +36,9 @@ from compaction.integrations.memory import (
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import (
     Block,
+    ImageBlock,
     Message,
+    OpaqueBlock,
     ReasoningBlock,
     Source,
     TextBlock,
@@ -44,7 +47,9 @@ from compaction.sessions.blocks import (
     text_of,
     tool_calls_of,
 )
+from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
+from compaction.vocabulary.summarizer import Summarizer
 
 try:
     from langchain.agents.middleware import AgentMiddleware, AgentState
@@ -57,6 +62,7 @@ try:
         SystemMessage,
         ToolMessage,
     )
+    from langgraph.config import get_config
     from langgraph.graph.message import REMOVE_ALL_MESSAGES
     from langgraph.runtime import Runtime
 except ImportError as e:  # pragma: no cover - exercised by a subprocess test without LangChain
@@ -68,61 +74,120 @@ PROVIDER = "langchain"
 
 
 class CompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
-    """Records the agent's messages as events and hands the model the compacted surface."""
+    """Records the agent's messages as events and hands the model the compacted surface.
+
+    The conversation is the run's LangGraph ``thread_id`` (``config={"configurable":
+    {"thread_id": ...}}``, as a checkpointer needs anyway), namespaced for LangChain; ``thread``
+    names the conversation of runs without one (else such a run is refused). The store is at
+    ``url`` (or ``store``, or the ``memory`` several agents share)."""
 
     def __init__(
         self,
-        session_id: str,
         url: str | None = None,
         *,
         store: SessionStore | None = None,
+        memory: CompactingMemory | None = None,
         service: BasicCompactService | None = None,
         context_window: int | None = None,
+        summarizer: Summarizer | None = None,
         model: str = "unknown",
+        thread: str | None = None,
+        retries: int = 1,
+        allow_foreign: bool = False,
     ) -> None:
         super().__init__()
-        self.session_id = session_id
-        self.memory = CompactingMemory(
-            url, store=store, service=service, context_window=context_window, provider=PROVIDER, model=model
+        if memory is not None and (url is not None or store is not None):
+            raise IntegrationError(
+                "CompactionMiddleware: expected a memory= or a store (url=/store=); found both"
+            )
+        self.thread = thread
+        self.memory = memory or CompactingMemory(
+            url,
+            store=store,
+            service=service,
+            context_window=context_window,
+            summarizer=summarizer,
+            framework=PROVIDER,
+            model=model,
+            retries=retries,
+            allow_foreign=allow_foreign,
         )
 
     def close(self) -> None:
         self.memory.close()
 
-    def before_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """Record, compact, replace. Runs the compaction in its own event loop: use the agent's
-        async API (``ainvoke``) when this thread already runs one."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(self.abefore_model(state, runtime))
+    def thread_of(self, runtime: Runtime[Any] | None) -> str:
+        """The run's ``thread_id`` (LangGraph's conversation id), else ``thread``."""
+        info = getattr(runtime, "execution_info", None)
+        found = getattr(info, "thread_id", None)
+        if found is None:
+            try:
+                found = get_config().get("configurable", {}).get("thread_id")
+            except RuntimeError:
+                found = None
+        if found is not None:
+            return str(found)
+        if self.thread is not None:
+            return self.thread
         raise IntegrationError(
-            f"session {self.session_id!r}: before_model was called inside a running event loop; "
-            "expected the agent's async API (ainvoke/astream), which calls abefore_model"
+            "CompactionMiddleware: expected the run's thread_id (invoke the agent with "
+            "config={'configurable': {'thread_id': ...}}) or CompactionMiddleware(thread=...); found neither"
         )
 
+    def before_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """Record, compact, and replace the state's messages only when a compaction replaced some
+        (blocking: the agent's sync API; ``ainvoke`` runs :meth:`abefore_model`)."""
+        key = self.thread_of(runtime)
+        messages = state["messages"]
+        self.memory.record_sync(key, self._unrecorded(messages), origin="langchain state")
+        found = self.memory.compacted_sync(key)
+        return _replacement(messages, found.before, found.after)
+
     async def abefore_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
-        self.record(state["messages"])
-        surface = to_langchain(await self.memory.surface(self.session_id))
-        return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *surface]}
+        key = self.thread_of(runtime)
+        messages = state["messages"]
+        await self.memory.record(key, self._unrecorded(messages), origin="langchain state")
+        return await self.memory.view(key, lambda found: _replacement(messages, found.before, found.after))
 
     def after_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Record the model's answer right away, so the last answer of a run is in the log too."""
-        self.record(state["messages"])
+        self.memory.record_sync(
+            self.thread_of(runtime), self._unrecorded(state["messages"]), origin="langchain state"
+        )
         return None
 
     async def aafter_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
-        self.record(state["messages"])
+        await self.memory.record(
+            self.thread_of(runtime), self._unrecorded(state["messages"]), origin="langchain state"
+        )
         return None
 
-    def record(self, messages: Sequence[BaseMessage]) -> int:
-        """Record the messages the log does not hold yet (by id), in order; returns how many."""
-        session = self.memory.load(self.session_id)
-        known = self.memory.recorded_ids(session)
-        items = [from_langchain(m) for m in messages if not {m.id, f"system:{m.id}"} & known]
-        if items:
-            self.memory.record(self.session_id, items, origin="langchain state")
-        return len(items)
+    def _unrecorded(self, messages: Sequence[BaseMessage]) -> Callable[[Session], list[Item]]:
+        """What of ``messages`` the session does not hold yet (by id), in order."""
+
+        def unrecorded(session: Session) -> list[Item]:
+            known = self.memory.recorded_ids(session)
+            return [
+                from_langchain(m) for m in messages if not {m.id, f"system:{m.id}", f"parts:{m.id}"} & known
+            ]
+
+        return unrecorded
+
+
+def _replacement(
+    state: Sequence[BaseMessage], before: list[Message], after: list[Message]
+) -> dict[str, Any] | None:
+    """None (the state as it is) unless a compaction changed the surface; then the surface, each
+    message the state still holds handed back as the state's own object (its metadata, artifact
+    and id untouched)."""
+    if after is before:
+        return None
+    kept = {m.id: m for m in state if m.id}
+    surface = [
+        kept.get(m.id.removeprefix("system:").removeprefix("parts:"), converted)
+        for m, converted in zip(after, to_langchain(after), strict=True)
+    ]
+    return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *surface]}
 
 
 # ---------------------------------------------------------------- LangChain -> items
@@ -148,6 +213,9 @@ def from_langchain(message: BaseMessage) -> Item:
             message.tool_call_id, (TextBlock(str(message.text)),), message_id, message.status == "error"
         )
     if isinstance(message, HumanMessage):
+        if isinstance(message.content, list):
+            parts = tuple(_part(p) for p in message.content)
+            return UserItem(Message(id=f"parts:{message_id}", role="user", content=parts))
         return UserItem(Message(id=message_id, role="user", content=(TextBlock(str(message.text)),)))
     if isinstance(message, SystemMessage):
         return ContextItem(
@@ -189,11 +257,48 @@ def to_langchain(messages: Sequence[Message]) -> list[AnyMessage]:
                     id=message.id,
                 )
             )
+        elif message.id.startswith("parts:"):
+            parts = [_part_of(b) for b in message.content]
+            out.append(HumanMessage(content=parts, id=message.id.removeprefix("parts:")))
         elif message.id.startswith("system:"):
             out.append(SystemMessage(content=text_of(message.content), id=message.id.removeprefix("system:")))
         else:
             out.append(HumanMessage(content=text_of(message.content), id=message.id))
     return out
+
+
+def _part(part: Any) -> Block:
+    """A content part: text; an image by URL or base64 in LangChain's two usual shapes; anything
+    else opaque (returned as it came)."""
+    if isinstance(part, str):
+        return TextBlock(part)
+    if part == {"type": "text", "text": part.get("text")}:
+        return TextBlock(str(part["text"]))
+    image_url = part.get("image_url")
+    if part == {"type": "image_url", "image_url": image_url} and image_url == {"url": _url(image_url)}:
+        url = str(image_url["url"])
+        digest = hashlib.sha256(url.encode()).hexdigest()[:16]
+        return ImageBlock(attachment_id=f"sha256-{digest}", media_type="image", url=url)
+    if set(part) == {"type", "base64", "mime_type"} and part["type"] == "image":
+        data = str(part["base64"])
+        digest = hashlib.sha256(data.encode()).hexdigest()[:16]
+        return ImageBlock(attachment_id=f"sha256-{digest}", media_type=str(part["mime_type"]), data=data)
+    payload = json.dumps(part, sort_keys=True)
+    return OpaqueBlock(framework=PROVIDER, kind=str(part.get("type", "")), payload=payload)
+
+
+def _url(value: Any) -> Any:
+    return value.get("url") if isinstance(value, dict) else None
+
+
+def _part_of(block: Block) -> Any:
+    if isinstance(block, ImageBlock) and block.data is not None:
+        return {"type": "image", "base64": block.data, "mime_type": block.media_type}
+    if isinstance(block, ImageBlock):
+        return {"type": "image_url", "image_url": {"url": block.url}}
+    if isinstance(block, OpaqueBlock):
+        return json.loads(block.payload)
+    return {"type": "text", "text": block.text if isinstance(block, TextBlock) else ""}
 
 
 def _arguments(raw: str) -> dict[str, Any]:

@@ -14,6 +14,22 @@ answered, and a turn once the model answers without tool calls, as in the refere
 recorded message keeps the framework's id as ``Message.id``, so an adapter can tell which of the
 messages it is handed are already in the log.
 
+Identity: a conversation is named by the framework's own key (a LangGraph ``thread_id``, an Agents
+SDK session id, a pydantic-ai conversation key) *within its framework*: the session id is
+``uuid5(NAMESPACE, "<framework>\x1f<key>#<generation>")``, so the same key in two frameworks names two
+sessions. A key that is a UUID names that session itself; when the session's first
+``request/header`` names another framework, :class:`~compaction.errors.ForeignSessionError` is raised
+unless the memory was made with ``allow_foreign=True``.
+
+Async all the way: the store is synchronous, so every store call (and the compaction, which reads
+and writes the store) runs in a worker thread (:func:`asyncio.to_thread`), never on the event loop;
+a summarizer of the caller's loop (a framework's own model) is called back on that loop
+(:class:`LoopSummarizer`). Operations on one session are serialized by a per-session
+:class:`asyncio.Lock`, and :meth:`CompactingMemory.run_lock` serializes whole runs of one
+conversation. A save refused with :class:`~compaction.errors.ConcurrencyError` (another process
+appended first) is reloaded and retried ``retries`` times (default once), then fails with
+:class:`~compaction.errors.ConversationConflictError`.
+
 Nothing is ever deleted: :meth:`CompactingMemory.pop` appends an event that takes the newest message
 off the surface, and :meth:`CompactingMemory.clear` starts a new session (a new surface generation)
 under the same key, the old one staying in the store.
@@ -21,17 +37,27 @@ under the same key, the old one staying in the store.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
-from compaction.errors import CompactionError, IntegrationError
-from compaction.service import BasicCompactService
+from compaction.errors import (
+    CompactionError,
+    ConcurrencyError,
+    ConversationConflictError,
+    ForeignSessionError,
+    IntegrationError,
+)
+from compaction.service import BasicCompactService, known_window
 from compaction.sessions.blocks import ImageBlock, Message, Source, TextBlock, ToolCallBlock, tool_calls_of
 from compaction.sessions.events import (
     AssistantMessage,
     Replace,
+    RequestHeader,
     SessionResume,
     StepEnd,
     StepStart,
@@ -45,13 +71,16 @@ from compaction.sessions.session import Session, project
 from compaction.sessions.store import SessionStore
 from compaction.vocabulary.config import BasicConfig
 from compaction.vocabulary.contract import CompactionResult
+from compaction.vocabulary.summarizer import Summarizer, SummaryOutput, SummaryRequest
 
 log = logging.getLogger("compaction.integrations")
 
 NAMESPACE = uuid.UUID("0c5b3a52-3f0e-5b8e-9a57-5d1f2f0f4c11")
-"""Namespace of adapter session ids: ``uuid5(NAMESPACE, f"{key}#{generation}")``."""
+"""Namespace of adapter session ids: ``uuid5(NAMESPACE, f"{framework}\x1f{key}#{generation}")``."""
 
 MAX_GENERATIONS = 10_000
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -135,14 +164,28 @@ class LiveRecorder(SessionBuilder):
             self.close_turn(origin)
 
 
+@dataclass(frozen=True)
+class Compacted:
+    """A session's surface before and after a pressure check (``after is before`` when nothing
+    was compacted), and every message its log holds (surface or shadowed), in log order."""
+
+    before: list[Message]
+    after: list[Message]
+    recorded: list[Message]
+
+
 # ---------------------------------------------------------------- the memory
 
 
 class CompactingMemory:
-    """Sessions of one store, keyed by the framework's session key, compacted under pressure.
+    """Sessions of one store, keyed by the framework's conversation key, compacted under pressure.
 
-    ``service`` decides when and how to compact (default: a :class:`BasicCompactService` with
-    ``context_window``); ``provider`` names the framework on the ``request/header`` events."""
+    ``framework`` names the framework on the ``request/header`` events and namespaces the keys.
+    ``service`` decides when and how to compact; without it, a :class:`BasicCompactService` with
+    ``context_window`` (default: the known window of ``model``, :mod:`compaction.engine.windows`)
+    and ``summarizer`` (default: the template). ``retries``: how many times a save refused by a
+    concurrent writer is reloaded and retried. ``allow_foreign``: open a session another
+    framework made (by its UUID) instead of raising :class:`ForeignSessionError`."""
 
     def __init__(
         self,
@@ -151,66 +194,174 @@ class CompactingMemory:
         store: SessionStore | None = None,
         service: BasicCompactService | None = None,
         context_window: int | None = None,
-        provider: str = "agent-framework",
+        summarizer: Summarizer | None = None,
+        framework: str = "agent-framework",
         model: str = "unknown",
         system: str | None = None,
+        retries: int = 1,
+        allow_foreign: bool = False,
+        keep_sessions: int = 256,
     ) -> None:
         if store is not None and url is not None:
             raise IntegrationError(f"expected a store URL or an open store, found both (url {url!r})")
-        self.store = store if store is not None else SessionStore.open(url)
-        self._owns_store = store is None
-        if service is None:
-            if context_window is None:
-                raise IntegrationError(
-                    f"{provider}: expected context_window= (the model's context window, in tokens) or "
-                    "service= (a BasicCompactService) to decide when to compact; found neither"
-                )
-            service = BasicCompactService(BasicConfig(context_window=context_window))
-        self.service = service
-        self.provider = provider
+        if retries < 0:
+            raise IntegrationError(f"{framework}: expected retries >= 0; found {retries}")
+        self.framework = framework
         self.model = model
         self.system = system
+        self.retries = retries
+        self.allow_foreign = allow_foreign
+        self.bridge = LoopSummarizer(summarizer) if summarizer is not None else None
+        self.service = service if service is not None else self._service(context_window)
+        self.store = store if store is not None else SessionStore.open(url)
+        self._owns_store = store is None
         self.compactions: list[CompactionResult] = []
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._run_locks: dict[str, asyncio.Lock] = {}
+        self._kept: OrderedDict[str, Session] = OrderedDict()
+        self._keep = keep_sessions
+
+    @property
+    def provider(self) -> str:
+        return self.framework
+
+    def _service(self, context_window: int | None) -> BasicCompactService:
+        window = context_window if context_window is not None else known_window(self.model)
+        if window is None:
+            raise IntegrationError(
+                f"{self.framework}: expected context_window= (the model's context window, in tokens), "
+                f"a model= the window table knows (found model {self.model!r}) or service= (a "
+                "BasicCompactService) to decide when to compact; found none of them"
+            )
+        return BasicCompactService(BasicConfig(context_window=window), summarizer=self.bridge)
 
     def close(self) -> None:
         if self._owns_store:
             self.store.close()
 
-    # ------------------------------------------------------------ keys and generations
+    # ------------------------------------------------------------ keys, generations, locks
 
     def session_id(self, key: str) -> uuid.UUID:
-        """The session that holds ``key``'s current surface generation."""
-        generation = self._generation(key)
-        return generation_id(key, max(generation, 0))
+        """The session that holds ``key``'s current surface generation (reads the store)."""
+        return generation_id(self.framework, key, max(self._generation(key), 0))
 
     def _generation(self, key: str) -> int:
         """The newest stored generation of ``key`` (-1: none yet)."""
         found = -1
-        while found + 1 < MAX_GENERATIONS and self.store.exists(generation_id(key, found + 1)):
+        while found + 1 < MAX_GENERATIONS and self.store.exists(
+            generation_id(self.framework, key, found + 1)
+        ):
             found += 1
         return found
 
-    def load(self, key: str) -> Session:
-        """The current session of ``key`` (a new, unsaved one when the key is new)."""
+    def lock(self, key: str) -> asyncio.Lock:
+        """The lock that serializes this process's reads and writes of ``key``'s session."""
+        return self._locks.setdefault(key, asyncio.Lock())
+
+    def run_lock(self, key: str) -> asyncio.Lock:
+        """The lock an adapter holds for a whole run of ``key``'s conversation, so concurrent runs
+        of one conversation in this process follow each other, each run's items together."""
+        return self._run_locks.setdefault(key, asyncio.Lock())
+
+    async def _off_loop(self, key: str, work: Callable[[], T]) -> T:
+        """``work`` (store calls) in a worker thread, under ``key``'s lock."""
+        if self.bridge is not None:
+            self.bridge.loop = asyncio.get_running_loop()
+        async with self.lock(key):
+            return await asyncio.to_thread(work)
+
+    # ------------------------------------------------------------ reading the store (sync parts)
+
+    def load_sync(self, key: str) -> Session:
+        """The current session of ``key`` (a new, unsaved one when the key is new). Blocking.
+
+        The ``keep_sessions`` most recently used sessions stay loaded: one is used again when the
+        store holds no event past it (one query), else loaded again; so another process's appends
+        are always seen. (A new generation another process starts, by ``clear``, is seen once the
+        session is no longer kept.)"""
+        kept = self._kept.get(key)
+        if kept is not None and not kept.pending and self.store.stream_length(kept.id) == kept.saved_length:
+            self._kept.move_to_end(key)
+            return kept
+        self._kept.pop(key, None)
         session_id = self.session_id(key)
-        if self.store.exists(session_id):
-            return self.store.get(session_id)
-        return self.store.create(session_id)
+        if not self.store.exists(session_id):
+            return self._keep_session(key, self.store.create(session_id))
+        session = self._keep_session(key, self.store.get(session_id))
+        owner = owner_of(session)
+        if owner is not None and owner != self.framework and not self.allow_foreign:
+            raise ForeignSessionError(
+                f"session {session_id} (key {key!r}): expected a session of {self.framework}; found one "
+                f"{owner} made (its first request/header). Pass allow_foreign=True to the adapter to "
+                "open it anyway"
+            )
+        return session
+
+    async def load(self, key: str) -> Session:
+        return await self._off_loop(key, lambda: self.load_sync(key))
+
+    def _keep_session(self, key: str, session: Session) -> Session:
+        if self._keep > 0:
+            self._kept[key] = session
+            while len(self._kept) > self._keep:
+                self._kept.popitem(last=False)
+        return session
+
+    def forget(self, key: str) -> None:
+        """Drop ``key``'s loaded session: the next use loads it from the store."""
+        self._kept.pop(key, None)
+
+    def _retrying(self, key: str, what: str, work: Callable[[], T]) -> T:
+        """``work`` again after a :class:`ConcurrencyError` (it reloads the session), ``retries``
+        times; then :class:`ConversationConflictError`."""
+        for attempt in range(self.retries + 1):
+            try:
+                return work()
+            except BaseException as e:
+                self.forget(key)  # what it appended in memory is not in the store: load it again
+                if not isinstance(e, ConcurrencyError):
+                    raise
+                if attempt == self.retries:
+                    raise ConversationConflictError(
+                        f"{self.framework} conversation {key!r} (session {e.session_id}): expected to "
+                        f"append seqs {e.first_seq}..{e.last_seq} while {what}; found them taken by "
+                        f"another writer, after reloading the session and retrying {self.retries} "
+                        "time(s). Another process is writing this conversation: serialize its runs "
+                        "or raise retries="
+                    ) from e
+                log.info("%s: %s; reloading and retrying (%d of %d)", key, e, attempt + 1, self.retries)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     # ------------------------------------------------------------ writing
 
-    def record(self, key: str, items: Sequence[Item], *, origin: str) -> Session:
-        """Append ``items`` as events, in order, and save them in one atomic write."""
-        session = self.load(key)
-        recorder = LiveRecorder(session, source=f"{self.provider}:{key}", format=self.provider)
-        recorder.header(self.provider, self.model, system=self.system, origin=origin)
-        for index, item in enumerate(items):
-            recorder.record(item, f"{origin} item {index}")
-        recorder.settle(items[-1] if items else None, f"{origin} (settled)")
-        self.store.save(session)
-        return session
+    def record_sync(
+        self, key: str, items: Sequence[Item] | Callable[[Session], Sequence[Item]], *, origin: str
+    ) -> Session:
+        """Append ``items`` (or what ``items(session)`` finds new) as events, in order, in one
+        atomic write; reloaded and retried when another writer came first. Blocking."""
 
-    def recorded_ids(self, session: Session) -> set[str]:
+        def attempt() -> Session:
+            session = self.load_sync(key)
+            found = items(session) if callable(items) else items
+            if not found:
+                return session
+            recorder = LiveRecorder(session, source=f"{self.framework}:{key}", format=self.framework)
+            recorder.header(self.framework, self.model, system=self.system, origin=origin)
+            for index, item in enumerate(found):
+                recorder.record(item, f"{origin} item {index}")
+            recorder.settle(found[-1], f"{origin} (settled)")
+            self.store.save(session)
+            return session
+
+        return self._retrying(key, f"recording {origin}", attempt)
+
+    async def record(
+        self, key: str, items: Sequence[Item] | Callable[[Session], Sequence[Item]], *, origin: str
+    ) -> Session:
+        return await self._off_loop(key, lambda: self.record_sync(key, items, origin=origin))
+
+    @staticmethod
+    def recorded_ids(session: Session) -> set[str]:
         """The framework ids of every message recorded in ``session`` (surface or shadowed)."""
         found: set[str] = set()
         for event in session.events():
@@ -219,20 +370,26 @@ class CompactingMemory:
                 found.add(message.id)
         return found
 
-    def pop(self, key: str) -> Message | None:
+    def pop_sync(self, key: str) -> Message | None:
         """Take the newest message off the surface, by appending: the log keeps it.
 
         The newest surface node is replaced by an ``assistant/message`` without content (which
         derives to nothing), in a step of its own: a surface replacement, never a deleted row."""
-        session = self.load(key)
+        return self._retrying(key, "popping the newest item", lambda: self._pop(key))
+
+    async def pop(self, key: str) -> Message | None:
+        return await self._off_loop(key, lambda: self.pop_sync(key))
+
+    def _pop(self, key: str) -> Message | None:
+        session = self.load_sync(key)
         visible = [(seq, m) for seq in reversed(session.nodes) if (m := project(session.event(seq)))]
         if not visible:
             return None
         newest, message = visible[0]  # an earlier pop's empty node is skipped: it shows nothing
-        recorder = LiveRecorder(session, source=f"{self.provider}:{key}", format=self.provider)
+        recorder = LiveRecorder(session, source=f"{self.framework}:{key}", format=self.framework)
         recorder.close_turn("pop_item")
         turn = session.structure.next_turn
-        source = Source(kind="model", provider=self.provider, model=self.model)
+        source = Source(kind="model", provider=self.framework, model=self.model)
         empty = Message(id=f"popped-{newest}", role="assistant", content=(), source=source)
         session.append_all(
             [
@@ -253,28 +410,64 @@ class CompactingMemory:
         self.store.save(session)
         return message
 
-    def clear(self, key: str) -> uuid.UUID:
+    def clear_sync(self, key: str) -> uuid.UUID:
         """Start a new surface generation for ``key``: a new session whose first event is a
         ``session/resume``; the previous generations stay in the store, untouched."""
-        generation = self._generation(key) + 1
-        session = self.store.create(generation_id(key, generation))
-        session.append(SessionResume(origin=f"clear_session of {key!r}: generation {generation}"))
-        self.store.save(session)
-        return session.id
+
+        def attempt() -> uuid.UUID:
+            generation = self._generation(key) + 1
+            session = self.store.create(generation_id(self.framework, key, generation))
+            session.append(SessionResume(origin=f"clear_session of {key!r}: generation {generation}"))
+            self.store.save(session)
+            self.forget(key)
+            return session.id
+
+        return self._retrying(key, "starting a new generation", attempt)
+
+    async def clear(self, key: str) -> uuid.UUID:
+        return await self._off_loop(key, lambda: self.clear_sync(key))
 
     # ------------------------------------------------------------ reading
 
+    def surface_sync(self, key: str) -> list[Message]:
+        """The messages the model is to see, compacted first when over the threshold. Blocking:
+        the compaction runs in an event loop of its own (:func:`run_apart`)."""
+        return self.compacted_sync(key).after
+
     async def surface(self, key: str) -> list[Message]:
-        """The messages the model is to see: compacted first when over the threshold."""
-        session = self.load(key)
-        if session.saved_length == 0:
-            return []
-        await self.compact(session)
-        return session.derive_messages()
+        """:meth:`surface_sync` in a worker thread, under ``key``'s lock."""
+        return await self._off_loop(key, lambda: self.surface_sync(key))
+
+    def compacted_sync(self, key: str) -> Compacted:
+        """The surface before and after compacting it when it is over the threshold, and every
+        message the log holds. Blocking."""
+
+        def attempt() -> Compacted:
+            session = self.load_sync(key)
+            if session.saved_length == 0:
+                return Compacted([], [], [])
+            before = len(session)
+            messages = session.derive_messages()
+            run_apart(self.compact(session))
+            after = messages if len(session) == before else session.derive_messages()
+            recorded = [m for e in session.events() if e.SURFACE and (m := project(e)) is not None]
+            return Compacted(messages, after, recorded)
+
+        return self._retrying(key, "compacting", attempt)
+
+    async def compacted(self, key: str) -> Compacted:
+        """:meth:`compacted_sync` in a worker thread, under ``key``'s lock."""
+        return await self._off_loop(key, lambda: self.compacted_sync(key))
+
+    async def view(self, key: str, render: Callable[[Compacted], T]) -> T:
+        """``render`` of :meth:`compacted_sync`, both in the worker thread: an adapter turns the
+        surface into its framework's messages there, not on the event loop."""
+        return await self._off_loop(key, lambda: render(self.compacted_sync(key)))
 
     async def compact(self, session: Session) -> None:
         """Compact ``session`` when it is over the threshold: inside its open turn when one is
-        open (automatic), else between turns. A failure is logged; the surface stays valid."""
+        open (automatic), else between turns. A compaction failure is logged; the surface stays
+        valid. A :class:`ConcurrencyError` propagates (the caller reloads and retries)."""
         try:
             if session.open_turn is not None:
                 result = await self.service.compact_if_needed(session, store=self.store)
@@ -282,16 +475,63 @@ class CompactingMemory:
             else:
                 results = await self.service.compact_to_threshold(session, store=self.store)
         except CompactionError as e:
+            if isinstance(e.__cause__, ConcurrencyError):
+                raise e.__cause__ from e
             log.warning("compaction of session %s failed: %s; the surface is sent as it is", session.id, e)
             return
         self.compactions.extend(results)
 
 
-def generation_id(key: str, generation: int) -> uuid.UUID:
-    """The session id of ``key``'s ``generation``-th surface (a UUID key is its own generation 0)."""
+# ---------------------------------------------------------------- the framework's model, on its loop
+
+
+class LoopSummarizer(Summarizer):
+    """A summarizer of the caller's event loop (a framework's own model, whose client belongs to
+    that loop), called from the worker thread the compaction runs in: the request is sent back to
+    ``loop`` and awaited there; the output is the inner summarizer's, so completion, the fidelity
+    gate and the audit treat it as any other."""
+
+    def __init__(self, inner: Summarizer) -> None:
+        self.inner = inner
+        self.provider = inner.provider
+        self.model = inner.model
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    async def summarize(self, request: SummaryRequest) -> SummaryOutput:
+        loop, here = self.loop, asyncio.get_running_loop()
+        if loop is None or loop is here or loop.is_closed() or not loop.is_running():
+            return await self.inner.summarize(request)
+        future = asyncio.run_coroutine_threadsafe(self.inner.summarize(request), loop)
+        return await asyncio.wrap_future(future)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def run_apart(work: Coroutine[Any, Any, None]) -> None:
+    """``work`` to completion in an event loop of its own, leaving this thread's current loop (a
+    framework's, e.g. the one ``run_sync`` keeps) as it was, which :func:`asyncio.run` would unset."""
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(work)
+    finally:
+        loop.close()
+
+
+def owner_of(session: Session) -> str | None:
+    """The framework that made ``session``: the provider of its first ``request/header``."""
+    for event in session.events():
+        if isinstance(event, RequestHeader):
+            return event.provider
+    return None
+
+
+def generation_id(framework: str, key: str, generation: int) -> uuid.UUID:
+    """The session id of ``key``'s ``generation``-th surface in ``framework`` (a UUID key is its
+    own generation 0, in any framework: see :func:`owner_of`)."""
     if generation == 0:
         try:
             return uuid.UUID(key)
         except ValueError:
             pass
-    return uuid.uuid5(NAMESPACE, f"{key}#{generation}")
+    return uuid.uuid5(NAMESPACE, f"{framework}\x1f{key}#{generation}")

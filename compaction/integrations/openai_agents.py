@@ -16,13 +16,18 @@ items come back as they went in until a compaction replaces some of them with it
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import inspect
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from compaction.errors import FrameworkMissingError, IntegrationError
 from compaction.integrations.memory import (
     AssistantItem,
+    Compacted,
     CompactingMemory,
     ContextItem,
     Item,
@@ -32,7 +37,9 @@ from compaction.integrations.memory import (
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import (
     Block,
+    ImageBlock,
     Message,
+    OpaqueBlock,
     ReasoningBlock,
     Source,
     TextBlock,
@@ -41,13 +48,22 @@ from compaction.sessions.blocks import (
     text_of,
 )
 from compaction.sessions.store import SessionStore
+from compaction.vocabulary.summarizer import Summarizer
 
 if TYPE_CHECKING:
     from agents.memory.session_settings import SessionSettings
+    from agents.run_config import CallModelData, ModelInputData, RunConfig
+
+log = logging.getLogger("compaction.integrations")
 
 JSON = dict[str, Any]
 PROVIDER = "openai-agents"
 ASSISTANT_SIDE = frozenset({"reasoning", "function_call"})
+OWN_TYPES = frozenset({"message", "reasoning", "function_call", "function_call_output"})
+"""The item types this module interprets; every other one (a hosted tool call such as
+``web_search_call``, a computer or shell call and its output, ...) is kept as an opaque block of
+the model's response it came with, and handed back unchanged."""
+PLAIN_REASONING = frozenset({"id", "type", "summary"})
 CONTEXT_ROLES = frozenset({"system", "developer"})
 
 
@@ -65,9 +81,14 @@ def _settings_type() -> Any:
 class CompactingSession:
     """An Agents SDK ``Session`` whose history is an append-only, compacting event log.
 
-    ``session_id`` is the SDK's key; the events live in the store at ``url`` (or ``store``), in the
-    session :meth:`CompactingMemory.session_id` names. ``service`` (or ``context_window``) sets when
-    ``get_items`` compacts."""
+    ``session_id`` is the SDK's conversation id; the events live in the store at ``url`` (or
+    ``store``, or the ``memory`` several sessions share: one store, one set of locks), in the
+    session :meth:`CompactingMemory.session_id` names for the Agents SDK. ``service`` (or
+    ``context_window``, or the known window of ``model``) sets when to compact; ``summarizer``
+    (e.g. :class:`AgentsModelSummarizer`) writes the summaries.
+
+    :meth:`run` is ``Runner.run`` with this session, one run of the conversation at a time in this
+    process, and compaction before every model call of the run (:meth:`run_config`)."""
 
     def __init__(
         self,
@@ -75,16 +96,32 @@ class CompactingSession:
         url: str | None = None,
         *,
         store: SessionStore | None = None,
+        memory: CompactingMemory | None = None,
         service: BasicCompactService | None = None,
         context_window: int | None = None,
+        summarizer: Summarizer | None = None,
         model: str = "unknown",
+        retries: int = 1,
+        allow_foreign: bool = False,
         session_settings: SessionSettings | None = None,
     ) -> None:
         settings_type = _settings_type()
         self.session_id = session_id
         self.session_settings: SessionSettings | None = session_settings or settings_type()
-        self.memory = CompactingMemory(
-            url, store=store, service=service, context_window=context_window, provider=PROVIDER, model=model
+        if memory is not None and (url is not None or store is not None):
+            raise IntegrationError(
+                f"session {session_id!r}: expected a memory= or a store (url=/store=); found both"
+            )
+        self.memory = memory or CompactingMemory(
+            url,
+            store=store,
+            service=service,
+            context_window=context_window,
+            summarizer=summarizer,
+            framework=PROVIDER,
+            model=model,
+            retries=retries,
+            allow_foreign=allow_foreign,
         )
         self._added = 0
 
@@ -96,7 +133,7 @@ class CompactingSession:
         session is over its threshold."""
         from agents.memory.session_settings import resolve_session_limit
 
-        items = to_items(await self.memory.surface(self.session_id))
+        items = await self.memory.view(self.session_id, lambda found: to_items(found.after))
         wanted = resolve_session_limit(limit, self.session_settings)
         return items if wanted is None else items[-wanted:] if wanted > 0 else []
 
@@ -106,7 +143,9 @@ class CompactingSession:
             return
         origin = f"add_items #{self._added}"
         self._added += 1
-        self.memory.record(self.session_id, from_items([as_json(i) for i in items], origin), origin=origin)
+        await self.memory.record(
+            self.session_id, from_items([as_json(i) for i in items], origin), origin=origin
+        )
 
     async def pop_item(self) -> Any | None:
         """Remove the newest item from the surface and return it.
@@ -115,7 +154,7 @@ class CompactingSession:
         replaces its node on the surface (see :meth:`CompactingMemory.pop`). When the newest node
         is an assistant message holding several items, the whole message leaves the surface and
         its last item is returned."""
-        popped = self.memory.pop(self.session_id)
+        popped = await self.memory.pop(self.session_id)
         if popped is None:
             return None
         items = to_items([popped])
@@ -126,7 +165,68 @@ class CompactingSession:
 
         Append-only: the earlier generations stay in the store as they were (``compaction
         sessions`` lists them); only ``get_items`` stops seeing them."""
-        self.memory.clear(self.session_id)
+        await self.memory.clear(self.session_id)
+
+    # ------------------------------------------------------------ runs
+
+    async def run(self, agent: Any, input: Any, **kwargs: Any) -> Any:
+        """``Runner.run(agent, input, session=self, ...)`` holding this conversation's run lock,
+        with :meth:`run_config` (compaction before every model call)."""
+        from agents import Runner
+
+        kwargs["run_config"] = self.run_config(kwargs.get("run_config"))
+        async with self.memory.run_lock(self.session_id):
+            return await Runner.run(agent, input, session=self, **kwargs)
+
+    def run_config(self, base: RunConfig | None = None) -> RunConfig:
+        """``base`` (or a default ``RunConfig``) with :meth:`filter_model_input` as its
+        ``call_model_input_filter``, run after the one ``base`` had."""
+        from agents import RunConfig
+
+        config = base if base is not None else RunConfig()
+        earlier = config.call_model_input_filter
+
+        async def call_model_input_filter(data: CallModelData[Any]) -> ModelInputData:
+            if earlier is not None:
+                found = earlier(data)
+                data.model_data = await found if inspect.isawaitable(found) else found
+            return await self.filter_model_input(data)
+
+        return dataclasses.replace(config, call_model_input_filter=call_model_input_filter)
+
+    async def filter_model_input(self, data: CallModelData[Any]) -> ModelInputData:
+        """Before a model call inside a run: compact the session when it is over the threshold
+        and send its surface (what ``get_items`` would return), followed by the run's items the
+        session does not hold yet. The SDK keeps the run's items in memory and would send them
+        all; this is what keeps a long run inside the window."""
+        from agents.memory.session_settings import resolve_session_limit
+        from agents.run_config import ModelInputData
+
+        sent = list(data.model_data.input)
+        wanted = resolve_session_limit(None, self.session_settings)
+
+        def model_input(found: Compacted) -> list[Any]:  # in the worker thread
+            given = [as_json(i) for i in sent]
+            held = {item_key(i) for i in to_items(found.recorded)}
+            start = len(given)
+            while start > 0 and item_key(given[start - 1]) not in held:
+                start -= 1
+            surface = to_items(found.after)
+            surface = surface if wanted is None else surface[-wanted:] if wanted > 0 else []
+            return [*surface, *given[start:]]
+
+        items = await self.memory.view(self.session_id, model_input)
+        return ModelInputData(input=items, instructions=data.model_data.instructions)
+
+
+def item_key(item: JSON) -> tuple[str, ...]:
+    """What identifies an SDK input item: its call id, its item id, else its role and content."""
+    kind = str(item.get("type", "message"))
+    if kind in ("function_call", "function_call_output") and "call_id" in item:
+        return (kind, str(item["call_id"]))
+    if item.get("id"):
+        return ("id", str(item["id"]))
+    return (kind, str(item.get("role", "")), json.dumps(item.get("content"), sort_keys=True))
 
 
 # ---------------------------------------------------------------- SDK items -> events
@@ -153,7 +253,11 @@ def from_items(items: Sequence[JSON], origin: str) -> list[Item]:
     for index, item in enumerate(items):
         where = f"{origin} item {index}"
         kind = item.get("type", "message")
-        if kind in ASSISTANT_SIDE or (kind == "message" and item.get("role") == "assistant"):
+        if (
+            kind not in OWN_TYPES
+            or kind in ASSISTANT_SIDE
+            or (kind == "message" and item.get("role") == "assistant")
+        ):
             group.extend(_assistant_blocks(item, where))
             continue
         if group:
@@ -164,13 +268,8 @@ def from_items(items: Sequence[JSON], origin: str) -> list[Item]:
             out.append(
                 ResultItem(call_id, (TextBlock(_output_text(item.get("output"))),), f"result-{call_id}")
             )
-        elif kind == "message":
-            out.append(_user(item, where))
         else:
-            raise IntegrationError(
-                f"{where}: expected a message, reasoning, function_call or function_call_output item; "
-                f"found type {kind!r}"
-            )
+            out.append(_user(item, where))
     if group:
         out.append(_assistant(group))
     return out
@@ -182,7 +281,11 @@ def _assistant_blocks(item: JSON, where: str) -> list[tuple[str, Block]]:
     if kind == "reasoning":
         summary = item.get("summary") or []
         text = "\n".join(str(part.get("text", "")) for part in summary if isinstance(part, Mapping))
-        return [(item_id, ReasoningBlock(text))]
+        if set(item) <= PLAIN_REASONING:
+            return [(item_id, ReasoningBlock(text))]
+        return [(item_id, _opaque(item, text))]  # encrypted content, raw content: back as it came
+    if kind not in OWN_TYPES:
+        return [(item_id, _opaque(item, _described(item)))]
     if kind == "function_call":
         call = ToolCallBlock(
             id=str(item["call_id"]), name=str(item["name"]), arguments=str(item["arguments"])
@@ -199,6 +302,19 @@ def _assistant_blocks(item: JSON, where: str) -> list[tuple[str, Block]]:
     return blocks
 
 
+def _opaque(item: JSON, text: str) -> OpaqueBlock:
+    kind = str(item.get("type", "message"))
+    return OpaqueBlock(framework=PROVIDER, kind=kind, payload=json.dumps(item, sort_keys=True), text=text)
+
+
+def _described(item: JSON) -> str:
+    """What a reader may see of an item this module does not interpret: its action or query."""
+    action = item.get("action")
+    if isinstance(action, Mapping):
+        return " ".join(f"{k}={v}" for k, v in sorted(action.items()) if isinstance(v, str | int | float))
+    return str(item.get("status", ""))
+
+
 def _assistant(group: list[tuple[str, Block]]) -> AssistantItem:
     ids = json.dumps([item_id for item_id, _ in group])
     source = Source(kind="model", provider=PROVIDER, model="unknown")
@@ -209,15 +325,40 @@ def _user(item: JSON, where: str) -> UserItem | ContextItem:
     role = str(item.get("role", "user"))
     content = item.get("content")
     if isinstance(content, str):
-        text = content
+        blocks: tuple[Block, ...] = (TextBlock(content),)
+        shape = "text"
     elif isinstance(content, list):
-        text = "\n".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
+        blocks = tuple(_user_part(part, where) for part in content)
+        shape = "parts"
     else:
         raise IntegrationError(f"{where}: expected message content as text or parts; found {content!r}")
     if role not in {"user", *CONTEXT_ROLES}:
         raise IntegrationError(f"{where}: expected a user, system or developer message; found role {role!r}")
-    message = Message(id=f"{role}:{where}", role="user", content=(TextBlock(text),))
+    message = Message(id=f"{role}:{shape}:{where}", role="user", content=blocks)
     return ContextItem(message) if role in CONTEXT_ROLES else UserItem(message)
+
+
+def _user_part(part: Any, where: str) -> Block:
+    """An input part: text; an image (URL, ``data:`` URL or file id) as an image block; anything
+    else (a file, audio) opaque."""
+    if not isinstance(part, Mapping):
+        raise IntegrationError(f"{where}: expected content parts as objects; found {part!r}")
+    kind = part.get("type")
+    if kind == "input_text":
+        return TextBlock(str(part.get("text", "")))
+    if kind == "input_image" and (part.get("image_url") or part.get("file_id")):
+        url = str(part.get("image_url") or "")
+        reference = url or f"file:{part.get('file_id')}"
+        media = url[5 : url.index(";")] if url.startswith("data:") and ";" in url else "image"
+        digest = hashlib.sha256(reference.encode()).hexdigest()[:16]
+        return ImageBlock(
+            attachment_id=str(part.get("file_id") or f"sha256-{digest}"),
+            media_type=media,
+            bytes=len(url),
+            url=url or None,
+            detail=str(part["detail"]) if part.get("detail") else None,
+        )
+    return _opaque(dict(part), str(part.get("filename", "")))
 
 
 def _output_text(output: Any) -> str:
@@ -248,11 +389,29 @@ def to_items(messages: Sequence[Message]) -> list[JSON]:
                 }
             )
         else:
-            role = message.id.split(":", 1)[0]
-            items.append(
-                {"content": text_of(message.content), "role": role if role in CONTEXT_ROLES else "user"}
-            )
+            role, _, rest = message.id.partition(":")
+            shape = rest.partition(":")[0]
+            content: Any = text_of(message.content)
+            if shape == "parts":
+                content = [_input_part(b) for b in message.content]
+            items.append({"content": content, "role": role if role in CONTEXT_ROLES else "user"})
     return items
+
+
+def _input_part(block: Block) -> JSON:
+    if isinstance(block, ImageBlock):
+        part: JSON = {"type": "input_image"}
+        if block.detail:
+            part["detail"] = block.detail
+        if block.url:
+            part["image_url"] = block.url
+        else:
+            part["file_id"] = block.attachment_id
+        return part
+    if isinstance(block, OpaqueBlock):
+        loaded: JSON = json.loads(block.payload)
+        return loaded
+    return {"type": "input_text", "text": block.text if isinstance(block, TextBlock) else ""}
 
 
 def _item_ids(message: Message) -> list[str]:
@@ -284,6 +443,9 @@ def _assistant_items(message: Message) -> list[JSON]:
             items.append(open_message)
             continue
         open_message = None
+        if isinstance(block, OpaqueBlock):
+            items.append(json.loads(block.payload))
+            continue
         if isinstance(block, ReasoningBlock):
             item: JSON = {"summary": [{"text": block.text, "type": "summary_text"}], "type": "reasoning"}
         elif isinstance(block, ToolCallBlock):

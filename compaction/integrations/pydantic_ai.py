@@ -20,6 +20,7 @@ messages they stand for; a message without it is identified by a hash of its par
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from collections.abc import Sequence
@@ -37,7 +38,9 @@ from compaction.integrations.memory import (
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import (
     Block,
+    ImageBlock,
     Message,
+    OpaqueBlock,
     ReasoningBlock,
     Source,
     TextBlock,
@@ -46,7 +49,9 @@ from compaction.sessions.blocks import (
     text_of,
     tool_calls_of,
 )
+from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
+from compaction.vocabulary.summarizer import Summarizer
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -68,20 +73,37 @@ def _messages_module() -> Any:
 
 
 class CompactingHistory:
-    """pydantic-ai message histories, one per session key, kept in a :class:`SessionStore`."""
+    """pydantic-ai message histories, one per conversation key, kept in a :class:`SessionStore`
+    (at ``url``, or ``store``, or the ``memory`` several histories share)."""
 
     def __init__(
         self,
         url: str | None = None,
         *,
         store: SessionStore | None = None,
+        memory: CompactingMemory | None = None,
         service: BasicCompactService | None = None,
         context_window: int | None = None,
+        summarizer: Summarizer | None = None,
         model: str = "unknown",
+        retries: int = 1,
+        allow_foreign: bool = False,
     ) -> None:
         _messages_module()
-        self.memory = CompactingMemory(
-            url, store=store, service=service, context_window=context_window, provider=PROVIDER, model=model
+        if memory is not None and (url is not None or store is not None):
+            raise IntegrationError(
+                "CompactingHistory: expected a memory= or a store (url=/store=); found both"
+            )
+        self.memory = memory or CompactingMemory(
+            url,
+            store=store,
+            service=service,
+            context_window=context_window,
+            summarizer=summarizer,
+            framework=PROVIDER,
+            model=model,
+            retries=retries,
+            allow_foreign=allow_foreign,
         )
 
     def close(self) -> None:
@@ -90,46 +112,70 @@ class CompactingHistory:
     async def load(self, session_id: str) -> list[ModelMessage]:
         """The surface of ``session_id`` as pydantic-ai messages, compacted first when over the
         threshold (an empty list for a new session)."""
-        return to_model_messages(await self.memory.surface(session_id))
+        return await self.memory.view(session_id, lambda found: to_model_messages(found.after))
+
+    def load_sync(self, session_id: str) -> list[ModelMessage]:
+        """:meth:`load` for synchronous code (``agent.run_sync``); blocking."""
+        return to_model_messages(self.memory.surface_sync(session_id))
 
     def record(self, session_id: str, messages: Sequence[ModelMessage]) -> int:
-        """Record the messages not recorded yet, in order; returns how many were new."""
-        session = self.memory.load(session_id)
-        known = self.memory.recorded_ids(session)
-        items: list[Item] = []
-        fresh = 0
-        for message in messages:
-            if _is_recorded(message, known):
-                continue
-            found = from_model_message(message)
-            known.update(_item_id(i) for i in found)
-            items.extend(found)
-            fresh += 1
-        if items:
-            self.memory.record(session_id, items, origin="pydantic-ai messages")
-        return fresh
+        """Record the messages not recorded yet, in order; returns how many were new. Blocking
+        (:meth:`arecord` in async code)."""
+        fresh: list[int] = []
+        self.memory.record_sync(session_id, _unrecorded(messages, fresh), origin="pydantic-ai messages")
+        return fresh[-1] if fresh else 0
+
+    async def arecord(self, session_id: str, messages: Sequence[ModelMessage]) -> int:
+        """:meth:`record` off the event loop."""
+        fresh: list[int] = []
+        await self.memory.record(session_id, _unrecorded(messages, fresh), origin="pydantic-ai messages")
+        return fresh[-1] if fresh else 0
 
     def processor(self, session_id: str) -> Callable[[list[ModelMessage]], Awaitable[list[ModelMessage]]]:
         """A history processor for ``Agent(history_processors=[...])``: records what is new, then
         returns the compacted surface."""
 
         async def process(messages: list[Any]) -> list[Any]:  # resolved at run time by pydantic-ai
-            self.record(session_id, messages)
+            await self.arecord(session_id, messages)
             return await self.load(session_id)
 
         return process
 
-    def capability(self, session_id: str) -> Any:
-        """The processor as a pydantic-ai 2 capability: ``Agent(capabilities=[...])`` (pydantic-ai 1
-        takes :meth:`processor` as ``Agent(history_processors=[...])``)."""
+    def capability(self, key: str | None = None) -> Any:
+        """The pydantic-ai 2 capability: ``Agent(capabilities=[history.capability()])`` records
+        every message of every run (final answers included) and sends the model the compacted
+        conversation, ``key``'s or, without one, the run's ``conversation_id``'s
+        (:class:`~compaction.integrations.pydantic_ai_capability.CompactionCapability`). pydantic-ai 1
+        takes :meth:`processor` as ``Agent(history_processors=[...])``."""
         try:
-            from pydantic_ai.capabilities import ProcessHistory
+            from compaction.integrations.pydantic_ai_capability import CompactionCapability
         except ImportError as e:
             raise FrameworkMissingError(
-                f"pydantic-ai {_version()} has no capabilities; pass processor({session_id!r}) as "
+                f"pydantic-ai {_version()} has no capabilities; pass processor({key!r}) as "
                 f"Agent(history_processors=[...]) instead ({e})"
             ) from e
-        return ProcessHistory(self.processor(session_id))
+        return CompactionCapability(self, key)
+
+
+def _unrecorded(messages: Sequence[ModelMessage], fresh: list[int]) -> Callable[[Session], list[Item]]:
+    """What of ``messages`` the session does not hold yet, as items (how many messages: appended
+    to ``fresh``, once per attempt)."""
+
+    def unrecorded(session: Session) -> list[Item]:
+        known = CompactingMemory.recorded_ids(session)
+        items: list[Item] = []
+        count = 0
+        for message in messages:
+            if _is_recorded(message, known):
+                continue
+            found = from_model_message(message)
+            known.update(_item_id(i) for i in found)
+            items.extend(found)
+            count += 1
+        fresh.append(count)
+        return items
+
+    return unrecorded
 
 
 def _version() -> str:
@@ -148,7 +194,8 @@ def _is_recorded(message: ModelMessage, known: set[str]) -> bool:
     tagged = (message.metadata or {}).get(METADATA_KEY)
     if isinstance(tagged, list) and tagged and all(t in known for t in tagged):
         return True
-    return f"{fingerprint(message)}-0" in known
+    first = f"{fingerprint(message)}-0"
+    return any(f"{prefix}{first}" in known for prefix in ("", "parts:", "system:", "retry:"))
 
 
 def fingerprint(message: ModelMessage) -> str:
@@ -186,17 +233,15 @@ def _response(message: ModelResponse, message_id: str) -> AssistantItem:
     for part in message.parts:
         if isinstance(part, TextPart):
             blocks.append(TextBlock(part.content))
-        elif isinstance(part, ThinkingPart):
+        elif isinstance(part, ThinkingPart) and part == ThinkingPart(content=part.content):
             blocks.append(ReasoningBlock(part.content))
         elif isinstance(part, ToolCallPart):
             blocks.append(
                 ToolCallBlock(id=part.tool_call_id, name=part.tool_name, arguments=part.args_as_json_str())
             )
-        else:
-            raise IntegrationError(
-                f"pydantic-ai response {message_id}: expected text, thinking or tool-call parts; "
-                f"found a {part.part_kind!r} part"
-            )
+        else:  # built-in tool calls and returns, files, signed thinking: kept as they came
+            text = str(getattr(part, "tool_name", getattr(part, "content", "")))
+            blocks.append(_opaque(_response_parts(), part, part.part_kind, text))
     source = Source(kind="model", provider=PROVIDER, model=message.model_name or "unknown")
     return AssistantItem(Message(id=message_id, role="assistant", content=tuple(blocks), source=source))
 
@@ -212,8 +257,10 @@ def _request_part(part: ModelRequestPart, message_id: str) -> Item:
 
     if isinstance(part, UserPromptPart):
         content = part.content
-        text = content if isinstance(content, str) else "\n".join(str(c) for c in content)
-        return UserItem(Message(id=message_id, role="user", content=(TextBlock(text),)))
+        if isinstance(content, str):
+            return UserItem(Message(id=message_id, role="user", content=(TextBlock(content),)))
+        blocks = tuple(_user_content(c) for c in content)
+        return UserItem(Message(id=f"parts:{message_id}", role="user", content=blocks))
     if isinstance(part, SystemPromptPart):
         return ContextItem(_user_text(f"system:{message_id}", part.content))
     if isinstance(part, ToolReturnPart):
@@ -229,6 +276,49 @@ def _request_part(part: ModelRequestPart, message_id: str) -> Item:
         f"pydantic-ai request part {message_id}: expected user-prompt, system-prompt, tool-return or "
         f"retry-prompt; found {part.part_kind!r}"
     )
+
+
+def _user_content(content: Any) -> Block:
+    """A part of a user prompt: text; an image (URL or bytes) as an image block when it comes
+    back equal; anything else (documents, audio, video, images with extra settings) opaque."""
+    from pydantic_ai.messages import BinaryContent, ImageUrl
+
+    if isinstance(content, str):
+        return TextBlock(content)
+    if isinstance(content, ImageUrl) and ImageUrl(url=content.url) == content:
+        digest = hashlib.sha256(content.url.encode()).hexdigest()[:16]
+        return ImageBlock(attachment_id=f"sha256-{digest}", media_type=content.media_type, url=content.url)
+    if isinstance(content, BinaryContent) and content.is_image:
+        again = BinaryContent(data=content.data, media_type=content.media_type)
+        if again == content:
+            digest = hashlib.sha256(content.data).hexdigest()[:16]
+            return ImageBlock(
+                attachment_id=f"sha256-{digest}",
+                media_type=content.media_type,
+                bytes=len(content.data),
+                data=base64.b64encode(content.data).decode(),
+            )
+    kind = str(getattr(content, "kind", type(content).__name__))
+    return _opaque(_user_contents(), content, kind, str(getattr(content, "url", "")))
+
+
+def _opaque(adapter: Any, value: Any, kind: str, text: str) -> OpaqueBlock:
+    payload = adapter.dump_json(value).decode()
+    return OpaqueBlock(framework=PROVIDER, kind=kind, payload=payload, text=text)
+
+
+def _user_contents() -> Any:
+    from pydantic import TypeAdapter
+    from pydantic_ai.messages import UserContent
+
+    return TypeAdapter(UserContent)
+
+
+def _response_parts() -> Any:
+    from pydantic import TypeAdapter
+    from pydantic_ai.messages import ModelResponsePart
+
+    return TypeAdapter(ModelResponsePart)
 
 
 def _user_text(message_id: str, text: str) -> Message:
@@ -269,12 +359,24 @@ def _request_part_of(pai: Any, message: Message, names: dict[str, str]) -> Any:
             return pai.RetryFeedbackPart(
                 content=text_of(message.content), retry=pai.RetryInfo(cause="model_retry")
             )
+        if message.id.startswith("parts:"):
+            return pai.UserPromptPart(content=[_content_of(pai, b) for b in message.content])
         return pai.UserPromptPart(content=text_of(message.content))
     name = names.get(result.tool_call_id, "")
     outcome = "failed" if result.is_error else "success"
     return pai.ToolReturnPart(
         tool_name=name, content=text_of(result.content), tool_call_id=result.tool_call_id, outcome=outcome
     )
+
+
+def _content_of(pai: Any, block: Block) -> Any:
+    if isinstance(block, ImageBlock) and block.data is not None:
+        return pai.BinaryContent(data=base64.b64decode(block.data), media_type=block.media_type)
+    if isinstance(block, ImageBlock) and block.url is not None:
+        return pai.ImageUrl(url=block.url)
+    if isinstance(block, OpaqueBlock) and block.framework == PROVIDER:
+        return _user_contents().validate_json(block.payload)
+    return block.text if isinstance(block, TextBlock) else ""
 
 
 def _model_response(pai: Any, message: Message) -> Any:
@@ -286,5 +388,7 @@ def _model_response(pai: Any, message: Message) -> Any:
             parts.append(pai.ThinkingPart(content=block.text))
         elif isinstance(block, ToolCallBlock):
             parts.append(pai.ToolCallPart(tool_name=block.name, args=block.arguments, tool_call_id=block.id))
+        elif isinstance(block, OpaqueBlock) and block.framework == PROVIDER:
+            parts.append(_response_parts().validate_json(block.payload))
     model = message.source.model if message.source.model not in (None, "unknown") else None
     return pai.ModelResponse(parts=parts, model_name=model, metadata={METADATA_KEY: [message.id]})

@@ -22,6 +22,7 @@ from compaction.errors import (
 from compaction.sessions.blocks import (
     ImageBlock,
     Message,
+    OpaqueBlock,
     ReasoningBlock,
     Source,
     TextBlock,
@@ -73,6 +74,7 @@ __all__ = [
     "EventRuleError",
     "ImageBlock",
     "Message",
+    "OpaqueBlock",
     "ReasoningBlock",
     "Replace",
     "RequestHeader",

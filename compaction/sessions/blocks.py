@@ -1,7 +1,8 @@
 """Content blocks and messages: the provider-neutral vocabulary the model sees.
 
 Blocks are a tagged union on ``type`` (``text``, ``reasoning``, ``image``, ``tool-call``,
-``tool-result``). A message keeps a stable ``id`` across the log, the derived history and the request.
+``tool-result``, ``opaque``). A message keeps a stable ``id`` across the log, the derived history
+and the request.
 """
 
 from __future__ import annotations
@@ -25,13 +26,31 @@ class ReasoningBlock(msgspec.Struct, frozen=True, gc=False, tag="reasoning", tag
 
 
 class ImageBlock(msgspec.Struct, frozen=True, gc=False, tag="image", tag_field="type", omit_defaults=True):
-    """An image attachment: metadata only, the bytes live elsewhere."""
+    """An image attachment: its metadata, and where the image is when the log carries it (``url``,
+    an http(s) or ``data:`` URL, or ``data``, the base64 bytes: a framework's message handed back
+    as it came); without them the bytes live elsewhere."""
 
     attachment_id: str
     media_type: str
     bytes: int = 0
     width: int | None = None
     height: int | None = None
+    url: str | None = None
+    data: str | None = None
+    detail: str | None = None
+
+
+class OpaqueBlock(msgspec.Struct, frozen=True, gc=False, tag="opaque", tag_field="type", omit_defaults=True):
+    """An item the library does not interpret, kept as the framework handed it over: reasoning with
+    encrypted content, a hosted tool call with its result, a built-in tool part, a file or audio
+    part. ``payload`` is the item's own JSON, returned unchanged; ``kind`` names it (``framework``
+    the framework that made it); ``text`` is what a reader, or a summary, may see of it. The meter
+    prices the payload; the item stays in its message, so it is never split from its pair."""
+
+    framework: str
+    kind: str
+    payload: str
+    text: str = ""
 
 
 class ToolCallBlock(msgspec.Struct, frozen=True, gc=False, tag="tool-call", tag_field="type"):
@@ -48,7 +67,7 @@ class ToolResultBlock(
     is_error: bool = False
 
 
-Block = TextBlock | ReasoningBlock | ImageBlock | ToolCallBlock | ToolResultBlock
+Block = TextBlock | ReasoningBlock | ImageBlock | ToolCallBlock | ToolResultBlock | OpaqueBlock
 
 Role = Literal["user", "assistant", "system"]
 

@@ -17,6 +17,7 @@ from compaction.sessions.blocks import (
     Block,
     ImageBlock,
     Message,
+    OpaqueBlock,
     ReasoningBlock,
     TextBlock,
     ToolCallBlock,
@@ -124,8 +125,8 @@ def _anthropic_block(block: Block) -> JSON | None:
     if isinstance(block, TextBlock):
         # Anthropic rejects empty and whitespace-only text blocks
         return {"type": "text", "text": block.text} if block.text.strip() else None
-    if isinstance(block, ReasoningBlock):
-        return None
+    if isinstance(block, (ReasoningBlock, OpaqueBlock)):
+        return None  # a framework's own item: only that framework can send it
     if isinstance(block, ImageBlock):
         return {"type": "text", "text": image_placeholder(block)}
     if isinstance(block, ToolCallBlock):
@@ -172,6 +173,8 @@ def _text_block(block: Block) -> str:
         return f"[reasoning] {block.text}"
     if isinstance(block, ImageBlock):
         return image_placeholder(block)
+    if isinstance(block, OpaqueBlock):
+        return f"[{block.framework} {block.kind}] {block.text}"
     if isinstance(block, ToolCallBlock):
         return f"[tool-call {block.id}] {block.name}({block.arguments})"
     flag = " error" if block.is_error else ""

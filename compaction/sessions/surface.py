@@ -23,6 +23,7 @@ from compaction.errors import CorruptSurfaceError, MessageShapeError, SurfaceRul
 from compaction.sessions.blocks import (
     ImageBlock,
     Message,
+    OpaqueBlock,
     ReasoningBlock,
     Source,
     TextBlock,
@@ -492,7 +493,7 @@ def _blank_content(event: ToolResult) -> tuple[object, ...]:
 
 # ---------------------------------------------------------------- message shape
 
-_BLOCKS = frozenset({TextBlock, ReasoningBlock, ImageBlock, ToolCallBlock, ToolResultBlock})
+_BLOCKS = frozenset({TextBlock, ReasoningBlock, ImageBlock, ToolCallBlock, ToolResultBlock, OpaqueBlock})
 
 
 def check_message_shape(event: SessionEvent) -> None:

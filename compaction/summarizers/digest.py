@@ -58,6 +58,7 @@ from compaction.handover.facts import (
 from compaction.sessions.blocks import (
     Block,
     Message,
+    OpaqueBlock,
     ReasoningBlock,
     Source,
     TextBlock,
@@ -234,6 +235,8 @@ def _condensed_result(block: ToolResultBlock) -> ToolResultBlock:
 def _condensed_block(block: Block, message: Message, observation: bool) -> Block | None:
     if isinstance(block, ReasoningBlock):
         return None
+    if isinstance(block, OpaqueBlock):
+        return TextBlock(f"[{block.kind}] {block.text}") if block.text else None
     if isinstance(block, ToolResultBlock):
         return _condensed_result(block)
     if isinstance(block, ToolCallBlock):

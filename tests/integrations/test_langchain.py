@@ -77,7 +77,7 @@ def check_run(url: str, middleware: CompactionMiddleware, model: ToolCallingFake
         elif isinstance(message, ToolMessage):
             assert message.tool_call_id in open_calls, "a tool message follows its call"
             open_calls.discard(message.tool_call_id)
-    session = middleware.memory.load("fixer")
+    session = middleware.memory.load_sync("fixer")
     logged = {text_of(m.content) for m in (getattr(e, "message", None) for e in session.events()) if m}
     assert {prompt(k) for k in range(turns)} | set(model.answers) <= logged, "the log keeps every message"
     assert len(model.answers) == turns
@@ -88,7 +88,7 @@ def check_run(url: str, middleware: CompactionMiddleware, model: ToolCallingFake
 
 
 def test_a_multi_turn_run_is_compacted_kept_and_audited(url: str) -> None:
-    middleware = CompactionMiddleware("fixer", url, context_window=5000)
+    middleware = CompactionMiddleware(url, thread="fixer", context_window=5000)
     model = ToolCallingFakeModel(messages=iter(()), sent=[], answers=[])
     agent = create_agent(model, tools=[read_file], system_prompt="You fix bugs.", middleware=[middleware])
     messages: list[Any] = []
@@ -100,7 +100,7 @@ def test_a_multi_turn_run_is_compacted_kept_and_audited(url: str) -> None:
 
 
 async def test_the_async_agent_uses_the_same_middleware(url: str) -> None:
-    middleware = CompactionMiddleware("fixer", url, context_window=5000)
+    middleware = CompactionMiddleware(url, thread="fixer", context_window=5000)
     model = ToolCallingFakeModel(messages=iter(()), sent=[], answers=[])
     agent = create_agent(model, tools=[read_file], middleware=[middleware])
     messages: list[Any] = []
@@ -111,7 +111,7 @@ async def test_the_async_agent_uses_the_same_middleware(url: str) -> None:
 
 
 def test_a_system_message_in_the_state_is_recorded_once(url: str) -> None:
-    middleware = CompactionMiddleware("fixer", url, context_window=100_000)
+    middleware = CompactionMiddleware(url, thread="fixer", context_window=100_000)
     model = ToolCallingFakeModel(messages=iter(()), sent=[], answers=[])
     agent = create_agent(model, tools=[read_file], middleware=[middleware])
     messages: list[Any] = [SystemMessage(content="Answer briefly.")]
@@ -119,5 +119,5 @@ def test_a_system_message_in_the_state_is_recorded_once(url: str) -> None:
         state = agent.invoke({"messages": [*messages, {"role": "user", "content": prompt(k)}]})
         messages = state["messages"]
     assert isinstance(model.sent[-1][0], SystemMessage) and model.sent[-1][0].content == "Answer briefly."
-    session = middleware.memory.load("fixer")
+    session = middleware.memory.load_sync("fixer")
     assert session.type_counts["context/message"] == 1 and session.type_counts["user/message"] == 2

@@ -78,11 +78,11 @@ def test_a_result_recorded_later_answers_the_stored_pending_call(durable_store_u
     url = durable_store_url
     first = CompactingMemory(url, context_window=10_000)
     task = Message(id="u1", role="user", content=(TextBlock("fix it"),))
-    first.record("k", [UserItem(task), AssistantItem(call_message("c1"))], origin="first")
+    first.record_sync("k", [UserItem(task), AssistantItem(call_message("c1"))], origin="first")
     first.close()
     second = CompactingMemory(url, context_window=10_000)  # a new process would start like this
-    second.record("k", [ResultItem("c1", (TextBlock("ok"),), "r1")], origin="second")
-    session = second.load("k")
+    second.record_sync("k", [ResultItem("c1", (TextBlock("ok"),), "r1")], origin="second")
+    session = second.load_sync("k")
     [call] = [e for e in session.events() if isinstance(e, ToolCall)]
     [result] = [e for e in session.events() if isinstance(e, ToolResult)]
     assert not result.synthesized and result.source_event_seqs == (call.seq,)
@@ -91,21 +91,21 @@ def test_a_result_recorded_later_answers_the_stored_pending_call(durable_store_u
 
 def test_a_result_for_no_pending_call_is_refused(tmp_path: Path) -> None:
     memory = CompactingMemory("memory://", context_window=10_000)
-    memory.record("k", [UserItem(Message(id="u1", role="user", content=(TextBlock("hi"),)))], origin="o")
+    memory.record_sync("k", [UserItem(Message(id="u1", role="user", content=(TextBlock("hi"),)))], origin="o")
     with pytest.raises(IntegrationError, match="expected it to answer a pending call"):
-        memory.record("k", [ResultItem("nope", (TextBlock("x"),), "r1")], origin="late")
+        memory.record_sync("k", [ResultItem("nope", (TextBlock("x"),), "r1")], origin="late")
 
 
 def test_pop_on_an_empty_session_returns_none() -> None:
-    assert CompactingMemory("memory://", context_window=10_000).pop("nobody") is None
+    assert CompactingMemory("memory://", context_window=10_000).pop_sync("nobody") is None
 
 
 def test_a_uuid_key_is_its_own_first_generation() -> None:
     memory = CompactingMemory("memory://", context_window=10_000)
     key = "6b1f2c1e-9d1a-4c3e-8f47-0d6e1c2a9b30"
-    memory.record(key, [UserItem(Message(id="u1", role="user", content=(TextBlock("hi"),)))], origin="o")
+    memory.record_sync(key, [UserItem(Message(id="u1", role="user", content=(TextBlock("hi"),)))], origin="o")
     assert str(memory.session_id(key)) == key
-    memory.clear(key)
+    memory.clear_sync(key)
     assert str(memory.session_id(key)) != key
 
 
@@ -120,11 +120,11 @@ def test_a_final_answer_ends_the_turn_a_tool_call_keeps_it_open() -> None:
     memory = CompactingMemory("memory://", context_window=10_000)
     source = Source(kind="model", provider="test", model="m")
     answer = Message(id="a2", role="assistant", content=(TextBlock("done"),), source=source)
-    memory.record("k", [UserItem(Message(id="u1", role="user", content=(TextBlock("hi"),)))], origin="o")
-    memory.record("k", [AssistantItem(call_message("c1"))], origin="call")
-    assert memory.load("k").open_turn == 1 and memory.load("k").open_step == 1
-    memory.record("k", [ResultItem("c1", (TextBlock("ok"),), "r1"), AssistantItem(answer)], origin="end")
-    session = memory.load("k")
+    memory.record_sync("k", [UserItem(Message(id="u1", role="user", content=(TextBlock("hi"),)))], origin="o")
+    memory.record_sync("k", [AssistantItem(call_message("c1"))], origin="call")
+    assert memory.load_sync("k").open_turn == 1 and memory.load_sync("k").open_step == 1
+    memory.record_sync("k", [ResultItem("c1", (TextBlock("ok"),), "r1"), AssistantItem(answer)], origin="end")
+    session = memory.load_sync("k")
     assert session.open_turn is None and session.type_counts["turn/end"] == 1
 
 
