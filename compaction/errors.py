@@ -135,6 +135,17 @@ class StoreError(EventCompactionError):
     """The event store failed."""
 
 
+class PerhapsStoredError(StoreError):
+    """A publish that was retried after an unanswered attempt was then refused for a wrong
+    expected sequence: the unanswered attempt may be the message that moved the sequence (a
+    clustered server checks the expected sequence before its de-duplication). Look for the
+    message id before calling it a conflict."""
+
+    def __init__(self, msg_id: str) -> None:
+        super().__init__(f"the message {msg_id} may have been stored by an unanswered attempt")
+        self.msg_id = msg_id
+
+
 class SaveError(StoreError):
     """A save failed in the database. ``stored`` says whether its events are in the store: False
     (the transaction was rolled back: nothing of it is stored), True (the events were stored; what

@@ -28,6 +28,8 @@ from nats.aio.subscription import Subscription
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 from nats.js.client import JetStreamContext
 
+from compaction.errors import PerhapsStoredError
+
 CONNECT_ATTEMPTS = 2
 ASK_TIMEOUT = 1.5
 """Seconds a retried request (a read, a publish with its message id) waits for its answer."""
@@ -71,17 +73,6 @@ async def retrying(operation: Callable[[], Awaitable[T]]) -> T:
 
 
 MSG_ID = "Nats-Msg-Id"
-
-
-class PerhapsStoredError(Exception):
-    """A publish that was retried after an unanswered attempt was then refused for a wrong
-    expected sequence: the unanswered attempt may be the message that moved the sequence (a
-    clustered server checks the expected sequence before its de-duplication). Look for the
-    message id before calling it a conflict."""
-
-    def __init__(self, msg_id: str) -> None:
-        super().__init__(f"the message {msg_id} may have been stored by an unanswered attempt")
-        self.msg_id = msg_id
 
 
 @dataclass(frozen=True)

@@ -49,13 +49,13 @@ from eventsourcing.persistence import (
 from eventsourcing.utils import Environment
 from nats.js.kv import KeyValue
 
+from compaction.errors import PerhapsStoredError
 from compaction.sessions.nats import frames
 from compaction.sessions.nats.client import (
     MSG_ID,
     RETRY_FOR,
     WRONG_LAST_SEQUENCE,
     JetStreamLog,
-    PerhapsStoredError,
     Record,
 )
 from compaction.sessions.nats.loop import LoopThread
