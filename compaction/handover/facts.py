@@ -46,6 +46,12 @@ from compaction.handover.identifiers import (
     parsed_arguments,
     retained,
 )
+from compaction.handover.outcomes import (
+    BUILD_FAILURE_RE,
+    DIAGNOSTIC_RE,
+    output_failed,
+    output_succeeded,
+)
 from compaction.sessions.blocks import (
     Message,
     TextBlock,
@@ -384,7 +390,7 @@ def _failed(block: ToolResultBlock) -> bool:
     text = result_text(block)
     if is_synthesized(text) or text.startswith(REJECTED):
         return False
-    return block.is_error or text.lstrip().startswith("ERROR:")
+    return block.is_error or text.lstrip().startswith("ERROR:") or output_failed(text)
 
 
 def is_synthesized(text: str) -> bool:
@@ -425,7 +431,7 @@ def _first_line(text: str) -> str:
         if line and DECORATION_RE.sub("", line).strip():
             lines.append(line)
     useful = [ln for ln in lines if not BOILERPLATE_RE.match(ln)]
-    for pattern in (ERROR_LINE_RE, STRONG_RE, WEAK_RE):
+    for pattern in (DIAGNOSTIC_RE, ERROR_LINE_RE, STRONG_RE, WEAK_RE, BUILD_FAILURE_RE):
         for line in useful:
             if pattern.search(line):
                 return _clip(line, LINE_CHARS)
@@ -791,16 +797,27 @@ def _observation_failed(text: str) -> bool:
 
 
 def _describe(step: _Step) -> str:
-    outcome = "no result yet"
+    """``Tool `command or path``` and its outcome: failed (with its line), interrupted, ok when
+    something says it succeeded, else nothing (a command's silence is no success)."""
+    outcome: str | None = "no result yet"
     if step.result is not None:
         text = result_text(step.result)
-        if failed(step.result):
+        if step.failed:
             outcome = "failed: " + first_informative_line(text)
         elif text.startswith(REJECTED) or is_synthesized(text):
             outcome = "interrupted"
         else:
-            outcome = "ok"
-    return f"{step.call.name} `{_clip(call_key(step.call), 100)}` ({outcome})"
+            outcome = "ok" if _succeeded(step, text) else None
+    described = f"{step.call.name} `{_clip(call_key(step.call), 100)}`"
+    return described if outcome is None else f"{described} ({outcome})"
+
+
+def _succeeded(step: _Step, text: str) -> bool:
+    """Whether a step's output says it succeeded: a command's only when its output says so; another
+    tool's (a file read, an edit, a search) when it answered with something and no failure."""
+    if _string(_arguments(step.call), COMMAND_KEYS) and not _is_editor(step.call, _arguments(step.call)):
+        return output_succeeded(text)
+    return bool(text.strip())
 
 
 # ---------------------------------------------------------------- todo / plan state

@@ -57,6 +57,7 @@ MAX_ERROR_LINES = 20
 TOOLS_USED = "- Tools used: "
 ORIGINAL = "- Original request: "
 TASK_MARK = "- [ ] "
+RESOLVE = "- Resolve the error of "
 CURRENT_STATE = ("Current Work", "Next Step")  # replaced, not merged, by a fresh span's state
 
 
@@ -96,8 +97,10 @@ def render_summary(messages: Iterable[Message], max_tokens: int | None = None) -
 def _render(messages: list[Message], facts: SpanFacts, *, ask_chars: int, terse: bool) -> str:
     prior = _prior_sections(messages)
     prior_tools = _tool_counts(prior.pop("Key Technical Concepts", []))
-    if facts.todo_seen:  # the agent's current todo list supersedes the prior one
-        prior["Pending Jobs"] = [b for b in prior.get("Pending Jobs", []) if not b.startswith(TASK_MARK)]
+    superseded = (TASK_MARK, RESOLVE) if facts.todo_seen else (RESOLVE,)
+    # the agent's current todo list supersedes the prior one; the span's latest unfixed errors
+    # supersede the prior ones (which Errors and Fixes still lists, unfixed)
+    prior["Pending Jobs"] = [b for b in prior.get("Pending Jobs", []) if not b.startswith(superseded)]
     requested = prior.get("Primary Request and Intent", [])
     sections = {
         "Primary Request and Intent": _requests(facts, requested, ask_chars),
@@ -296,7 +299,7 @@ def _pending(facts: SpanFacts) -> list[str]:
     ]
     bullets += [f"- Unanswered tool call: {call}" for call in facts.unanswered]
     bullets += [
-        f"- Resolve the error of {_call(e.tool, e.command, 120)} (see Errors and Fixes)"
+        f"{RESOLVE}{_call(e.tool, e.command, 120)} (see Errors and Fixes)"
         for e in facts.errors[-3:]
         if not e.fixed
     ]
