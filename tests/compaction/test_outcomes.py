@@ -151,7 +151,7 @@ def test_no_failed_or_unknown_step_is_reported_ok(tmp_path: Path) -> None:
         (MYPY_RUN, "src/app/api.py:31: error: Incompatible return value type"),
         ("FAIL src/auth.test.ts\n  ● login › rejects a bad token\n\nTests: 1 failed, 7 passed, 8 total",
          "FAIL src/auth.test.ts"),
-        ("--- FAIL: TestParse (0.00s)\n    parse_test.go:21: got 3, want 4\nFAIL\nFAIL\texample.com/p\t0.004s",
+        ("--- FAIL: TestParse (0.00s)\n    parse_test.go:21: got 3, want 4\nFAIL\texample.com/p\t0.004s",
          "--- FAIL: TestParse (0.00s)"),
         ("running 2 tests\ntest tests::adds ... FAILED\n\ntest result: FAILED. 1 passed; 1 failed",
          "test tests::adds ... FAILED"),
