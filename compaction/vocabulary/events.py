@@ -71,6 +71,8 @@ class Completion(msgspec.Struct, frozen=True, omit_defaults=True):
     draft: str | None = None
     repair_usage: Usage | None = None
     repair_error: str | None = None
+    left_out: str = ""
+    """What the appendix's budget left out, counted ("2 error lines, 14 identifiers"): in the log."""
 
 
 class DigestRecord(msgspec.Struct, frozen=True, omit_defaults=True):

@@ -20,9 +20,12 @@ from compaction.errors import CompactionConfigError, FidelityError, SummarizerEr
 from compaction.handover.completion import (
     APPENDIX_TITLE,
     ERROR_COMMAND_CHARS,
+    HEADER_CHARS,
     MAX_ERRORS,
     Gaps,
+    Needs,
     appendix,
+    build_appendix,
     gaps,
     model_text,
     repair_request,
@@ -439,3 +442,68 @@ def test_cli_completion_off_and_the_summarizer_window(
         summary = store.get(session.id).event(compaction["summary_seq"])
     assert isinstance(summary, CompactSummary) and summary.chunks >= 2
     assert len(server.received) - asked == summary.chunks + 1  # the chunks and one merge
+
+
+# ---------------------------------------------------------------- the appendix within a budget
+
+
+class TwoLines(Summarizer):
+    """A user's own summarizer: a short, correct summary of two lines."""
+
+    provider = "mine"
+    model = "two-lines"
+
+    async def summarize(self, request: SummaryRequest) -> SummaryOutput:
+        return SummaryOutput(
+            text="The agent read the two modules the user named.\nNext it runs the tests.",
+            provider=self.provider,
+            model=self.model,
+        )
+
+
+async def test_a_short_custom_summary_of_a_small_span_commits_with_the_default_config() -> None:
+    session = Session()
+    user(session, "Fix the failing tests under tests/ and run `pytest -q` until green.")
+    start_turn(session)
+    for _ in range(3):
+        tool_step(session, n_calls=1, output="x = compute(rows)  # the module body\n" * 18)
+    service = BasicCompactService(BasicConfig(), summarizer=TwoLines())
+    result = await service.compact_region(session, session.nodes[1], session.nodes[4])
+    assert 300 <= result.shadowed_token_count <= 500  # a span of about 400 tokens
+    assert result.summary_token_count < result.shadowed_token_count
+    _, summary, _ = bracket(session, result)
+    record = summary.completion
+    assert record is not None and record.added_sections == SECTIONS  # what the gate needs
+    text = text_of(summary.summary)
+    assert text.startswith("The agent read the two modules the user named.")
+    audits, _ = audit_events(list(session.events()))
+    assert audits[0].passed, audits[0].failed
+
+
+async def test_a_tight_budget_fills_by_priority_and_says_what_it_left_out() -> None:
+    facts = SpanFacts(
+        user_asks=("Make the login endpoint return 200 for valid credentials",),
+        errors=(
+            ErrorFact("bash", "pytest -q", "FAILED tests/test_api.py::test_login - AssertionError", False),
+            ErrorFact("bash", "mypy src", "src/app.py:3: error: Incompatible return value type", True),
+        ),
+        open_tasks=("Add a regression test",),
+    )
+    found = Gaps(
+        sections=("Files and Code",),
+        identifiers=("src/app.py", "tests/test_api.py", "pytest -q"),
+        user_asks=facts.user_asks,
+        open_tasks=facts.open_tasks,
+        errors=facts.errors,
+    )
+    needs = Needs(sections=("Files and Code",), identifiers=("src/app.py",))
+    whole = appendix(found, facts)
+    tight = build_appendix(found, facts, budget=HEADER_CHARS + 220, needs=needs)
+    assert len(tight.text) < len(whole)
+    assert "## Files and Code" in tight.text and "`src/app.py`" in tight.text  # the gate's needs
+    assert "FAILED tests/test_api.py::test_login" in tight.text  # the unfixed error comes next
+    assert tight.left and "Left out for space (in the log): " in tight.text
+    assert tight.left_out in tight.text
+    nothing = build_appendix(found, facts, budget=0, needs=needs)
+    assert "`src/app.py`" in nothing.text and "## Files and Code" in nothing.text
+    assert "FAILED" not in nothing.text
