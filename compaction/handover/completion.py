@@ -26,9 +26,22 @@ from dataclasses import dataclass
 import msgspec
 
 from compaction.errors import SummarizerError, error_chain
-from compaction.handover.facts import ErrorFact, SpanFacts, missing_from, span_facts
+from compaction.handover.facts import (
+    ErrorFact,
+    SpanFacts,
+    missing_from,
+    span_facts,
+)
 from compaction.handover.fidelity import measure_fidelity, missing_sections
-from compaction.handover.identifiers import Identifiers, extract, merged, retained
+from compaction.handover.identifiers import (
+    ELLIPSIS,
+    Identifiers,
+    extract,
+    merged,
+    retained,
+    word_head,
+    word_tail,
+)
 from compaction.sessions.blocks import Message, Source, TextBlock, text_of
 from compaction.vocabulary.checkpoint import is_checkpoint
 from compaction.vocabulary.config import CompletionMode
@@ -156,7 +169,9 @@ def clip(text: str, limit: int = MAX_ITEM) -> str:
     if len(line) <= limit:
         return line
     half = limit // 2
-    return f"{line[:half]} [...] {line[-half:]}"
+    head = word_head(line, half).removesuffix(" " + ELLIPSIS)  # a cut word keeps its mark
+    tail = word_tail(line, half).removeprefix(ELLIPSIS + " ")
+    return f"{head} [...] {tail}"
 
 
 def error_line(error: ErrorFact, times: int = 1) -> str:

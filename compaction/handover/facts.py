@@ -41,10 +41,12 @@ from compaction.handover.analysis import active_analysis
 from compaction.handover.identifiers import (
     ERROR_LINE_RE,
     Identifiers,
+    clip_words,
     extract,
     merged,
     parsed_arguments,
     retained,
+    whole_words,
 )
 from compaction.handover.outcomes import (
     BUILD_FAILURE_RE,
@@ -353,7 +355,7 @@ def _call_key(call: ToolCallBlock) -> str:
     args = _arguments(call)
     command = _string(args, COMMAND_KEYS)
     if command and not _is_editor(call, args):
-        return command.splitlines()[0][:COMMAND_CHARS]
+        return whole_words(command.splitlines()[0], COMMAND_CHARS)
     path = _string(args, PATH_KEYS)
     if path and command:  # an editor's sub-command and its path
         return f"{command} {path}"
@@ -442,8 +444,7 @@ def _first_line(text: str) -> str:
 
 
 def _clip(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+    return clip_words(text, limit)
 
 
 # ---------------------------------------------------------------- the walk

@@ -28,6 +28,7 @@ from compaction.handover.facts import (
     span_facts,
 )
 from compaction.handover.fidelity import section_bodies
+from compaction.handover.identifiers import ELLIPSIS, clip_words, word_head, word_tail
 from compaction.sessions.blocks import Message, text_of
 from compaction.vocabulary.checkpoint import framed_summary, is_checkpoint
 from compaction.vocabulary.instruction import CLOSE_TAG, OPEN_TAG, PREAMBLE, SECTIONS
@@ -185,19 +186,19 @@ def _merge_files(old: list[str], new: list[str]) -> list[str]:
 
 
 def _clip(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+    return clip_words(text, limit)
 
 
 def head_and_tail(text: str, limit: int) -> str:
-    """``text`` on one line; beyond ``limit`` characters its head and tail with the elision marked."""
+    """``text`` on one line; beyond ``limit`` characters its head and tail, cut between words (no
+    identifier cut short), with the elision marked."""
     text = " ".join(text.split())
     if len(text) <= limit:
         return text
     if limit < TIGHT_ASK_CHARS:
         return _clip(text, limit)
-    head = text[: limit * 2 // 3].rstrip()
-    tail = text[len(text) - limit // 3 :].lstrip()
+    head = word_head(text, limit * 2 // 3).removesuffix(" " + ELLIPSIS)  # a cut word keeps its mark
+    tail = word_tail(text, limit // 3).removeprefix(ELLIPSIS + " ")
     return f"{head} […{len(text) - len(head) - len(tail):,} characters elided…] {tail}"
 
 
