@@ -57,6 +57,7 @@ MAX_ERRORS = 40
 MAX_ERROR_LINES = 20
 TOOLS_USED = "- Tools used: "
 ORIGINAL = "- Original request: "
+HARNESS_CONTEXT = "- Harness context (not the user's words): "
 TASK_MARK = "- [ ] "
 RESOLVE = "- Resolve the error of "
 CURRENT_STATE = ("Current Work", "Next Step")  # replaced, not merged, by a fresh span's state
@@ -343,7 +344,8 @@ def _next_step(facts: SpanFacts, limit: int) -> list[str]:
 
 def _critical(facts: SpanFacts) -> list[str]:
     found = facts.identifiers
-    bullets = [f"- Command: {_code(c)}" for c in found.commands]
+    bullets = [f"{HARNESS_CONTEXT}{note}" for note in facts.context]
+    bullets += [f"- Command: {_code(c)}" for c in found.commands]
     if found.ids:
         bullets.append("- Identifiers: " + ", ".join(f"`{i}`" for i in found.ids))
     return bullets[:MAX_ITEMS]
