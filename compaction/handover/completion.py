@@ -32,7 +32,12 @@ from compaction.handover.facts import (
     missing_from,
     span_facts,
 )
-from compaction.handover.fidelity import measure_fidelity, missing_sections
+from compaction.handover.fidelity import (
+    echoes_instruction,
+    heading_section,
+    measure_fidelity,
+    missing_sections,
+)
 from compaction.handover.identifiers import (
     ELLIPSIS,
     Identifiers,
@@ -430,8 +435,50 @@ def _section_body(section: str, facts: SpanFacts) -> str:
 
 
 def appended(text: str, block: str) -> str:
-    """The summary with the appendix after a blank line (the appendix alone when it is empty)."""
-    return f"{text}\n\n{block}" if block else text
+    """The summary with the appendix after a blank line (the summary alone when the appendix is
+    empty, the appendix alone when the summary is)."""
+    return f"{text}\n\n{block}" if block and text else block or text
+
+
+@dataclass(frozen=True)
+class Echo:
+    """What :func:`without_echo` took out of a summarizer's text."""
+
+    text: str
+    """The text without placeholder and instruction lines, nor the headings they left empty."""
+    sections: tuple[str, ...] = ()
+    """The sections whose body was only placeholders or the instruction repeated."""
+    lines: int = 0
+    """Lines taken out."""
+    own: bool = True
+    """Whether anything of the summarizer's own is left (besides headings)."""
+
+
+def without_echo(text: str) -> Echo:
+    """A summarizer's text without what it copied of the instruction: bracketed placeholders
+    ("- [Describe the primary request here]"), the instruction's lines, and the headings of the
+    sections they leave empty (the appendix fills those from the span's facts)."""
+    segments: list[tuple[str | None, list[str], int]] = [(None, [], 0)]  # (heading, body, removed)
+    for line in text.splitlines():
+        if line.lstrip().startswith("#") or heading_section(line) is not None:
+            segments.append((line, [], 0))
+        elif echoes_instruction(line):
+            heading, body, removed = segments[-1]
+            segments[-1] = (heading, body, removed + 1)
+        else:
+            segments[-1][1].append(line)
+    kept: list[str] = []
+    emptied: list[str] = []
+    for heading, body, removed in segments:
+        if removed and not any(line.strip() for line in body):
+            name = heading_section(heading) if heading is not None else None
+            emptied += [name] if name else []
+            continue
+        kept += ([heading] if heading is not None else []) + body
+    own = any(line.strip() for _, body, _ in segments for line in body)
+    cleaned = "\n".join(kept).strip()
+    lines = sum(removed for _, _, removed in segments)
+    return Echo(cleaned if lines else text, tuple(dict.fromkeys(emptied)), lines, own)
 
 
 def model_text(summary: str, record: Completion | None) -> str:
@@ -511,6 +558,8 @@ async def complete(
     text = output.text.strip()
     if mode == "off":
         return Completed(text, text, None, output)
+    echo = without_echo(text)
+    text = echo.text
     facts = span_facts(shadowed)
     counted = identifiers if identifiers is not None else extract(shadowed)
     wanted = merged(counted, span_identifiers(shadowed, facts))
@@ -527,12 +576,16 @@ async def complete(
             log.warning("compaction %s: the repair request failed: %s", request.compaction_id, e)
         else:
             if repaired.text.strip():
-                draft, text = text, repaired.text.strip()
+                echo = without_echo(repaired.text.strip())
+                draft, text = text, echo.text
                 repair_usage = repaired.usage
                 found = gaps(text, facts, wanted)
                 model_fidelity = measure_fidelity(text, counted, required_ratio)
     base = Completion(
         mode=mode,
+        echoed_sections=echo.sections,
+        echoed_lines=echo.lines,
+        model_empty=not echo.own,
         model_fidelity=model_fidelity,
         draft=draft,
         repair_usage=repair_usage,

@@ -37,7 +37,7 @@ def _cc(kind: str, uid: str, content: Any, **extra: Any) -> dict[str, Any]:
 
 
 def _tool(
-    uid: str, mid: str, call_id: str, name: str, args: dict[str, Any], text: str = ""
+    uid: str, mid: str, call_id: str, name: str, args: dict[str, Any], *, text: str = ""
 ) -> list[Any]:
     blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
     blocks.append({"type": "tool_use", "id": call_id, "name": name, "input": args})
@@ -59,7 +59,7 @@ def skill_session(tmp_path: Path) -> Path:
         _result("r1", "t1", "Launching skill: hex-docs-search"),
         _cc("user", "u2", [{"type": "text", "text": SKILL_BODY}], isMeta=True),
         *_tool("a2", "m2", "t2", "Bash", {"command": "mix hex.docs fetch opentelemetry_bandit"},
-               "Let me fetch the docs."),
+               text="Let me fetch the docs."),
         _result("r2", "t2", "Docs fetched to doc/opentelemetry_bandit\n" + "module Bandit\n" * 30),
         *_tool("a3", "m3", "t3", "Edit", {"file_path": config, "old_string": "config :bandit",
                                           "new_string": "config :opentelemetry"}),
@@ -70,10 +70,10 @@ def skill_session(tmp_path: Path) -> Path:
             "<command-name>/review</command-name>\n<command-args>config</command-args>"),
         _cc("user", "u4", [{"type": "text", "text": "Review the configuration changes of this branch for "
                             "mistakes: list each file, the risk, and a fix."}], isMeta=True),
-        *_tool("a5", "m5", "t5", "Bash", {"command": "git diff --stat"}, "Reviewing the diff."),
+        *_tool("a5", "m5", "t5", "Bash", {"command": "git diff --stat"}, text="Reviewing the diff."),
         _result("r5", "t5", " config/runtime.exs | 4 ++--\n 1 file changed"),
         _cc("user", "u5", FOLLOW_UP),
-        *_tool("a6", "m6", "t6", "Bash", {"command": "mix test"}, "Now I will run the tests."),
+        *_tool("a6", "m6", "t6", "Bash", {"command": "mix test"}, text="Now I will run the tests."),
         _result("r6", "t6", "Finished in 0.4 seconds\n12 tests, 0 failures"),
     ]  # fmt: skip
     path = tmp_path / "skill.jsonl"
