@@ -577,7 +577,7 @@ async def complete(
         else:
             if repaired.text.strip():
                 echo = without_echo(repaired.text.strip())
-                draft, text = text, echo.text
+                draft, text = output.text.strip(), echo.text  # the draft as the model wrote it
                 repair_usage = repaired.usage
                 found = gaps(text, facts, wanted)
                 model_fidelity = measure_fidelity(text, counted, required_ratio)
