@@ -7,7 +7,7 @@ patterns read it from the text, in the forms harnesses and tools print:
 - a non-zero exit code: ``Exit code: 1``, ``exit code 2``, ``Command exited with code 1``,
   ``Process exited with code 1``, ``exit status 1``, ``<returncode>1</returncode>``,
   ``[Command failed with exit code 1]``;
-- a Python traceback;
+- a Python traceback that ends in its exception line;
 - test runners: pytest ``FAILED path::test`` and ``= 1 failed``, jest/vitest ``FAIL path`` and
   ``Tests: 1 failed``, go test ``--- FAIL:`` and ``FAIL\\tpkg``, cargo ``test result: FAILED``,
   mix ``3 tests, 1 failure``;
@@ -24,6 +24,8 @@ left unsaid.
 from __future__ import annotations
 
 import re
+
+from compaction.handover.identifiers import ERROR_LINE_RE
 
 EXIT_CODE_RE = re.compile(
     r"(?:\bexit(?:ed)?(?: with)?(?: code| status)|\breturn ?code|\bexit_code)[\s:=]*(-?\d+)"
@@ -45,8 +47,7 @@ DIAGNOSTIC_RE = re.compile(
 BUILD_FAILURE_RE = re.compile(r"^(?:npm ERR! .+|make(?:\[\d+\])?: \*\*\* .+)$", re.MULTILINE)
 """A build tool's closing failure line: what failed when no line names the cause."""
 FAILURE_RE = re.compile(
-    r"^Traceback \(most recent call last\):"
-    r"|^=+ .*\b\d+ (?:failed|errors?)\b.*=+$"  # pytest closing banner
+    r"^=+ .*\b\d+ (?:failed|errors?)\b.*=+$"  # pytest closing banner
     r"|^FAIL\s+\S+"  # jest/vitest file line, go test package line
     r"|^\s*Tests?:?\s+.*\b\d+ failed\b"  # jest/vitest totals
     r"|\btest result: FAILED\b"  # cargo test
@@ -105,7 +106,19 @@ def output_failed(text: str) -> bool:
     code = exit_code(text)
     if code is not None:
         return code != 0
-    return any(p.search(text) is not None for p in (DIAGNOSTIC_RE, FAILURE_RE, BUILD_FAILURE_RE))
+    if any(p.search(text) is not None for p in (DIAGNOSTIC_RE, FAILURE_RE, BUILD_FAILURE_RE)):
+        return True
+    return raised(text)
+
+
+TRACEBACK = "Traceback (most recent call last):"
+
+
+def raised(text: str) -> bool:
+    """Whether the output holds a Python traceback that ends in its exception line (a traceback
+    cut short, or quoted without its exception, says nothing of this call)."""
+    start = text.find(TRACEBACK)
+    return start >= 0 and ERROR_LINE_RE.search(text, start + len(TRACEBACK)) is not None
 
 
 def output_succeeded(text: str) -> bool:
