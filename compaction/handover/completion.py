@@ -516,14 +516,17 @@ def repair_request(request: SummaryRequest, draft: str, found: Gaps) -> SummaryR
 
 
 APPENDIX_SHARE = 0.3
-"""The appendix's default budget: this share of the shadowed span's characters. The compaction
-lowers it further when the completed checkpoint would not be smaller than the span
-(:meth:`Completed.within`)."""
+"""The appendix's default budget: this share of the shadowed span's characters, and no less than
+:data:`MIN_APPENDIX_CHARS`. The compaction lowers it further when the completed checkpoint would
+not be smaller than the span (:meth:`Completed.within`)."""
+MIN_APPENDIX_CHARS = 1600
+"""The least default budget (about 400 tokens): on a small span the shrink gate, not the share,
+bounds the appendix."""
 
 
 def appendix_budget(facts: SpanFacts) -> int:
     """The default budget of an appendix, in characters, from the span's size."""
-    return int(APPENDIX_SHARE * facts.chars)
+    return max(MIN_APPENDIX_CHARS, int(APPENDIX_SHARE * facts.chars))
 
 
 def gate_needs(
