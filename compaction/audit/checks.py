@@ -28,7 +28,7 @@ from typing import Any
 from compaction.audit.replay import Moment, Replay, replay
 from compaction.engine.brackets import COMMITTED, FAILED, ORPHANED, Bracket, find_brackets, member_of
 from compaction.engine.meters import Meter, meter_named
-from compaction.handover.completion import model_text, span_identifiers
+from compaction.handover.completion import appended, model_text, span_identifiers
 from compaction.handover.fidelity import section_bodies
 from compaction.handover.identifiers import extract, retained
 from compaction.sessions.blocks import Message, text_of
@@ -98,6 +98,7 @@ class CompactionAudit:
     summary_tokens: int | None = None  # as recorded
     completion: dict[str, Any] | None = None  # what the summarizer wrote and what was added
     command: str | None = None  # who asked: "/compact <args> (command <id>)"; None: automatic
+    warnings: list[str] = field(default_factory=list)  # a passing compaction a reader should doubt
 
     @property
     def passed(self) -> bool:
@@ -126,6 +127,7 @@ class CompactionAudit:
             "completion": self.completion,
             "command": self.command,
             "passed": self.passed,
+            "warnings": list(self.warnings),
             "checks": [c.as_json() for c in self.checks],
         }
 
@@ -256,6 +258,7 @@ def _audit_bracket(
     if bracket.outcome != COMMITTED or summary is None or bracket.replacement is None:
         audit.checks.append(_guarded("surface-untouched", lambda: _check_untouched(bracket, folded)))
         return audit
+    audit.warnings = completion_warnings(summary)
     committed = Committed(bracket, summary, bracket.replacement, folded, policy)
     audit.checks += [_guarded(name, partial(check, committed)) for name, check in _COMMITTED_CHECKS]
     if summary.completion is not None:
@@ -283,6 +286,40 @@ def completion_json(summary: CompactSummary) -> dict[str, Any] | None:
         "added_errors": len(record.added_errors),
         "added_sections": list(record.added_sections),
     }
+
+
+HALF = 0.5
+
+
+def completion_warnings(summary: CompactSummary) -> list[str]:
+    """Why a committed summary the library completed deserves a reader's doubt, though it passed:
+    the model's own text kept under half the identifiers, echoed the instruction (or wrote nothing
+    of its own), or is shorter than what the library appended."""
+    record = summary.completion
+    if record is None:
+        return []
+    warnings: list[str] = []
+    kept = record.model_fidelity
+    if kept is not None and kept.identifiers_total and kept.identifiers_kept < HALF * kept.identifiers_total:
+        warnings.append(
+            f"the model's own text kept {kept.identifiers_kept}/{kept.identifiers_total} identifiers "
+            "(under half); the rest are the library's appendix"
+        )
+    if record.echoed_lines or record.echoed_sections:
+        sections = f" (sections {', '.join(record.echoed_sections)})" if record.echoed_sections else ""
+        warnings.append(
+            f"the model echoed the instruction: {record.echoed_lines} placeholder or instruction "
+            f"lines taken out{sections}, filled from the span's facts"
+        )
+    if record.model_empty:
+        warnings.append("the model's text held nothing of its own: the checkpoint is the library's appendix")
+    model = model_text(_summary_text(summary), record)
+    if record.appendix and len(model) < len(record.appendix):
+        warnings.append(
+            f"the model's text ({len(model)} characters) is shorter than the appendix the library "
+            f"added ({len(record.appendix)} characters)"
+        )
+    return warnings
 
 
 def _added(record: Completion) -> str:
@@ -585,7 +622,7 @@ def _check_completion(c: Committed) -> Check:
     text = _summary_text(c.summary)
     block = record.appendix
     model = model_text(text, record)
-    if block and f"{model}\n\n{block}" != text:
+    if block and appended(model, block) != text:
         return Check(
             "completion", False,
             f"compact/summary seq {c.summary.seq}: the summary does not end with the recorded "

@@ -23,7 +23,7 @@ from compaction.audit.report import SessionAudit
 from compaction.engine.meters import HeuristicMeter, Meter
 from compaction.engine.windows import header_window
 from compaction.errors import EventRuleError
-from compaction.handover.completion import model_text
+from compaction.handover.completion import appended, model_text
 from compaction.sessions.blocks import text_of
 from compaction.sessions.events import SessionEvent
 from compaction.sessions.session import latest_header
@@ -266,7 +266,7 @@ def _summary_html(events: Sequence[SessionEvent], c: CompactionAudit) -> str:
 def _completed_html(summary: CompactSummary, record: Completion, text: str) -> str:
     who = "/".join(x for x in (summary.provider, summary.model) if x)
     written = model_text(text, record)
-    intact = f"{written}\n\n{record.appendix}" == text
+    intact = appended(written, record.appendix) == text
     model_label = (
         f"written by the summarizer ({who})"
         if intact
@@ -300,6 +300,7 @@ def compaction_section(events: Sequence[SessionEvent], c: CompactionAudit) -> st
     return (
         f'<section class="compaction {state}" id="c-{html.escape(c.compaction_id)}">'
         f"<h3>{html.escape(title)}</h3><p class=\"meta\">{len(c.shadowed_seqs)} shadowed nodes {tokens}</p>"
+        + _warnings_html(c.warnings)
         + checks_table(c.checks, f"checks of {c.compaction_id}")
         + '<div class="side"><div class="shadowed"><h4>shadowed span</h4>'
         + _shadowed_html(events, c.shadowed_seqs)
@@ -307,6 +308,15 @@ def compaction_section(events: Sequence[SessionEvent], c: CompactionAudit) -> st
         + _summary_html(events, c)
         + "</div></div></section>"
     )
+
+
+def _warnings_html(warnings: Sequence[str]) -> str:
+    """A passing compaction's reasons for doubt ("PASS, 2 warnings" and each warning)."""
+    if not warnings:
+        return ""
+    items = "".join(f"<li>{html.escape(w)}</li>" for w in warnings)
+    count = counted(len(warnings), "warning")
+    return f'<div class="warnings"><p><strong>{count}</strong></p><ul>{items}</ul></div>'
 
 
 def session_section(audit: SessionAudit, limits: Limits, meter: Meter, index: int) -> str:
@@ -317,6 +327,8 @@ def session_section(audit: SessionAudit, limits: Limits, meter: Meter, index: in
     limits = Limits(window, limits.threshold_ratio)
     state = "pass" if audit.passed else "fail"
     failed = sum(not c.passed for c in audit.compactions)
+    warnings = sum(len(c.warnings) for c in audit.compactions)
+    badge = state.upper() + (f", {counted(warnings, 'warning')}" if warnings else "")
     note = (
         '<p class="meta">context window unknown: pass a window to draw it</p>'
         if window is None
@@ -325,7 +337,7 @@ def session_section(audit: SessionAudit, limits: Limits, meter: Meter, index: in
     )
     return (
         f'<section class="session {state}" id="s-{audit.session_id}">'
-        f"<h2>session {audit.session_id} <span class=\"badge {state}\">{state.upper()}</span></h2>"
+        f"<h2>session {audit.session_id} <span class=\"badge {state}\">{badge}</span></h2>"
         f'<p class="meta">{counted(len(events), "event")} · '
         f'{counted(len(audit.compactions), "compaction")} · {failed} with failed checks</p>'
         + timeline_svg(audit, limits, meter, index)
@@ -364,6 +376,7 @@ body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1100px;padding:
 h1,h2,h3{margin:.6em 0 .3em}h3{font-size:15px;font-family:ui-monospace,monospace}
 .meta{color:#555;margin:.2em 0}.badge{font-size:12px;padding:2px 8px;border-radius:4px;color:#fff}
 .badge.pass{background:#16a34a}.badge.fail{background:#dc2626}
+.warnings{border-left:4px solid #d97706;background:#fffbeb;padding:.2em .8em;margin:.4em 0}
 section.session{border-top:3px solid #ddd;margin-top:24px}
 section.compaction{border:1px solid #ddd;border-left:5px solid #16a34a;padding:4px 12px;margin:14px 0}
 section.compaction.fail{border-left-color:#dc2626}

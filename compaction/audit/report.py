@@ -153,6 +153,7 @@ def totals(sessions: Sequence[Document]) -> Document:
         "compactions_failed": sum(not c["passed"] for c in compactions),
         "checks": len(checks),
         "checks_failed": sum(not k["passed"] for k in checks),
+        "warnings": sum(len(c.get("warnings", ())) for c in compactions),
     }
 
 
@@ -172,7 +173,7 @@ def session_block(session: Document, *, verbose: bool = False) -> RenderableType
         ("session ", "bold"),
         (session["session_id"], "bold cyan"),
         f"  {_n(session['events'], 'event')}, {_n(len(session['compactions']), 'compaction')}  ",
-        _badge(session["passed"]),
+        _badge(session["passed"], sum(len(c.get("warnings", ())) for c in session["compactions"])),
     )
     parts: list[RenderableType] = [head]
     if session["compactions"]:
@@ -184,6 +185,7 @@ def session_block(session: Document, *, verbose: bool = False) -> RenderableType
             parts.append(Text(f"  ! {label} {compaction['outcome']}: {compaction['error']}", style="yellow"))
         if compaction.get("completion"):
             parts.append(Text(f"  + {label} {completion_line(compaction['completion'])}", style="cyan"))
+        parts += [Text(f"  ! {label} warning: {w}", style="yellow") for w in compaction.get("warnings", ())]
         parts += _check_lines(label, compaction["checks"], verbose)
     return Group(*parts)
 
@@ -202,7 +204,7 @@ def compaction_table(compactions: Sequence[Document]) -> FittedTable:
             Text(_made_by(c)),
             Text(str(len(c["shadowed_seqs"]))),
             Text(_tokens(c)),
-            _checks_cell(c["checks"]),
+            _checks_cell(c["checks"], len(c.get("warnings", ()))),
         ]
         for c in compactions
     ]
@@ -229,10 +231,11 @@ def completion_line(completion: Document) -> str:
     )
 
 
-def _badge(passed: bool) -> Text:
+def _badge(passed: bool, warnings: int = 0) -> Text:
+    noted = f", {_n(warnings, 'warning')}" if warnings else ""
     if passed:
-        return Text(" PASS ", style="bold white on green")
-    return Text(" FAIL ", style="bold white on red")
+        return Text(f" PASS{noted} ", style="bold black on yellow" if warnings else "bold white on green")
+    return Text(f" FAIL{noted} ", style="bold white on red")
 
 
 def _span(c: Document) -> str:
@@ -264,13 +267,14 @@ def _tokens(c: Document) -> str:
     return f"{shadowed} → {summary}" if summary else str(shadowed)
 
 
-def _checks_cell(checks: Sequence[Document]) -> Text:
+def _checks_cell(checks: Sequence[Document], warnings: int = 0) -> Text:
+    noted = f", {_n(warnings, 'warning')}" if warnings else ""
     failed = [k["name"] for k in checks if not k["passed"]]
     if failed:
-        return Text(f"{FAIL} {len(failed)} failed: {', '.join(failed)}", style="bold red")
+        return Text(f"{FAIL} {len(failed)} failed: {', '.join(failed)}{noted}", style="bold red")
     skipped = sum(not k.get("applies", True) for k in checks)
     note = f" ({skipped} n/a)" if skipped else ""
-    return Text(f"{PASS} {len(checks)}/{len(checks)}{note}", style="green")
+    return Text(f"{PASS} {len(checks)}/{len(checks)}{note}{noted}", style="yellow" if warnings else "green")
 
 
 def _check_lines(label: str, checks: Sequence[Document], verbose: bool) -> list[Text]:
@@ -295,6 +299,8 @@ def _mark(check: Document) -> tuple[str, str]:
 def verdict(document: Document) -> Text:
     t = document.get("totals") or totals(document["sessions"])
     counts = ", ".join(_n(t[key], key[:-1]) for key in ("sessions", "compactions", "checks"))
+    if t.get("warnings"):
+        counts += f"; {_n(t['warnings'], 'warning')}"
     if document["passed"]:
         return Text(f"{PASS} audit passed: {counts}", style="bold green")
     return Text(

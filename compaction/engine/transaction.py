@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -48,7 +49,7 @@ from compaction.errors import (
     error_chain,
 )
 from compaction.handover.analysis import SpanAnalysis
-from compaction.handover.completion import complete
+from compaction.handover.completion import Completed, complete
 from compaction.handover.fidelity import fidelity_problems, measure_fidelity
 from compaction.handover.fold import folded_identifiers
 from compaction.handover.identifiers import extract
@@ -62,6 +63,9 @@ from compaction.vocabulary.contract import CompactionResult
 from compaction.vocabulary.events import CompactEnd, CompactStart, CompactSummary, ShadowedRange
 from compaction.vocabulary.instruction import instruction_with_focus
 from compaction.vocabulary.summarizer import Summarizer, SummaryOutput, SummaryRequest
+
+APPENDIX_TRIES = 4
+"""Times the appendix is cut down to leave the checkpoint smaller than its span."""
 
 log = logging.getLogger("compaction")
 
@@ -213,11 +217,11 @@ class Transaction:
             self.config.completion,
             identifiers=identifiers,
             required_ratio=self.config.min_identifier_ratio,
+            require_sections=self.config.require_sections,
         )
+        completed, checkpoint, framed_tokens = self._within_span(completed, start, shadowed_tokens)
         text = completed.text
         summary = (TextBlock(text),)
-        checkpoint = checkpoint_message(start.compaction_id, summary, start.source_command_id)
-        framed_tokens = self.meter.message(checkpoint)
         if framed_tokens >= shadowed_tokens:
             added = completed.record.appendix if completed.record else ""
             raise ShrinkError(
@@ -225,7 +229,7 @@ class Transaction:
                 f"framed tokens >= {shadowed_tokens})"
                 + (
                     f"; {len(added)} of its characters are the completion appendix (what the "
-                    "summary missed; completion='off' drops it)"
+                    "fidelity gate needs of it; completion='off' drops it)"
                     if added
                     else ""
                 )
@@ -257,6 +261,34 @@ class Transaction:
             source_command_id=start.source_command_id,
         )
         return self._commit(start, summary_event, checkpoint, captured_nodes, output)
+
+    def _within_span(
+        self, completed: Completed, start: CompactStart, shadowed_tokens: int
+    ) -> tuple[Completed, Message, int]:
+        """The completion with its appendix cut to what leaves the checkpoint smaller than the
+        span, when the full one would not (what the gate needs stays: an appendix never turns a
+        summary that passes without it into a refused one). Returns it, its checkpoint and the
+        checkpoint's framed tokens."""
+        checkpoint, framed = self._framed(start, completed)
+        for _ in range(APPENDIX_TRIES):
+            block = completed.record.appendix if completed.record else ""
+            if framed < shadowed_tokens or not block:
+                break
+            over = framed - shadowed_tokens + 1
+            chars_per_token = len(completed.text) / max(1, framed)
+            budget = len(block) - math.ceil(over * chars_per_token * 1.2) - 16
+            smaller = completed.within(max(0, budget))
+            if smaller.record is None or len(smaller.record.appendix) >= len(block):
+                break  # only what the gate needs is left
+            completed = smaller
+            checkpoint, framed = self._framed(start, completed)
+        return completed, checkpoint, framed
+
+    def _framed(self, start: CompactStart, completed: Completed) -> tuple[Message, int]:
+        """The checkpoint message of ``completed`` and its framed tokens."""
+        summary = (TextBlock(completed.text),)
+        checkpoint = checkpoint_message(start.compaction_id, summary, start.source_command_id)
+        return checkpoint, self.meter.message(checkpoint)
 
     def _recall_folded(self, shadowed: tuple[int, ...], messages: list[Message]) -> None:
         """The span's identifiers, when the read-ahead folded them (in this process or in the one

@@ -18,6 +18,7 @@ on ``compact/summary``), so the audit shows both.
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,9 +26,27 @@ from dataclasses import dataclass
 import msgspec
 
 from compaction.errors import SummarizerError, error_chain
-from compaction.handover.facts import ErrorFact, SpanFacts, missing_from, span_facts
-from compaction.handover.fidelity import measure_fidelity, missing_sections
-from compaction.handover.identifiers import Identifiers, extract, merged, retained
+from compaction.handover.facts import (
+    ErrorFact,
+    SpanFacts,
+    missing_from,
+    span_facts,
+)
+from compaction.handover.fidelity import (
+    echoes_instruction,
+    heading_section,
+    measure_fidelity,
+    missing_sections,
+)
+from compaction.handover.identifiers import (
+    ELLIPSIS,
+    Identifiers,
+    extract,
+    merged,
+    retained,
+    word_head,
+    word_tail,
+)
 from compaction.sessions.blocks import Message, Source, TextBlock, text_of
 from compaction.vocabulary.checkpoint import is_checkpoint
 from compaction.vocabulary.config import CompletionMode
@@ -76,6 +95,27 @@ class Completed:
     model_text: str
     record: Completion | None
     output: SummaryOutput
+    plan: _Plan | None = None
+
+    def within(self, budget: int) -> Completed:
+        """The same completion with its appendix built within ``budget`` characters (what the
+        gate needs is always carried; the record counts what was left out)."""
+        plan = self.plan
+        if plan is None:
+            return self
+        built = build_appendix(plan.found, plan.facts, plan.wanted, budget=budget, needs=plan.needs)
+        block, carried = built.text, built.carried
+        record = msgspec.structs.replace(
+            plan.base,
+            appendix=block,
+            added_identifiers=carried.identifiers if block else (),
+            added_user_asks=tuple(clip(a) for a in carried.user_asks) if block else (),
+            added_open_tasks=tuple(clip(t) for t in carried.open_tasks) if block else (),
+            added_errors=tuple(error_lines(carried.errors)) if block else (),
+            added_sections=carried.sections if block else (),
+            left_out=built.left_out,
+        )
+        return Completed(appended(self.model_text, block), self.model_text, record, self.output, plan)
 
 
 _KINDS = {"Paths": "paths", "Commands": "commands", "Error names": "errors", "Ids": "ids", "Other": "ids"}
@@ -134,7 +174,9 @@ def clip(text: str, limit: int = MAX_ITEM) -> str:
     if len(line) <= limit:
         return line
     half = limit // 2
-    return f"{line[:half]} [...] {line[-half:]}"
+    head = word_head(line, half).removesuffix(" " + ELLIPSIS)  # a cut word keeps its mark
+    tail = word_tail(line, half).removeprefix(ELLIPSIS + " ")
+    return f"{head} [...] {tail}"
 
 
 def error_line(error: ErrorFact, times: int = 1) -> str:
@@ -206,11 +248,145 @@ def _code(text: str) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
-def appendix(found: Gaps, facts: SpanFacts, wanted: Identifiers | None = None) -> str:
+@dataclass(frozen=True)
+class Needs:
+    """What the fidelity gate needs of the appendix: the sections the summary lacks (when the gate
+    requires them) and the identifiers that lift it to the required ratio. Always carried."""
+
+    sections: tuple[str, ...] = ()
+    identifiers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Appendix:
+    """An appendix: its text, what it carries, and what its budget left out."""
+
+    text: str
+    carried: Gaps
+    left: Gaps
+    full_sections: tuple[str, ...] = ()
+    """The missing sections given the span's facts (the others carry a heading and a placeholder)."""
+
+    @property
+    def left_out(self) -> str:
+        """What the budget left out, counted ("" when nothing)."""
+        return _counted(self.left)
+
+
+def appendix(
+    found: Gaps,
+    facts: SpanFacts,
+    wanted: Identifiers | None = None,
+    *,
+    budget: int | None = None,
+    needs: Needs = Needs(),
+) -> str:
     """The block appended to the summary: the verbatim references it missed, then a heading for
-    every missing section (with the span's facts for that section when there are any)."""
+    every missing section (with the span's facts for that section when there are any). With a
+    ``budget`` (characters), filled by priority: what the gate ``needs``, then errors, then user
+    asks, then the rest; a last line counts what it left out."""
+    return build_appendix(found, facts, wanted, budget=budget, needs=needs).text
+
+
+def build_appendix(
+    found: Gaps,
+    facts: SpanFacts,
+    wanted: Identifiers | None = None,
+    *,
+    budget: int | None = None,
+    needs: Needs = Needs(),
+) -> Appendix:
+    """:func:`appendix` with what it carries and what it left out."""
     if not found:
-        return ""
+        return Appendix("", Gaps(), Gaps())
+    if budget is None:
+        carried, left, full = found, Gaps(), found.sections
+    else:
+        carried, left, full = _within(found, facts, budget, needs)
+    text = _render(carried, facts, wanted, full, _counted(left))
+    return Appendix(text, carried, left, full)
+
+
+HEADER_CHARS = len(APPENDIX_TITLE) + len(APPENDIX_NOTE) + 40
+"""The appendix's own lines (title, note, group labels), charged once against a budget."""
+_PLACEHOLDER = "- (not stated by the summarizer)"
+
+
+def _within(found: Gaps, facts: SpanFacts, budget: int, needs: Needs) -> tuple[Gaps, Gaps, tuple[str, ...]]:
+    """``(carried, left, full sections)`` of ``found`` within ``budget`` characters, by priority:
+    the gate's needs (always), errors (unfixed first, then the latest), user asks, open tasks, the
+    other identifiers, the other sections, the span's facts under each missing section."""
+    room = budget - HEADER_CHARS
+    sections = [s for s in found.sections if s in needs.sections]
+    identifiers = [i for i in found.identifiers if i in needs.identifiers]
+    room -= sum(len(s) + len(_PLACEHOLDER) + 5 for s in sections)
+    room -= sum(len(i) + 4 for i in identifiers)
+    errors: list[ErrorFact] = []
+    distinct = _distinct(found.errors)
+    ranked, _ = _split(distinct, MAX_ERRORS)
+    for index in sorted(ranked, key=lambda i: (distinct[i][0].fixed, -i)):
+        error, times = distinct[index]
+        cost = len(error_line(error, times)) + 6
+        if cost <= room:
+            room -= cost
+            errors += [e for e in found.errors if e.first_line == error.first_line]
+    asks = _fill([(a, len(clip(a)) + 6) for a in found.user_asks], room)
+    room -= sum(len(clip(a)) + 6 for a in asks)
+    tasks = _fill([(t, len(clip(t)) + 6) for t in found.open_tasks], room)
+    room -= sum(len(clip(t)) + 6 for t in tasks)
+    others = _fill([(i, len(i) + 4) for i in found.identifiers if i not in identifiers], room)
+    room -= sum(len(i) + 4 for i in others)
+    extra = _fill([(s, len(s) + len(_PLACEHOLDER) + 5) for s in found.sections if s not in sections], room)
+    room -= sum(len(s) + len(_PLACEHOLDER) + 5 for s in extra)
+    chosen = [s for s in found.sections if s in sections or s in extra]
+    full = _fill([(s, len(_section_body(s, facts)) - len(_PLACEHOLDER)) for s in chosen], room)
+    kept_errors = tuple(e for e in found.errors if e in errors)
+    carried = Gaps(
+        sections=tuple(chosen),
+        identifiers=tuple(i for i in found.identifiers if i in identifiers or i in others),
+        user_asks=tuple(asks),
+        open_tasks=tuple(tasks),
+        errors=kept_errors,
+    )
+    left = Gaps(
+        sections=tuple(s for s in found.sections if s not in chosen),
+        identifiers=tuple(i for i in found.identifiers if i not in carried.identifiers),
+        user_asks=tuple(a for a in found.user_asks if a not in asks),
+        open_tasks=tuple(t for t in found.open_tasks if t not in tasks),
+        errors=tuple(e for e in found.errors if e not in kept_errors),
+    )
+    return carried, left, tuple(full)
+
+
+def _fill(items: Sequence[tuple[str, int]], room: int) -> list[str]:
+    """The items, in order, that fit in ``room`` characters one after another (a long one skipped
+    lets a shorter one after it in)."""
+    chosen: list[str] = []
+    for item, cost in items:
+        if cost <= room:
+            chosen.append(item)
+            room -= cost
+    return chosen
+
+
+def _counted(left: Gaps) -> str:
+    """``3 errors, 1 user ask, 14 identifiers`` ("" when nothing)."""
+    counts = (
+        (len(_distinct(left.errors)), "error line", "error lines"),
+        (len(left.user_asks), "user ask", "user asks"),
+        (len(left.open_tasks), "open task", "open tasks"),
+        (len(left.identifiers), "identifier", "identifiers"),
+        (len(left.sections), "section", "sections"),
+    )
+    return ", ".join(f"{n} {one if n == 1 else many}" for n, one, many in counts if n)
+
+
+LEFT_OUT = "- Left out for space (in the log): "
+
+
+def _render(
+    found: Gaps, facts: SpanFacts, wanted: Identifiers | None, full: Sequence[str], left_out: str
+) -> str:
     parts: list[str] = []
     references: list[str] = []
     if found.user_asks:
@@ -224,10 +400,13 @@ def appendix(found: Gaps, facts: SpanFacts, wanted: Identifiers | None = None) -
         left = errors_left(found.errors)
         references += [f"  - {line}" for line in [*error_lines(found.errors), *([left] if left else [])]]
     references += _identifier_lines(found.identifiers, wanted if wanted is not None else facts.identifiers)
+    if left_out:
+        references.append(LEFT_OUT + left_out)
     if references:
         parts.append("\n".join([f"## {APPENDIX_TITLE}", APPENDIX_NOTE, *references]))
     for section in found.sections:
-        parts.append(f"## {section}\n" + _section_body(section, facts))
+        body = _section_body(section, facts) if section in full else _PLACEHOLDER
+        parts.append(f"## {section}\n" + body)
     return "\n\n".join(parts)
 
 
@@ -256,8 +435,50 @@ def _section_body(section: str, facts: SpanFacts) -> str:
 
 
 def appended(text: str, block: str) -> str:
-    """The summary with the appendix after a blank line (the appendix alone when it is empty)."""
-    return f"{text}\n\n{block}" if block else text
+    """The summary with the appendix after a blank line (the summary alone when the appendix is
+    empty, the appendix alone when the summary is)."""
+    return f"{text}\n\n{block}" if block and text else block or text
+
+
+@dataclass(frozen=True)
+class Echo:
+    """What :func:`without_echo` took out of a summarizer's text."""
+
+    text: str
+    """The text without placeholder and instruction lines, nor the headings they left empty."""
+    sections: tuple[str, ...] = ()
+    """The sections whose body was only placeholders or the instruction repeated."""
+    lines: int = 0
+    """Lines taken out."""
+    own: bool = True
+    """Whether anything of the summarizer's own is left (besides headings)."""
+
+
+def without_echo(text: str) -> Echo:
+    """A summarizer's text without what it copied of the instruction: bracketed placeholders
+    ("- [Describe the primary request here]"), the instruction's lines, and the headings of the
+    sections they leave empty (the appendix fills those from the span's facts)."""
+    segments: list[tuple[str | None, list[str], int]] = [(None, [], 0)]  # (heading, body, removed)
+    for line in text.splitlines():
+        if line.lstrip().startswith("#") or heading_section(line) is not None:
+            segments.append((line, [], 0))
+        elif echoes_instruction(line):
+            heading, body, removed = segments[-1]
+            segments[-1] = (heading, body, removed + 1)
+        else:
+            segments[-1][1].append(line)
+    kept: list[str] = []
+    emptied: list[str] = []
+    for heading, body, removed in segments:
+        if removed and not any(line.strip() for line in body):
+            name = heading_section(heading) if heading is not None else None
+            emptied += [name] if name else []
+            continue
+        kept += ([heading] if heading is not None else []) + body
+    own = any(line.strip() for _, body, _ in segments for line in body)
+    cleaned = "\n".join(kept).strip()
+    lines = sum(removed for _, _, removed in segments)
+    return Echo(cleaned if lines else text, tuple(dict.fromkeys(emptied)), lines, own)
 
 
 def model_text(summary: str, record: Completion | None) -> str:
@@ -294,6 +515,34 @@ def repair_request(request: SummaryRequest, draft: str, found: Gaps) -> SummaryR
     return msgspec.structs.replace(request, messages=(framed,), instruction=instruction)
 
 
+APPENDIX_SHARE = 0.3
+"""The appendix's default budget: this share of the shadowed span's characters, and no less than
+:data:`MIN_APPENDIX_CHARS`. The compaction lowers it further when the completed checkpoint would
+not be smaller than the span (:meth:`Completed.within`)."""
+MIN_APPENDIX_CHARS = 1600
+"""The least default budget (about 400 tokens): on a small span the shrink gate, not the share,
+bounds the appendix."""
+
+
+def appendix_budget(facts: SpanFacts) -> int:
+    """The default budget of an appendix, in characters, from the span's size."""
+    return max(MIN_APPENDIX_CHARS, int(APPENDIX_SHARE * facts.chars))
+
+
+def gate_needs(
+    text: str, counted: Identifiers, required_ratio: float, *, require_sections: bool
+) -> Needs:
+    """What the gate needs added to ``text``: its missing sections (when required) and the first
+    missing counted identifiers, as many as lift it to ``required_ratio``."""
+    wanted = counted.all()
+    kept, missing = retained(wanted, text)
+    short = max(0, math.ceil(required_ratio * len(wanted) - 1e-9) - len(kept))
+    return Needs(
+        sections=missing_sections(text) if require_sections else (),
+        identifiers=tuple(missing[:short]),
+    )
+
+
 async def complete(
     output: SummaryOutput,
     request: SummaryRequest,
@@ -303,12 +552,17 @@ async def complete(
     *,
     identifiers: Identifiers | None = None,
     required_ratio: float = 0.0,
+    require_sections: bool = True,
+    budget: int | None = None,
 ) -> Completed:
     """Complete ``output`` against the ``shadowed`` messages as ``mode`` says (see the module).
-    ``identifiers``: the ones the gate will count (default: the span's own)."""
+    ``identifiers``: the ones the gate will count (default: the span's own); ``budget``: the
+    appendix's characters (default :func:`appendix_budget`)."""
     text = output.text.strip()
     if mode == "off":
         return Completed(text, text, None, output)
+    echo = without_echo(text)
+    text = echo.text
     facts = span_facts(shadowed)
     counted = identifiers if identifiers is not None else extract(shadowed)
     wanted = merged(counted, span_identifiers(shadowed, facts))
@@ -325,22 +579,40 @@ async def complete(
             log.warning("compaction %s: the repair request failed: %s", request.compaction_id, e)
         else:
             if repaired.text.strip():
-                draft, text = text, repaired.text.strip()
+                echo = without_echo(repaired.text.strip())
+                draft, text = output.text.strip(), echo.text  # the draft as the model wrote it
                 repair_usage = repaired.usage
                 found = gaps(text, facts, wanted)
                 model_fidelity = measure_fidelity(text, counted, required_ratio)
-    block = appendix(found, facts, wanted) if mode in ("appendix", "both") else ""
-    record = Completion(
+    base = Completion(
         mode=mode,
-        appendix=block,
-        added_identifiers=found.identifiers if block else (),
-        added_user_asks=tuple(clip(a) for a in found.user_asks) if block else (),
-        added_open_tasks=tuple(clip(t) for t in found.open_tasks) if block else (),
-        added_errors=tuple(error_lines(found.errors)) if block else (),
-        added_sections=found.sections if block else (),
+        echoed_sections=echo.sections,
+        echoed_lines=echo.lines,
+        model_empty=not echo.own,
         model_fidelity=model_fidelity,
         draft=draft,
         repair_usage=repair_usage,
         repair_error=repair_error,
     )
-    return Completed(appended(text, block), text, record, output)
+    plan = _Plan(
+        found if mode in ("appendix", "both") else Gaps(),
+        facts,
+        wanted,
+        gate_needs(text, counted, required_ratio, require_sections=require_sections),
+        base,
+    )
+    return Completed(text, text, base, output, plan).within(
+        appendix_budget(facts) if budget is None else budget
+    )
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What an appendix is built from, so a compaction can build it again within a smaller
+    budget without asking the summarizer again."""
+
+    found: Gaps
+    facts: SpanFacts
+    wanted: Identifiers
+    needs: Needs
+    base: Completion

@@ -41,10 +41,18 @@ from compaction.handover.analysis import active_analysis
 from compaction.handover.identifiers import (
     ERROR_LINE_RE,
     Identifiers,
+    clip_words,
     extract,
     merged,
     parsed_arguments,
     retained,
+    whole_words,
+)
+from compaction.handover.outcomes import (
+    BUILD_FAILURE_RE,
+    DIAGNOSTIC_RE,
+    output_failed,
+    output_succeeded,
 )
 from compaction.sessions.blocks import (
     Message,
@@ -104,6 +112,9 @@ class SpanFacts:
     """Characters of the span's text, tool calls (name and arguments) and results."""
     tools_used: tuple[tuple[str, int], ...] = ()
     """Calls per tool name, in the order first called (prior checkpoints not counted)."""
+    context: tuple[str, ...] = ()
+    """What the harness wrote in the user's role, as notes ("skill X loaded with: ARGS"): context,
+    never an ask."""
 
 
 @dataclass(frozen=True)
@@ -224,6 +235,8 @@ HARNESS_LINES_RE = re.compile(
 HARNESS_PREFIXES = ("Here is a demonstration of how to correctly accomplish this task.",)
 SLASH_RE = re.compile(r"^/[A-Za-z][\w:.-]*(?:\s|$)")
 HARNESS_TOOL = "harness"
+HARNESS_SOURCE = "harness"
+"""The source kind of a user-role message the harness wrote (Claude Code's ``isMeta`` lines)."""
 """The ``tool`` of an error the harness reported in a user-role message (there is no call to name)."""
 FEEDBACK_RE = re.compile(
     r"(?:Parameter [`'\"]?\w+[`'\"]? (?:is expected to be one of|is required|must be)\b"
@@ -248,6 +261,8 @@ class UserText:
     ask: str
     slash_commands: tuple[str, ...] = ()
     interrupted: bool = False
+    context: tuple[str, ...] = ()
+    """What the harness wrote in the user's role, as a note ("skill X loaded with: ARGS")."""
 
 
 def clean_user_text(text: str) -> UserText:
@@ -259,6 +274,9 @@ def clean_user_text(text: str) -> UserText:
 
 def _clean_user_text(text: str) -> UserText:
     text = ANSI_RE.sub("", text)
+    note = skill_note(text)
+    if note is not None:
+        return UserText(ask="", context=(note,))
     commands = [
         " ".join(part for part in (name, _args(text)) if part) for name in COMMAND_NAME_RE.findall(text)
     ]
@@ -273,6 +291,34 @@ def _clean_user_text(text: str) -> UserText:
         commands.append(text.strip())
         text = ""
     return UserText(ask=text, slash_commands=tuple(commands), interrupted=interrupted)
+
+
+SKILL_RE = re.compile(r"\s*Base directory for this skill:[^\S\n]*(\S+)")
+ARGUMENTS_RE = re.compile(r"^ARGUMENTS:[^\S\n]*(.*)$", re.MULTILINE)
+NOTE_CHARS = 200
+
+
+def skill_note(text: str) -> str | None:
+    """A skill's body the harness injected in the user's role (Claude Code: "Base directory for
+    this skill: .../skills/NAME ... ARGUMENTS: ...") as the note that stands for it, else None."""
+    found = SKILL_RE.match(text)
+    if found is None:
+        return None
+    name = found.group(1).rstrip("/").rsplit("/", 1)[-1]
+    arguments = ARGUMENTS_RE.findall(text)
+    given = arguments[-1].strip() if arguments else ""
+    return f"skill {name} loaded" + (f" with: {clip_words(given, NOTE_CHARS)}" if given else "")
+
+
+def harness_note(text: str) -> str | None:
+    """What a harness-written user-role message (Claude Code's meta messages: a skill's body, a
+    slash command's expansion, a reminder) leaves as context: the skill and its arguments, else
+    its first line; None when nothing is left once the wrappers are removed."""
+    cleaned = clean_user_text(text)
+    if cleaned.context:
+        return cleaned.context[0]
+    line = next((ln.strip() for ln in cleaned.ask.splitlines() if ln.strip()), "")
+    return f"harness message: {clip_words(line, NOTE_CHARS)}" if line else None
 
 
 def _args(text: str) -> str:
@@ -347,7 +393,7 @@ def _call_key(call: ToolCallBlock) -> str:
     args = _arguments(call)
     command = _string(args, COMMAND_KEYS)
     if command and not _is_editor(call, args):
-        return command.splitlines()[0][:COMMAND_CHARS]
+        return whole_words(command.splitlines()[0], COMMAND_CHARS)
     path = _string(args, PATH_KEYS)
     if path and command:  # an editor's sub-command and its path
         return f"{command} {path}"
@@ -384,7 +430,7 @@ def _failed(block: ToolResultBlock) -> bool:
     text = result_text(block)
     if is_synthesized(text) or text.startswith(REJECTED):
         return False
-    return block.is_error or text.lstrip().startswith("ERROR:")
+    return block.is_error or text.lstrip().startswith("ERROR:") or output_failed(text)
 
 
 def is_synthesized(text: str) -> bool:
@@ -425,7 +471,7 @@ def _first_line(text: str) -> str:
         if line and DECORATION_RE.sub("", line).strip():
             lines.append(line)
     useful = [ln for ln in lines if not BOILERPLATE_RE.match(ln)]
-    for pattern in (ERROR_LINE_RE, STRONG_RE, WEAK_RE):
+    for pattern in (DIAGNOSTIC_RE, ERROR_LINE_RE, STRONG_RE, WEAK_RE, BUILD_FAILURE_RE):
         for line in useful:
             if pattern.search(line):
                 return _clip(line, LINE_CHARS)
@@ -436,8 +482,7 @@ def _first_line(text: str) -> str:
 
 
 def _clip(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+    return clip_words(text, limit)
 
 
 # ---------------------------------------------------------------- the walk
@@ -490,7 +535,7 @@ class Read:
     items: tuple[Call | Result, ...]
     has_call: bool
     text: str
-    """The agent's text (stripped), or the user's (as written); empty otherwise."""
+    """The agent's text (stripped), or the user's or the harness's (as written); empty otherwise."""
     chars: int
     """Characters of the message's text blocks, tool calls (name and arguments) and results."""
 
@@ -524,7 +569,7 @@ def _read(message: Message) -> Read:
             chars += len(text_of(block.content))
         elif isinstance(block, TextBlock):
             chars += len(block.text)
-    from_user = message.role == "user" and message.source.kind == "user"
+    from_user = message.role == "user" and message.source.kind in ("user", HARNESS_SOURCE)
     text = ""
     if message.role == "assistant":
         text = text_of(message.content).strip()
@@ -556,6 +601,8 @@ class _Walk:
     agent_texts: list[tuple[int, str]] = field(default_factory=list)  # (position, text)
     last_ask_at: int = -1
     checkpoint_at: int = -1
+    context: list[str] = field(default_factory=list)
+    """Notes of what the harness wrote in the user's role (skills loaded, meta messages)."""
 
 
 def _walk(messages: Sequence[Message], reads: Sequence[Read]) -> _Walk:
@@ -579,7 +626,10 @@ def _walk(messages: Sequence[Message], reads: Sequence[Read]) -> _Walk:
                 if found.text:
                     agent_texts.append((position, found.text))
             elif found.from_user:
-                _user_message(walk, found.text, previous, position)
+                if messages[position].source.kind == HARNESS_SOURCE:
+                    _harness_message(walk, found.text)
+                else:
+                    _user_message(walk, found.text, previous, position)
         previous = messages[position]
     return walk
 
@@ -596,6 +646,13 @@ def _user_message(walk: _Walk, text: str, previous: Message | None, position: in
         _user(walk, text, position)
 
 
+def _harness_message(walk: _Walk, text: str) -> None:
+    """A user-role message the harness wrote: context, never an ask."""
+    note = harness_note(text)
+    if note is not None:
+        walk.context.append(note)
+
+
 def _result(walk: _Walk, item: Result, position: int) -> None:
     step = walk.by_id.get(item.block.tool_call_id)
     if step is not None:
@@ -610,6 +667,7 @@ def _result(walk: _Walk, item: Result, position: int) -> None:
 
 def _user(walk: _Walk, text: str, position: int) -> None:
     cleaned = clean_user_text(text)
+    walk.context.extend(cleaned.context)
     walk.slash.extend(cleaned.slash_commands)
     walk.interruptions += cleaned.interrupted
     if cleaned.ask:
@@ -675,6 +733,7 @@ def led_span_facts(lead: Message, span: Sequence[Message]) -> SpanFacts:
         user_asks=head.user_asks + facts.user_asks,
         identifiers=merged(head.identifiers, facts.identifiers),
         slash_commands=tuple(dict.fromkeys(head.slash_commands + facts.slash_commands)),
+        context=tuple(dict.fromkeys(head.context + facts.context)),
         interruptions=head.interruptions + facts.interruptions,
         ends_with_ask=facts.ends_with_ask or open_ask,
         chars=head.chars + facts.chars,
@@ -709,6 +768,7 @@ def _span_facts(messages: Sequence[Message]) -> SpanFacts:
         files_read=tuple(opened),
         identifiers=extract(fresh),
         slash_commands=tuple(dict.fromkeys(walk.slash)),
+        context=tuple(dict.fromkeys(walk.context)),
         interruptions=walk.interruptions,
         active_task=active,
         todo_seen=seen,
@@ -791,16 +851,27 @@ def _observation_failed(text: str) -> bool:
 
 
 def _describe(step: _Step) -> str:
-    outcome = "no result yet"
+    """``Tool `command or path``` and its outcome: failed (with its line), interrupted, ok when
+    something says it succeeded, else nothing (a command's silence is no success)."""
+    outcome: str | None = "no result yet"
     if step.result is not None:
         text = result_text(step.result)
-        if failed(step.result):
+        if step.failed:
             outcome = "failed: " + first_informative_line(text)
         elif text.startswith(REJECTED) or is_synthesized(text):
             outcome = "interrupted"
         else:
-            outcome = "ok"
-    return f"{step.call.name} `{_clip(call_key(step.call), 100)}` ({outcome})"
+            outcome = "ok" if _succeeded(step, text) else None
+    described = f"{step.call.name} `{_clip(call_key(step.call), 100)}`"
+    return described if outcome is None else f"{described} ({outcome})"
+
+
+def _succeeded(step: _Step, text: str) -> bool:
+    """Whether a step's output says it succeeded: a command's only when its output says so; another
+    tool's (a file read, an edit, a search) when it answered with something and no failure."""
+    if _string(_arguments(step.call), COMMAND_KEYS) and not _is_editor(step.call, _arguments(step.call)):
+        return output_succeeded(text)
+    return bool(text.strip())
 
 
 # ---------------------------------------------------------------- todo / plan state

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from compaction.handover.analysis import active_analysis
 from compaction.handover.identifiers import Identifiers, retained
 from compaction.vocabulary.events import Fidelity
-from compaction.vocabulary.instruction import SECTIONS
+from compaction.vocabulary.instruction import INSTRUCTION, SECTIONS
 
 # One heading line: a Markdown heading, a numbered item or a bold line, its title the rest of the
 # line. Kept linear on purpose: the summary is model output, and a title pattern with several
@@ -123,16 +123,44 @@ def _section_bodies(summary: str) -> dict[str, str]:
     return bodies
 
 
+_PLACEHOLDER_LINE = re.compile(r"^[ \t]*(?:[-*+]|\d+[.)])?[ \t]*\[[^\]\n]*\][ \t.]*$")
+_BULLET = re.compile(r"^[ \t]*(?:[-*+]|\d+[.)])?[ \t]*")
+ECHO_CHARS = 16
+"""A line at least this long that the instruction holds is the instruction repeated."""
+INSTRUCTION_TEXT = " ".join(INSTRUCTION.split()).casefold()
+
+
+def echoes_instruction(line: str) -> bool:
+    """Whether a summary line is a bracketed placeholder ("- [Describe the request here]") or
+    repeats the instruction (a line of at least :data:`ECHO_CHARS` characters it holds)."""
+    if _PLACEHOLDER_LINE.match(line):
+        return True
+    bare = " ".join(_BULLET.sub("", line).strip("[] \t").split()).casefold()
+    return len(bare) >= ECHO_CHARS and bare in INSTRUCTION_TEXT
+
+
+def heading_section(line: str) -> str | None:
+    """The section a summary line heads (as :func:`section_bodies` reads headings), else None."""
+    found = _HEADING.match(line)
+    return None if found is None else _known(found.group(1), found.group(2))
+
+
+def hollow(body: str) -> bool:
+    """Whether a section body is empty or holds only placeholders and the instruction repeated."""
+    return all(echoes_instruction(line) for line in body.splitlines() if line.strip())
+
+
 def missing_sections(summary: str) -> tuple[str, ...]:
-    """The sections with no heading or an empty body, in the instruction's order."""
+    """The sections with no heading or an empty body (a placeholder or the instruction repeated
+    counts as empty), in the instruction's order."""
     bodies = section_bodies(summary)
-    return tuple(s for s in SECTIONS if not bodies.get(s))
+    return tuple(s for s in SECTIONS if hollow(bodies.get(s, "")))
 
 
 def measure_fidelity(summary: str, identifiers: Identifiers, required_ratio: float) -> Fidelity:
     bodies = section_bodies(summary)
-    present = tuple(s for s in SECTIONS if bodies.get(s))
-    missing_sections = tuple(s for s in SECTIONS if not bodies.get(s))
+    present = tuple(s for s in SECTIONS if not hollow(bodies.get(s, "")))
+    missing_sections = tuple(s for s in SECTIONS if hollow(bodies.get(s, "")))
     wanted = identifiers.all()
     kept, missing = retained(wanted, summary)
     ratio = 1.0 if not wanted else len(kept) / len(wanted)

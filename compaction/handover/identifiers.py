@@ -18,8 +18,9 @@ from compaction.handover.analysis import active_analysis
 from compaction.sessions.blocks import Message, TextBlock, ToolCallBlock, ToolResultBlock
 
 PATH_RE = re.compile(
-    r"(?<![\w/.-])(?:~/|\.{1,2}/|/)?(?:[\w.-]+/)+[\w.-]*[\w-]\.[A-Za-z0-9]{1,8}\b"  # a/b.py, /x/y.txt
-    r"|(?<![\w/.-])(?:/[\w.-]+){2,}/?"  # absolute directories /usr/lib/python3
+    r"(?<![\w/.…-])(?:~/|\.{1,2}/|/)?(?:[\w.-]+/)+[\w.-]*[\w-]\.[A-Za-z0-9]{1,8}"  # a/b.py, /x/y.txt
+    r"(?![\w/…-]|\.\w)"  # whole: not a directory (a/b.d/), a longer name (x.me-next), a clipped one (x.p…)
+    r"|(?<![\w/.…-])(?:/[\w.-]+){2,}/?(?![\w.…-])"  # absolute directories /usr/lib/python3
 )
 ERROR_NAME_RE = re.compile(r"\b[A-Z][A-Za-z0-9]*(?:Error|Exception|Warning|Failure|Fault)\b")
 # ``[^\S\n]`` (whitespace but not a newline) keeps every attempt inside one line: ``\s*`` at each
@@ -35,7 +36,7 @@ ID_RE = re.compile(
 # them against the patterns above): an error name is found from its suffix and extended back over
 # its word; a path is searched for only inside a run of path characters that holds a slash.
 ERROR_SUFFIX_RE = re.compile(r"(?:Error|Exception|Warning|Failure|Fault)\b")
-PATH_RUN_RE = re.compile(r"(?<![\w./~-])[\w.~-]*/[\w./~-]*")
+PATH_RUN_RE = re.compile(r"(?<![\w./~-])[\w.~-]*/[\w./~…-]*")
 HEX_RUN_RE = re.compile(r"[0-9a-f]{8}")
 """What every id holds (a UUID's first group, or 12 to 40 hex digits): a text without it has none."""
 _ALNUM = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
@@ -151,7 +152,7 @@ def _from_arguments(arguments: str, found: Identifiers) -> None:
     value = parsed_arguments(arguments)
     for key, text in _strings(value):
         if key in COMMAND_KEYS:
-            command = text.strip().splitlines()[0][:MAX_COMMAND] if text.strip() else ""
+            command = whole_words(text.strip().splitlines()[0], MAX_COMMAND) if text.strip() else ""
             if command:
                 found.commands[command] = None
         for path in _paths(text):
@@ -250,3 +251,53 @@ def retained(identifiers: Iterable[str], summary: str) -> tuple[list[str], list[
 def _nothing_found(summary: str) -> dict[str, bool]:
     """What was found in a summary not searched yet (ident -> found)."""
     return {}
+
+
+# ---------------------------------------------------------------- quotations cut between words
+
+
+ELLIPSIS = "…"
+
+
+def clip_words(text: str, limit: int) -> str:
+    """``text`` on one line; beyond ``limit`` characters its head, cut between words when a word
+    ends in its second half (so no path or command is cut short) and marked clipped: `` …`` after
+    a whole word, ``…`` right after a cut one (an identifier reader skips a word so marked)."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    return word_head(text, limit - 2)
+
+
+def word_head(text: str, limit: int) -> str:
+    """The first ``limit`` characters of one-line ``text``, back to the last space when one is in
+    their second half; a word still cut ends with :data:`ELLIPSIS`."""
+    if len(text) <= limit:
+        return text
+    head = text[:limit]
+    space = head.rfind(" ")
+    if space >= limit // 2:
+        return head[:space].rstrip() + " " + ELLIPSIS
+    return head.rstrip() + ELLIPSIS
+
+
+def word_tail(text: str, limit: int) -> str:
+    """The last ``limit`` characters of one-line ``text``, on to the next space when one is in
+    their first half; a word still cut starts with :data:`ELLIPSIS`."""
+    if len(text) <= limit:
+        return text
+    tail = text[len(text) - limit :]
+    space = tail.find(" ")
+    if 0 <= space <= limit // 2:
+        return ELLIPSIS + " " + tail[space:].lstrip()
+    return ELLIPSIS + tail.lstrip()
+
+
+def whole_words(text: str, limit: int) -> str:
+    """The first ``limit`` characters of ``text`` cut back to the last space when one is in their
+    second half (a verbatim prefix that ends with a whole word); a word still cut ends with
+    :data:`ELLIPSIS`."""
+    if len(text) <= limit:
+        return text
+    return word_head(text, limit).removesuffix(" " + ELLIPSIS)
+

@@ -28,6 +28,7 @@ from compaction.handover.facts import (
     span_facts,
 )
 from compaction.handover.fidelity import section_bodies
+from compaction.handover.identifiers import ELLIPSIS, clip_words, word_head, word_tail
 from compaction.sessions.blocks import Message, text_of
 from compaction.vocabulary.checkpoint import framed_summary, is_checkpoint
 from compaction.vocabulary.instruction import CLOSE_TAG, OPEN_TAG, PREAMBLE, SECTIONS
@@ -56,7 +57,9 @@ MAX_ERRORS = 40
 MAX_ERROR_LINES = 20
 TOOLS_USED = "- Tools used: "
 ORIGINAL = "- Original request: "
+HARNESS_CONTEXT = "- Harness context (not the user's words): "
 TASK_MARK = "- [ ] "
+RESOLVE = "- Resolve the error of "
 CURRENT_STATE = ("Current Work", "Next Step")  # replaced, not merged, by a fresh span's state
 
 
@@ -96,8 +99,10 @@ def render_summary(messages: Iterable[Message], max_tokens: int | None = None) -
 def _render(messages: list[Message], facts: SpanFacts, *, ask_chars: int, terse: bool) -> str:
     prior = _prior_sections(messages)
     prior_tools = _tool_counts(prior.pop("Key Technical Concepts", []))
-    if facts.todo_seen:  # the agent's current todo list supersedes the prior one
-        prior["Pending Jobs"] = [b for b in prior.get("Pending Jobs", []) if not b.startswith(TASK_MARK)]
+    superseded = (TASK_MARK, RESOLVE) if facts.todo_seen else (RESOLVE,)
+    # the agent's current todo list supersedes the prior one; the span's latest unfixed errors
+    # supersede the prior ones (which Errors and Fixes still lists, unfixed)
+    prior["Pending Jobs"] = [b for b in prior.get("Pending Jobs", []) if not b.startswith(superseded)]
     requested = prior.get("Primary Request and Intent", [])
     sections = {
         "Primary Request and Intent": _requests(facts, requested, ask_chars),
@@ -182,19 +187,19 @@ def _merge_files(old: list[str], new: list[str]) -> list[str]:
 
 
 def _clip(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+    return clip_words(text, limit)
 
 
 def head_and_tail(text: str, limit: int) -> str:
-    """``text`` on one line; beyond ``limit`` characters its head and tail with the elision marked."""
+    """``text`` on one line; beyond ``limit`` characters its head and tail, cut between words (no
+    identifier cut short), with the elision marked."""
     text = " ".join(text.split())
     if len(text) <= limit:
         return text
     if limit < TIGHT_ASK_CHARS:
         return _clip(text, limit)
-    head = text[: limit * 2 // 3].rstrip()
-    tail = text[len(text) - limit // 3 :].lstrip()
+    head = word_head(text, limit * 2 // 3).removesuffix(" " + ELLIPSIS)  # a cut word keeps its mark
+    tail = word_tail(text, limit // 3).removeprefix(ELLIPSIS + " ")
     return f"{head} […{len(text) - len(head) - len(tail):,} characters elided…] {tail}"
 
 
@@ -296,7 +301,7 @@ def _pending(facts: SpanFacts) -> list[str]:
     ]
     bullets += [f"- Unanswered tool call: {call}" for call in facts.unanswered]
     bullets += [
-        f"- Resolve the error of {_call(e.tool, e.command, 120)} (see Errors and Fixes)"
+        f"{RESOLVE}{_call(e.tool, e.command, 120)} (see Errors and Fixes)"
         for e in facts.errors[-3:]
         if not e.fixed
     ]
@@ -339,7 +344,8 @@ def _next_step(facts: SpanFacts, limit: int) -> list[str]:
 
 def _critical(facts: SpanFacts) -> list[str]:
     found = facts.identifiers
-    bullets = [f"- Command: {_code(c)}" for c in found.commands]
+    bullets = [f"{HARNESS_CONTEXT}{note}" for note in facts.context]
+    bullets += [f"- Command: {_code(c)}" for c in found.commands]
     if found.ids:
         bullets.append("- Identifiers: " + ", ".join(f"`{i}`" for i in found.ids))
     return bullets[:MAX_ITEMS]

@@ -73,6 +73,15 @@ class Completion(msgspec.Struct, frozen=True, omit_defaults=True):
     draft: str | None = None
     repair_usage: Usage | None = None
     repair_error: str | None = None
+    left_out: str = ""
+    """What the appendix's budget left out, counted ("2 error lines, 14 identifiers"): in the log."""
+    echoed_sections: tuple[str, ...] = ()
+    """Sections whose body the summarizer filled with placeholders or the instruction repeated:
+    taken out of its text (the appendix fills them from the span's facts)."""
+    echoed_lines: int = 0
+    """Placeholder and instruction lines taken out of the summarizer's text."""
+    model_empty: bool = False
+    """The summarizer's text held nothing of its own (only headings, placeholders, instruction)."""
 
 
 class DigestRecord(msgspec.Struct, frozen=True, omit_defaults=True):

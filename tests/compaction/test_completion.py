@@ -20,12 +20,16 @@ from compaction.errors import CompactionConfigError, FidelityError, SummarizerEr
 from compaction.handover.completion import (
     APPENDIX_TITLE,
     ERROR_COMMAND_CHARS,
+    HEADER_CHARS,
     MAX_ERRORS,
     Gaps,
+    Needs,
     appendix,
+    build_appendix,
     gaps,
     model_text,
     repair_request,
+    without_echo,
 )
 from compaction.handover.facts import ErrorFact, Retention, SpanFacts, retention, span_facts
 from compaction.handover.fidelity import missing_sections
@@ -37,9 +41,9 @@ from compaction.sessions.session import Session, project
 from compaction.sessions.store import SessionStore
 from compaction.vocabulary.config import BasicConfig
 from compaction.vocabulary.events import CompactSummary
-from compaction.vocabulary.instruction import SECTIONS
+from compaction.vocabulary.instruction import INSTRUCTION, SECTIONS
 from compaction.vocabulary.summarizer import Summarizer, SummaryOutput, SummaryRequest
-from tests.builders import run_json, start_turn, tool_step, user
+from tests.builders import run_human, run_json, start_turn, tool_step, user
 from tests.compaction.summarizers.provider_servers import ProviderServer, Reply, openai_frames, openai_usage
 from tests.compaction.test_support import ScriptedSummarizer, bracket, sectioned
 from tests.conftest import PUBLIC_TRANSCRIPTS, TRANSCRIPTS
@@ -439,3 +443,126 @@ def test_cli_completion_off_and_the_summarizer_window(
         summary = store.get(session.id).event(compaction["summary_seq"])
     assert isinstance(summary, CompactSummary) and summary.chunks >= 2
     assert len(server.received) - asked == summary.chunks + 1  # the chunks and one merge
+
+
+# ---------------------------------------------------------------- the appendix within a budget
+
+
+class TwoLines(Summarizer):
+    """A user's own summarizer: a short, correct summary of two lines."""
+
+    provider = "mine"
+    model = "two-lines"
+
+    async def summarize(self, request: SummaryRequest) -> SummaryOutput:
+        return SummaryOutput(
+            text="The agent read the two modules the user named.\nNext it runs the tests.",
+            provider=self.provider,
+            model=self.model,
+        )
+
+
+async def test_a_short_custom_summary_of_a_small_span_commits_with_the_default_config() -> None:
+    session = Session()
+    user(session, "Fix the failing tests under tests/ and run `pytest -q` until green.")
+    start_turn(session)
+    for _ in range(3):
+        tool_step(session, n_calls=1, output="x = compute(rows)  # the module body\n" * 18)
+    service = BasicCompactService(BasicConfig(), summarizer=TwoLines())
+    result = await service.compact_region(session, session.nodes[1], session.nodes[4])
+    assert 300 <= result.shadowed_token_count <= 500  # a span of about 400 tokens
+    assert result.summary_token_count < result.shadowed_token_count
+    _, summary, _ = bracket(session, result)
+    record = summary.completion
+    assert record is not None and record.added_sections == SECTIONS  # what the gate needs
+    text = text_of(summary.summary)
+    assert text.startswith("The agent read the two modules the user named.")
+    audits, _ = audit_events(list(session.events()))
+    assert audits[0].passed, audits[0].failed
+
+
+async def test_a_tight_budget_fills_by_priority_and_says_what_it_left_out() -> None:
+    facts = SpanFacts(
+        user_asks=("Make the login endpoint return 200 for valid credentials",),
+        errors=(
+            ErrorFact("bash", "pytest -q", "FAILED tests/test_api.py::test_login - AssertionError", False),
+            ErrorFact("bash", "mypy src", "src/app.py:3: error: Incompatible return value type", True),
+        ),
+        open_tasks=("Add a regression test",),
+    )
+    found = Gaps(
+        sections=("Files and Code",),
+        identifiers=("src/app.py", "tests/test_api.py", "pytest -q"),
+        user_asks=facts.user_asks,
+        open_tasks=facts.open_tasks,
+        errors=facts.errors,
+    )
+    needs = Needs(sections=("Files and Code",), identifiers=("src/app.py",))
+    whole = appendix(found, facts)
+    tight = build_appendix(found, facts, budget=HEADER_CHARS + 220, needs=needs)
+    assert len(tight.text) < len(whole)
+    assert "## Files and Code" in tight.text and "`src/app.py`" in tight.text  # the gate's needs
+    assert "FAILED tests/test_api.py::test_login" in tight.text  # the unfixed error comes next
+    assert tight.left and "Left out for space (in the log): " in tight.text
+    assert tight.left_out in tight.text
+    nothing = build_appendix(found, facts, budget=0, needs=needs)
+    assert "`src/app.py`" in nothing.text and "## Files and Code" in nothing.text
+    assert "FAILED" not in nothing.text
+
+
+# ---------------------------------------------------------------- a weak model's echo
+
+
+SKELETON = "\n\n".join(
+    f"## {name}\n- [Describe the {name.lower()} here, quoting the conversation where possible.]"
+    for name in SECTIONS
+)
+"""What a weak model returns: the instruction's skeleton, a bracketed placeholder per section."""
+ECHOED = INSTRUCTION.split("## ", 1)[1].split("Rules:", 1)[0]
+"""The instruction's own section lines, repeated."""
+
+
+def test_placeholders_and_instruction_lines_are_taken_out_and_their_sections_are_empty() -> None:
+    assert missing_sections(SKELETON) == SECTIONS
+    assert missing_sections("## " + ECHOED) == SECTIONS
+    echo = without_echo(SKELETON)
+    assert echo.text == "" and echo.sections == SECTIONS and not echo.own
+    mixed = without_echo(f"{WEAK}\n- [Add the errors here]\n- Preserve exact file paths, commands")
+    assert mixed.own and mixed.lines == 2 and mixed.text == WEAK
+
+
+def test_an_echoing_server_commits_no_placeholder_and_the_audit_warns(
+    provider: tuple[ProviderServer, asyncio.AbstractEventLoop], tmp_path: Path
+) -> None:
+    server, _ = provider
+    url = f"sqlite:///{tmp_path / 'sessions.db'}"
+    session = import_path(SHORT_SESSION)[0].session
+    with SessionStore.open(url) as store:
+        store.save(session)
+    server.script(*[Reply(frames=openai_frames([SKELETON], usage=openai_usage(900, 120)))] * 6)
+    code, document = run_json(
+        "--store", url, "compact", str(session.id), "--summarizer", "openai",
+        "--base-url", server.base_url, "--model", "smollm2", "--window", "2000",
+    )  # fmt: skip
+    assert code == 0, document
+    assert document["compactions"]
+    with SessionStore.open(url) as store:
+        stored = store.get(session.id)
+        for compaction in document["compactions"]:
+            summary = stored.event(compaction["summary_seq"])
+            assert isinstance(summary, CompactSummary) and summary.completion is not None
+            assert "[Describe" not in text_of(summary.summary)
+            assert summary.completion.model_empty and summary.completion.echoed_sections == SECTIONS
+        (checkpoint,) = [m for m in stored.derive_messages() if m.id.startswith("checkpoint-")]
+        assert "[Describe" not in text_of(checkpoint.content)
+        assert missing_sections(text_of(checkpoint.content)) == ()
+    code, audit = run_json("--store", url, "audit", str(session.id))
+    assert code == 0 and audit["passed"], audit
+    (shown,) = audit["sessions"]
+    for compaction in shown["compactions"]:
+        assert any("echoed the instruction" in w for w in compaction["warnings"]), compaction
+        assert any("nothing of its own" in w for w in compaction["warnings"])
+    code, out, _ = run_human("--store", url, "audit", str(session.id))
+    count = sum(len(c["warnings"]) for c in shown["compactions"])
+    assert code == 0 and f"PASS, {count} warnings" in out
+    assert "warning: the model echoed the instruction" in out

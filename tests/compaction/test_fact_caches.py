@@ -305,7 +305,7 @@ def reference_paths(text: str) -> list[str]:
 
 
 PIECES = (
-    "a", "Z", "E", "/", ".", "_", "-", "~", ":", " ", "\n", "é", "Ω", "0", "x", "rror", "Error",
+    "a", "Z", "E", "/", ".", "_", "-", "~", ":", " ", "\n", "é", "Ω", "…", "0", "x", "rror", "Error",
     "FooError", "XFault", "ValueError:", "/usr/lib/python3", "a/b.py", "~/x/y.txt", "./c/d.json",
     "http://h/p.html", "src/app/main.py,", "_KeyError", "éTypeError", "ErrorError", "Warnings",
     "deadbeef", "0a1b", "c2d3e4f5a6b7", "-0123-",

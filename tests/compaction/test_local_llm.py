@@ -20,6 +20,7 @@ from compaction.audit.checks import audit_events
 from compaction.audit.request import rebuild_request
 from compaction.engine.meters import HeuristicMeter
 from compaction.service import BasicCompactService
+from compaction.sessions.blocks import text_of
 from compaction.sessions.events import UserMessage
 from compaction.sessions.importers import import_path
 from compaction.sessions.render import pairing_problems
@@ -144,18 +145,14 @@ def test_cli_compacts_a_public_transcript_with_the_local_model(
 
 
 def test_the_repair_completion_asks_the_real_model_once_more(tmp_path: Path) -> None:
-    """`--completion repair`: after the model's draft, one more request lists what the draft left
-    out, and the model's rewrite is the checkpoint (no appendix). The gate is lowered to the
-    sections (`--min-ratio 0`), and the audit runs with the same policy, because SmolLM2-135M does
-    not copy the span's one identifier (the 44-character path
-    /SWE-agent__test-repo/tests/missing_colon.py) into its rewrite. Bullet length is no longer the
-    cause: the grammar's bullets take LOCAL_BULLET_CHARS (120) characters, and the repair request
-    lists the path verbatim ("- identifier: ..."). Greedy, the model copies the instruction's
-    bracketed section descriptions into both the draft and the rewrite ("- [Exact file paths
-    examined or changed, with what changed and why.]"), and a grammar that forbids a leading "["
-    makes it repeat one description in all eight sections; each keeps 0/1 identifiers, with bullets
-    of 120 or 160 characters alike (measured 2026-12-01). With the default gate the compaction
-    fails with FidelityError ("keeps 0/1 verbatim identifiers")."""
+    """`--completion both`: after the model's draft, one more request lists what the draft left
+    out, and the model's rewrite is the checkpoint's own text, completed by the appendix. The gate
+    is lowered to the sections (`--min-ratio 0`), and the audit runs with the same policy.
+    SmolLM2-135M, greedy, copies the instruction's bracketed section descriptions into both the
+    draft and the rewrite ("- [Exact file paths examined or changed, with what changed and why.]"):
+    those lines are taken out as an echo of the instruction, their sections filled from the span's
+    facts by the appendix, and the audit warns. With `--completion repair` alone (no appendix) the
+    echoed rewrite has no section of its own and the gate refuses it."""
     require_local_model()
     url = f"sqlite:///{tmp_path / 'sessions.db'}"
     session = import_path(SHORT_SESSION)[0].session
@@ -163,7 +160,7 @@ def test_the_repair_completion_asks_the_real_model_once_more(tmp_path: Path) -> 
         store.save(session)
     code, document = run_json(
         "--store", url, "compact", str(session.id), "--summarizer", "local", "--manual",
-        "--completion", "repair", "--min-ratio", "0",
+        "--completion", "both", "--min-ratio", "0",
     )  # fmt: skip
     assert code == 0, document
     (compaction,) = document["compactions"]
@@ -172,11 +169,14 @@ def test_the_repair_completion_asks_the_real_model_once_more(tmp_path: Path) -> 
     summary = reloaded.event(compaction["summary_seq"])
     assert isinstance(summary, CompactSummary) and summary.completion is not None
     completion = summary.completion
-    assert completion.mode == "repair" and completion.repair_error is None
+    assert completion.mode == "both" and completion.repair_error is None
     # the repair request was made and answered: its usage, and the first draft kept beside it
     assert completion.repair_usage is not None and completion.repair_usage.output_tokens > 0
-    assert completion.draft and completion.appendix == ""
+    assert completion.draft
     assert summary.fidelity is not None and not summary.fidelity.sections_missing
+    assert "[Exact file paths" not in text_of(summary.summary)  # the echo is not on the surface
     audits, log_checks = audit_events(list(reloaded.events()), min_ratio=0)  # the gate it ran with
     assert all(c.passed for c in log_checks)
     assert len(audits) == 1 and audits[0].passed, audits[0].failed
+    if completion.echoed_lines:
+        assert any("echoed the instruction" in w for w in audits[0].warnings)

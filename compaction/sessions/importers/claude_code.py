@@ -6,7 +6,8 @@ blocks. Lines sharing ``message.id`` are merged into one assistant message (one 
 ``tool_result`` blocks of user lines arriving meanwhile are that step's results.
 
 * ``thinking`` becomes a reasoning block, ``tool_use`` a tool-call block (arguments = compact JSON).
-* A user line with ``isMeta`` is harness context (``context/message``); any other user line without
+* A user line with ``isMeta`` is harness context (``context/message``, its message's source kind
+  ``harness``: a skill's body, a slash command's expansion, a reminder); any other user line without
   ``tool_result`` blocks is a prompt and opens a new turn.
 * ``isSidechain`` lines (sub-agent threads of older versions) are kept apart: each thread, found
   through ``parentUuid``, becomes its own session (source ``FILE#sidechain-N``). A file made only of
@@ -29,11 +30,14 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+import msgspec
+
 from compaction.sessions.blocks import (
     Block,
     ImageBlock,
     Message,
     ReasoningBlock,
+    Source,
     TextBlock,
     ToolCallBlock,
 )
@@ -60,6 +64,9 @@ from compaction.sessions.importers.common import (
 FORMAT = "claude-code"
 PROVIDER = "anthropic"
 Line = tuple[int, JSON]
+
+HARNESS_WRITTEN = Source(kind="harness")
+"""The source of a user-role message the harness wrote (an ``isMeta`` line)."""
 
 
 def import_file(path: Path, data: bytes) -> list[ImportedSession]:
@@ -214,7 +221,8 @@ class _ChainImporter:
                 )
             )
         elif line.get("isMeta"):
-            self.b.context(message, f"{origin} isMeta")
+            harness = msgspec.structs.replace(message, source=HARNESS_WRITTEN)
+            self.b.context(harness, f"{origin} isMeta")
         else:
             self.b.user(message, origin)
 

@@ -1,0 +1,129 @@
+"""What a tool's output says of its outcome, for harnesses that report failure only there.
+
+Claude Code flags a failed call (``is_error``); an OpenAI-style log (every framework adapter's, the
+SWE-agent and mini-swe-agent trajectories) carries no flag: the tool printed its failure. These
+patterns read it from the text, in the forms harnesses and tools print:
+
+- a non-zero exit code: ``Exit code: 1``, ``exit code 2``, ``Command exited with code 1``,
+  ``Process exited with code 1``, ``exit status 1``, ``<returncode>1</returncode>``,
+  ``[Command failed with exit code 1]``;
+- a Python traceback that ends in its exception line;
+- test runners: pytest ``FAILED path::test`` and ``= 1 failed``, jest/vitest ``FAIL path`` and
+  ``Tests: 1 failed``, go test ``--- FAIL:`` and ``FAIL\\tpkg``, cargo ``test result: FAILED``,
+  mix ``3 tests, 1 failure``;
+- compilers, linters and type checkers: ``file:line[:col]: error:`` (gcc, clang, mypy, go vet),
+  ``error[E0308]:`` (rustc), ``error TS2322:`` (tsc), eslint's ``12:7  error  message  rule`` and
+  ``✖ 2 problems``, ruff's ``Found 3 errors``, credo's ``[F] ↗ message`` issue lines;
+- ``make: *** [target] Error N`` and ``npm ERR!``.
+
+A step is "ok" only when something says it succeeded (:func:`output_succeeded`): exit code 0, a
+passing test summary, a linter's all clear, a tool's own "successfully". Otherwise its outcome is
+left unsaid.
+"""
+
+from __future__ import annotations
+
+import re
+
+from compaction.handover.identifiers import ERROR_LINE_RE
+
+EXIT_CODE_RE = re.compile(
+    r"(?:\bexit(?:ed)?(?: with)?(?: code| status)|\breturn ?code|\bexit_code)[\s:=]*(-?\d+)"
+    r"|<returncode>\s*(-?\d+)\s*</returncode>",
+    re.I,
+)
+DIAGNOSTIC_RE = re.compile(
+    r"^(?:FAILED [^\s]+.*"  # pytest short summary
+    r"|[^\s:][^:\n]*:\d+(?::\d+)?:? (?:fatal )?error:.*"  # file:line:col: error: (gcc, mypy)
+    r"|error(?:\[E\d+\]|\s+TS\d+)?:.+"  # rustc, tsc without a file, plain "error: ..."
+    r"|[^\s(]+\(\d+,\d+\): error TS\d+:.*"  # tsc: file(line,col): error TS2322:
+    r"|\d+:\d+\s+error\s+.+"  # eslint: 12:7  error  message  rule
+    r"|--- FAIL: .+"  # go test
+    r"|(?:┃\s*)?\[[FWCRD]\] [↗↘→↑↓].+"  # credo issue lines
+    r")$",
+    re.MULTILINE,
+)
+"""A line that names one failure of a tool (its most informative line when it has one)."""
+BUILD_FAILURE_RE = re.compile(r"^(?:npm ERR! .+|make(?:\[\d+\])?: \*\*\* .+)$", re.MULTILINE)
+"""A build tool's closing failure line: what failed when no line names the cause."""
+FAILURE_RE = re.compile(
+    r"^=+ .*\b\d+ (?:failed|errors?)\b.*=+$"  # pytest closing banner
+    r"|^FAIL\s+\S+"  # jest/vitest file line, go test package line
+    r"|^\s*Tests?:?\s+.*\b\d+ failed\b"  # jest/vitest totals
+    r"|\btest result: FAILED\b"  # cargo test
+    r"|^\d+ (?:tests?|doctests?|propert(?:y|ies))(?:, \d+ \w+)*, [1-9]\d* failures?\b"  # mix
+    r"|^✖ \d+ problems?\b"  # eslint
+    r"|^Found [1-9]\d* errors?\b"  # ruff, mypy
+    r"|^\[Command failed with exit code"
+    r"|^(?:Error|ERROR): "
+    r"|^fatal: ",
+    re.MULTILINE,
+)
+"""A failure summary or a marker of one, without the informative line itself."""
+SUCCESS_RE = re.compile(
+    r"^=+ .*\b\d+ passed\b(?!.*\b(?:failed|errors?)\b).*=+$"  # pytest
+    r"|^\s*Tests?:?\s+(?!.*failed).*\b\d+ passed\b"  # jest/vitest
+    r"|\btest result: ok\b"  # cargo
+    r"|^ok\s+\S+"  # go test
+    r"|^PASS$"
+    r"|^\d+ tests?(?:, \d+ \w+)*, 0 failures\b"  # mix
+    r"|^All checks passed!?$"  # ruff
+    r"|^Success: no issues found"  # mypy
+    r"|^Found 0 errors?\b"  # tsc --watch, mypy
+    r"|\bno (?:issues|problems|errors) (?:found|detected)\b"
+    r"|\b(?:successfully|succeeded)\b"
+    r"|^(?:File|Directory) created\b"
+    r"|\bhas been (?:updated|edited|created|written)\b",
+    re.MULTILINE | re.I,
+)
+"""What a tool prints when it succeeded."""
+NUMBERED_LINE_RE = re.compile(r"^\s*\d+(?:→|\t| \|)")
+"""A line of a file shown with its line number (a file view, whose content is not an outcome)."""
+
+
+def exit_code(text: str) -> int | None:
+    """The exit code the output reports (the last one), or None."""
+    found = None
+    for match in EXIT_CODE_RE.finditer(text):
+        found = match
+    if found is None:
+        return None
+    return int(found.group(1) or found.group(2))
+
+
+def file_view(text: str) -> bool:
+    """Whether the output is a file shown with line numbers (most of its first lines numbered)."""
+    lines = [ln for ln in text.splitlines()[:20] if ln.strip()]
+    return len(lines) >= 3 and sum(bool(NUMBERED_LINE_RE.match(ln)) for ln in lines) * 2 > len(lines)
+
+
+def output_failed(text: str) -> bool:
+    """Whether a tool's output says it failed: a non-zero exit code, a traceback, a test runner's
+    failures, a compiler's, linter's or type checker's error, ``make``'s or ``npm``'s error. An
+    output that reports exit code 0 did not fail, whatever it printed on the way."""
+    if file_view(text):
+        return False
+    code = exit_code(text)
+    if code is not None:
+        return code != 0
+    if any(p.search(text) is not None for p in (DIAGNOSTIC_RE, FAILURE_RE, BUILD_FAILURE_RE)):
+        return True
+    return raised(text)
+
+
+TRACEBACK = "Traceback (most recent call last):"
+
+
+def raised(text: str) -> bool:
+    """Whether the output holds a Python traceback that ends in its exception line (a traceback
+    cut short, or quoted without its exception, says nothing of this call)."""
+    start = text.find(TRACEBACK)
+    return start >= 0 and ERROR_LINE_RE.search(text, start + len(TRACEBACK)) is not None
+
+
+def output_succeeded(text: str) -> bool:
+    """Whether a tool's output says it succeeded (exit code 0, a passing summary, an all clear)."""
+    code = exit_code(text)
+    if code is not None:
+        return code == 0
+    return bool(SUCCESS_RE.search(text))
