@@ -35,6 +35,7 @@ from compaction.errors import (
     error_chain,
 )
 from compaction.handover.analysis import SpanAnalysis
+from compaction.handover.carried import recall_carried
 from compaction.handover.completion import complete
 from compaction.handover.fidelity import fidelity_problems, measure_fidelity
 from compaction.handover.fold import folded_identifiers
@@ -138,6 +139,7 @@ class Transaction:
         session.preload(shadowed)
         events = list(map(session.event, shadowed))
         shadowed_messages = [m for m in map(project, events) if m is not None]
+        recall_carried(session, self.analysis, shadowed, events)
         self._recall_folded(shadowed, shadowed_messages)
         request = self._request(start.compaction_id, shadowed_messages)
         output = await self.summarizer.summarize(request)
