@@ -35,7 +35,7 @@ import msgspec
 
 from compaction.handover.analysis import FileAction, SpanAnalysis
 from compaction.handover.facts import Call, Result, file_action, read
-from compaction.sessions.blocks import Message, ToolCallBlock, ToolResultBlock
+from compaction.sessions.blocks import Block, Message, ToolCallBlock, ToolResultBlock
 from compaction.sessions.events import SessionEvent
 from compaction.sessions.session import Session, project
 
@@ -177,12 +177,14 @@ def _recall_hashes(analysis: SpanAnalysis, found: Carried, by_seq: dict[int, Ses
 
 
 def _recall_files(analysis: SpanAnalysis, files: list[FileRecord], by_seq: dict[int, SessionEvent]) -> None:
+    messages = zip(by_seq, map(project, by_seq.values()), strict=True)
+    contents = {seq: message.content for seq, message in messages if message is not None}
     results: list[ToolResultBlock] = []
     actions: list[tuple[ToolCallBlock, FileAction]] = []
     unknown = analysis.file_actions.recall
     for found in files:
-        result = _block(by_seq.get(found.seq), found.index)
-        call = _block(by_seq.get(found.call_seq), found.call_index)
+        result = _block(contents.get(found.seq), found.index)
+        call = _block(contents.get(found.call_seq), found.call_index)
         if (
             isinstance(result, ToolResultBlock)
             and isinstance(call, ToolCallBlock)
@@ -194,9 +196,6 @@ def _recall_files(analysis: SpanAnalysis, files: list[FileRecord], by_seq: dict[
     analysis.file_actions.keep_all(results, actions)
 
 
-def _block(event: SessionEvent | None, index: int) -> object:
-    """The ``index``-th block of the event's message, or None."""
-    message = None if event is None else project(event)
-    if message is None or not 0 <= index < len(message.content):
-        return None
-    return message.content[index]
+def _block(content: tuple[Block, ...] | None, index: int) -> Block | None:
+    """The ``index``-th block of a message's ``content``, or None."""
+    return content[index] if content is not None and 0 <= index < len(content) else None
