@@ -183,17 +183,8 @@ class ValueMemo(Generic[H, T]):
         value = self._kept.get(key, _MISSING)
         if value is not _MISSING:
             return value  # type: ignore[return-value]
-        computed = compute(key)
         self.computed += 1
-        size = self.size(key, computed)
-        budget = self.budget
-        if budget.used + size <= budget.limit:
-            budget.used += size
-        elif not budget.admit(size):
-            return computed
-        self._kept[key] = computed
-        self.bytes += size
-        return computed
+        return self.keep(key, compute(key))
 
     def keep(self, key: H, value: T) -> T:
         """Keep ``value`` for ``key`` (when the budget admits it); returns it. A key kept already

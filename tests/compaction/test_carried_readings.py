@@ -24,7 +24,7 @@ from compaction.sessions.session import Session, project
 from compaction.sessions.store import SessionStore
 from compaction.vocabulary.config import BasicConfig
 from compaction.vocabulary.events import CompactSummary
-from tests.builders import end_turn, start_turn, tool_step, user
+from tests.compaction.test_identifier_fold import read_rolled_back_and_read_again, worked
 from tests.conftest import PUBLIC_TRANSCRIPTS
 
 
@@ -104,15 +104,7 @@ def _fresh_action(call: ToolCallBlock, result: ToolResultBlock) -> tuple[str, tu
 
 def test_a_rollback_forgets_them_and_the_read_ahead_reads_the_new_events() -> None:
     session = worked()
-    read_ahead = ReadAhead()
-    read_ahead.observe(session)
-    mark = session.mark()
-    steps(session, 2, "after")
-    read_ahead.observe(session)
-    session.rollback(mark)
-    assert READING not in session.readings
-    steps(session, 2, "other")  # the same seqs as the forgotten events, other events
-    read_ahead.observe(session)
+    read_rolled_back_and_read_again(session, READING)
     found = carried(session)
     assert found is not None
     seqs = array(SEQ_CODE)
@@ -177,17 +169,3 @@ def _first_summary(session: Session, service: BasicCompactService) -> tuple[Comp
     assert isinstance(event, CompactSummary)
     return event, len(report.compactions)
 
-
-def steps(session: Session, count: int, label: str) -> None:
-    start_turn(session)
-    for index in range(count):
-        text = f"Editing src/{label}/module_{index}.py"
-        tool_step(session, n_calls=2, output=f"{label} {index}: ValueError", text=text)
-    end_turn(session)
-
-
-def worked() -> Session:
-    session = Session()
-    user(session, "Fix the failing tests in src/app/main.py")
-    steps(session, 10, "app")
-    return session
