@@ -617,8 +617,9 @@ def _time_compactions(
 UNSTORED_NOTE = " (a fresh meter on a session whose node prices were never stored: every node priced)"
 UNREAD_NOTE = (
     " (the first compaction of a process that just loaded the session from its SQLite snapshot, "
-    "written after the writer's read-ahead: the span's identifiers come from the snapshot's fold, "
-    "its messages are fetched and read for their facts during the compaction)"
+    "written after the writer's read-ahead: the span's identifiers, event hashes and file actions "
+    "come from the snapshot's readings, its messages are fetched and read for their other facts "
+    "during the compaction)"
 )
 READ_AHEAD_NOTE = (
     " (the pressure check's share of each agent step once the request is past half the threshold, "

@@ -49,11 +49,14 @@ from compaction.errors import (
     error_chain,
 )
 from compaction.handover.analysis import SpanAnalysis
+from compaction.handover.carried import recall_carried
 from compaction.handover.completion import Completed, complete
+from compaction.handover.facts import read, span_facts
 from compaction.handover.fidelity import fidelity_problems, measure_fidelity
 from compaction.handover.fold import folded_identifiers
 from compaction.handover.identifiers import extract
 from compaction.sessions.blocks import Message, TextBlock
+from compaction.sessions.collector import collector_paused
 from compaction.sessions.events import Replace, SessionEvent, UserMessage
 from compaction.sessions.session import Session, project
 from compaction.sessions.store import SessionStore
@@ -198,7 +201,7 @@ class Transaction:
         session.preload(shadowed)
         events = list(map(session.event, shadowed))
         shadowed_messages = [m for m in map(project, events) if m is not None]
-        self._recall_folded(shadowed, shadowed_messages)
+        self._read_span(shadowed, events, shadowed_messages)
         request = self._request(start.compaction_id, shadowed_messages)
         output = await self.summarizer.summarize(request)
         self._progress(f"summary received from {output.provider}/{output.model}", "summarized")
@@ -289,6 +292,23 @@ class Transaction:
         summary = (TextBlock(completed.text),)
         checkpoint = checkpoint_message(start.compaction_id, summary, start.source_command_id)
         return checkpoint, self.meter.message(checkpoint)
+
+    def _read_span(
+        self, shadowed: tuple[int, ...], events: list[SessionEvent], messages: list[Message]
+    ) -> None:
+        """What the handover needs of the span, in the analysis before the summarizer asks, with
+        the collector paused (what is read all stays alive): the readings the session carries
+        (:mod:`compaction.handover.carried`, the fold of its identifiers), then the span's facts,
+        which the completion checks (each message the analysis has not read is read: a process
+        that just loaded the session; with the completion off, only that)."""
+        with collector_paused():
+            recall_carried(self.session, self.analysis, shadowed, events)
+            self._recall_folded(shadowed, messages)
+            if self.config.completion != "off":  # the completion checks the span's facts
+                span_facts(messages)
+            else:
+                for message in messages:
+                    read(message)
 
     def _recall_folded(self, shadowed: tuple[int, ...], messages: list[Message]) -> None:
         """The span's identifiers, when the read-ahead folded them (in this process or in the one

@@ -61,6 +61,7 @@ from compaction.sessions.memo import (
 )
 
 if TYPE_CHECKING:
+    from compaction.handover.carried import FileRecord
     from compaction.handover.facts import Read, SpanFacts, UserText
     from compaction.handover.identifiers import Identifiers, Kinds
 
@@ -91,7 +92,8 @@ class ReadProgress:
 
     epoch: int = -1
     length: int = 0
-    waiting: dict[str, ToolCallBlock] = field(default_factory=dict)
+    waiting: dict[str, tuple[ToolCallBlock, int, int]] = field(default_factory=dict)
+    """Each call waiting for its result, by id, with its seq and its index in its message."""
 
 
 class SpanAnalysis:
@@ -119,6 +121,11 @@ class SpanAnalysis:
         self.unions: SequenceMemo[Identifiers] = SequenceMemo(budget, _identifiers_size)
         self.found_in: LatestOnly[str, dict[str, bool]] = LatestOnly(budget, _summary_size)
         self.bodies: LatestOnly[str, dict[str, str]] = LatestOnly(budget, _bodies_size)
+        self.digests: ValueMemo[int, bytes] = ValueMemo(budget, _digest_size)
+        """Each message event's sha256 digest by seq, and each message's results' file actions by
+        its seq, as the snapshot carries them (:mod:`compaction.handover.carried`; seqs of the
+        session's epoch in :attr:`progress`)."""
+        self.files: ValueMemo[int, tuple[FileRecord, ...]] = ValueMemo(budget, _files_size)
         self.progress = ReadProgress()
 
     @property
@@ -186,6 +193,14 @@ characters) and its table slot (counted, not measured: a message's identifiers a
 def _kinds_size(message: Message, value: Kinds) -> int:
     paths, commands, errors, lines, ids = value
     return ENTRY_BYTES + IDENTIFIER_BYTES * (len(paths) + len(commands) + len(errors) + len(lines) + len(ids))
+
+
+def _digest_size(seq: int, value: bytes) -> int:
+    return ENTRY_BYTES + len(value) + STRING_BYTES
+
+
+def _files_size(seq: int, value: tuple[FileRecord, ...]) -> int:
+    return ENTRY_BYTES + sum(ENTRY_BYTES + len(found.kind) + _chars(found.paths) for found in value)
 
 
 def _user_text_size(text: str, value: UserText) -> int:

@@ -20,12 +20,11 @@ from collections.abc import Iterable
 from weakref import WeakKeyDictionary
 
 from compaction.handover.analysis import ANALYSIS_BYTES, SpanAnalysis
-from compaction.handover.facts import Call, Result, file_action, read
+from compaction.handover.carried import publish_carried, record
 from compaction.handover.fold import READING, IdentifierFold
 from compaction.handover.identifiers import message_kinds
-from compaction.sessions.blocks import ToolCallBlock
 from compaction.sessions.memo import checked_limit
-from compaction.sessions.session import Session, project
+from compaction.sessions.session import Session
 
 __all__ = ["READ_AHEAD_FROM", "ReadAhead"]
 
@@ -63,19 +62,23 @@ class ReadAhead:
         if restart:
             seqs = session.nodes
             progress.waiting = {}
+            analysis.digests.clear()  # kept by seq: seqs of another epoch may name other events
+            analysis.files.clear()
         else:
             seqs = range(progress.length, len(session))
         count = 0
+        waiting = progress.waiting
         with analysis.active():
             for seq in seqs:
                 event = session.event(seq)
-                message = project(event)
+                if not event.SURFACE:
+                    continue
+                message = record(analysis, seq, event, waiting)
                 if message is not None:
-                    _pair(read(message).items, progress.waiting)
                     message_kinds(message)
-                    analysis.event_hash(event)
                     count += 1
             self._fold(session, restart)
+        publish_carried(session, analysis)
         progress.epoch, progress.length = session.epoch, len(session)
         return count
 
@@ -93,12 +96,3 @@ class ReadAhead:
         fold.advance(session)
         session.readings[READING] = fold.encode
 
-
-def _pair(items: Iterable[object], calls: dict[str, ToolCallBlock]) -> None:
-    for item in items:
-        if isinstance(item, Call):
-            calls[item.block.id] = item.block
-        elif isinstance(item, Result):
-            call = calls.pop(item.block.tool_call_id, None)
-            if call is not None:
-                file_action(call, item.block)

@@ -140,6 +140,23 @@ class IdentityMemo(Generic[K, T]):
         self.bytes += size
         return value
 
+    def keep_all(self, objects: Sequence[K], values: Sequence[T]) -> None:
+        """:meth:`keep` each value for its object, charged at once: all kept when the budget
+        admits them together beside what is kept, else one by one."""
+        size_of = self._size_of
+        sizes = [self._fixed] * len(objects) if size_of is None else list(map(size_of, objects, values))
+        total = sum(sizes)
+        budget = self.budget
+        if budget.used + total > budget.limit:
+            for obj, value in zip(objects, values, strict=True):
+                self.keep(obj, value)
+            return
+        budget.used += total
+        self.bytes += total
+        keys = list(map(id, objects))
+        self._objects.update(zip(keys, objects, strict=True))
+        self._values.update(zip(keys, values, strict=True))
+
     def __len__(self) -> int:
         return len(self._values)
 
@@ -166,17 +183,30 @@ class ValueMemo(Generic[H, T]):
         value = self._kept.get(key, _MISSING)
         if value is not _MISSING:
             return value  # type: ignore[return-value]
-        computed = compute(key)
         self.computed += 1
-        size = self.size(key, computed)
+        return self.keep(key, compute(key))
+
+    def keep(self, key: H, value: T) -> T:
+        """Keep ``value`` for ``key`` (when the budget admits it); returns it. A key kept already
+        gets the new value at the old one's charge."""
+        kept = self._kept
+        if key in kept:
+            kept[key] = value
+            return value
+        size = self.size(key, value)
         budget = self.budget
         if budget.used + size <= budget.limit:
             budget.used += size
         elif not budget.admit(size):
-            return computed
-        self._kept[key] = computed
+            return value
+        kept[key] = value
         self.bytes += size
-        return computed
+        return value
+
+    @property
+    def kept(self) -> dict[H, T]:
+        """The entries kept now (read only)."""
+        return self._kept
 
     def __len__(self) -> int:
         return len(self._kept)

@@ -23,6 +23,7 @@ import msgspec
 
 from compaction.errors import SessionStateError, StoreError
 from compaction.sessions.blocks import Message
+from compaction.sessions.collector import collector_paused
 from compaction.sessions.events import (
     APPEND,
     FROZEN_CHECKS,
@@ -211,10 +212,11 @@ class Session:
             return
         base, older = self._base, self._older
         missing = sorted(seq for seq in seqs if seq < base and seq not in older)
-        for at in range(0, len(missing), PICK_CHUNK):
-            chunk = missing[at : at + PICK_CHUNK]
-            for event in self._picker(chunk[0], chunk[-1] + 1, frozenset(chunk)):
-                older.setdefault(event.seq, freeze_struct(event))
+        with collector_paused():  # the fetched events all stay alive
+            for at in range(0, len(missing), PICK_CHUNK):
+                chunk = missing[at : at + PICK_CHUNK]
+                for event in self._picker(chunk[0], chunk[-1] + 1, frozenset(chunk)):
+                    older.setdefault(event.seq, freeze_struct(event))
 
     def last_of(self, event_type: str) -> int | None:
         """Seq of the latest event of ``event_type``, or None."""

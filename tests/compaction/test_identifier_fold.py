@@ -94,17 +94,23 @@ def test_a_span_the_fold_does_not_start_is_extracted() -> None:
     assert folded_identifiers(session, tuple(nodes[:3])) is None  # the task statement in it
 
 
-def test_a_rollback_forgets_the_fold_and_the_read_ahead_folds_again() -> None:
-    session = worked()
+def read_rolled_back_and_read_again(session: Session, reading: str) -> None:
+    """Read ``session`` ahead, append and read 3 steps, roll them back (``reading`` must be
+    forgotten), append 3 other steps at the same seqs and read them."""
     read_ahead = ReadAhead()
     read_ahead.observe(session)
     mark = session.mark()
     steps(session, 3, "after")
     read_ahead.observe(session)
     session.rollback(mark)
-    assert READING not in session.readings
+    assert reading not in session.readings
     steps(session, 3, "other")  # the same seqs as the forgotten events, other messages
     read_ahead.observe(session)
+
+
+def test_a_rollback_forgets_the_fold_and_the_read_ahead_folds_again() -> None:
+    session = worked()
+    read_rolled_back_and_read_again(session, READING)
     shadowed = tuple(session.nodes[1:])
     found = folded_identifiers(session, shadowed)
     assert found is not None and kinds(found) == kinds(extracted(session, shadowed))
