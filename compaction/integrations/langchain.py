@@ -32,6 +32,7 @@ from compaction.integrations.memory import (
     Item,
     ResultItem,
     UserItem,
+    is_command,
 )
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import (
@@ -47,12 +48,13 @@ from compaction.sessions.blocks import (
     text_of,
     tool_calls_of,
 )
+from compaction.sessions.commands import CommandResult
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
 from compaction.vocabulary.summarizer import Summarizer
 
 try:
-    from langchain.agents.middleware import AgentMiddleware, AgentState
+    from langchain.agents.middleware import AgentMiddleware, AgentState, hook_config
     from langchain_core.messages import (
         AIMessage,
         AnyMessage,
@@ -71,6 +73,7 @@ except ImportError as e:  # pragma: no cover - exercised by a subprocess test wi
     ) from e
 
 PROVIDER = "langchain"
+COMMAND_KEY = "event_compaction_command"
 
 
 class CompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
@@ -94,6 +97,7 @@ class CompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         thread: str | None = None,
         retries: int = 1,
         allow_foreign: bool = False,
+        custom_instructions: bool = False,
     ) -> None:
         super().__init__()
         if memory is not None and (url is not None or store is not None):
@@ -111,6 +115,7 @@ class CompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             model=model,
             retries=retries,
             allow_foreign=allow_foreign,
+            custom_instructions=custom_instructions,
         )
 
     def close(self) -> None:
@@ -134,18 +139,31 @@ class CompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             "config={'configurable': {'thread_id': ...}}) or CompactionMiddleware(thread=...); found neither"
         )
 
+    @hook_config(can_jump_to=["end"])
     def before_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Record, compact, and replace the state's messages only when a compaction replaced some
-        (blocking: the agent's sync API; ``ainvoke`` runs :meth:`abefore_model`)."""
+        (blocking: the agent's sync API; ``ainvoke`` runs :meth:`abefore_model`). A run whose
+        new message is ``/compact`` runs the command instead and ends with its answer."""
         key = self.thread_of(runtime)
         messages = state["messages"]
+        text = _command_of(messages)
+        if text is not None:
+            self.memory.record_sync(key, self._unrecorded(messages), origin="langchain state")
+            result = self.memory.command_sync(key, text)
+            return _answered(messages, self.memory.surface_sync(key), result)
         self.memory.record_sync(key, self._unrecorded(messages), origin="langchain state")
         found = self.memory.compacted_sync(key)
         return _replacement(messages, found.before, found.after)
 
+    @hook_config(can_jump_to=["end"])
     async def abefore_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
         key = self.thread_of(runtime)
         messages = state["messages"]
+        text = _command_of(messages)
+        if text is not None:
+            await self.memory.record(key, self._unrecorded(messages), origin="langchain state")
+            result = await self.memory.command(key, text)
+            return await self.memory.view(key, lambda found: _answered(messages, found.after, result))
         await self.memory.record(key, self._unrecorded(messages), origin="langchain state")
         return await self.memory.view(key, lambda found: _replacement(messages, found.before, found.after))
 
@@ -168,10 +186,45 @@ class CompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         def unrecorded(session: Session) -> list[Item]:
             known = self.memory.recorded_ids(session)
             return [
-                from_langchain(m) for m in messages if not {m.id, f"system:{m.id}", f"parts:{m.id}"} & known
+                from_langchain(m)
+                for m in messages
+                if not {m.id, f"system:{m.id}", f"parts:{m.id}"} & known and not _is_command_message(m)
             ]
 
         return unrecorded
+
+
+def _command_of(messages: Sequence[BaseMessage]) -> str | None:
+    """The ``/compact`` text when the newest message is that human message (a new run's)."""
+    last = messages[-1] if messages else None
+    if isinstance(last, HumanMessage) and isinstance(last.content, str) and is_command(last.content):
+        return last.content
+    return None
+
+
+def _is_command_message(message: BaseMessage) -> bool:
+    """A ``/compact`` message or its answer: kept out of the log (the command is logged as
+    ``command/run`` / ``command/done``)."""
+    if isinstance(message, HumanMessage):
+        return isinstance(message.content, str) and is_command(message.content)
+    return isinstance(message, AIMessage) and bool(message.response_metadata.get(COMMAND_KEY))
+
+
+def _answered(
+    state: Sequence[BaseMessage], surface: list[Message], result: CommandResult | None
+) -> dict[str, Any]:
+    """The run's end after ``/compact``: the command's answer as an AI message (tagged, never
+    recorded); when the command compacted, the state becomes the compacted surface followed by
+    the command and its answer."""
+    if result is None:  # pragma: no cover - the caller checked the text
+        raise IntegrationError(f"expected /compact as the newest message; found {state[-1]!r}")
+    answer = AIMessage(content=result.text, response_metadata={COMMAND_KEY: True})
+    update: dict[str, Any] = {"messages": [answer], "jump_to": "end"}
+    if result.source_event_seq is not None:
+        replaced = _replacement(state[:-1], [], surface)
+        assert replaced is not None
+        update["messages"] = [*replaced["messages"], state[-1], answer]
+    return update
 
 
 def _replacement(

@@ -54,6 +54,7 @@ from compaction.errors import (
 )
 from compaction.service import BasicCompactService, known_window
 from compaction.sessions.blocks import ImageBlock, Message, Source, TextBlock, ToolCallBlock, tool_calls_of
+from compaction.sessions.commands import CommandResult, parse_command
 from compaction.sessions.events import (
     AssistantMessage,
     Replace,
@@ -69,6 +70,8 @@ from compaction.sessions.importers.builder import SessionBuilder, _PendingCall
 from compaction.sessions.interrupted import open_turn
 from compaction.sessions.session import Session, project
 from compaction.sessions.store import SessionStore
+from compaction.vocabulary.command import NAME as COMPACT
+from compaction.vocabulary.command import handle_compact
 from compaction.vocabulary.config import BasicConfig
 from compaction.vocabulary.contract import CompactionResult
 from compaction.vocabulary.summarizer import Summarizer, SummaryOutput, SummaryRequest
@@ -185,7 +188,9 @@ class CompactingMemory:
     ``context_window`` (default: the known window of ``model``, :mod:`compaction.engine.windows`)
     and ``summarizer`` (default: the template). ``retries``: how many times a save refused by a
     concurrent writer is reloaded and retried. ``allow_foreign``: open a session another
-    framework made (by its UUID) instead of raising :class:`ForeignSessionError`."""
+    framework made (by its UUID) instead of raising :class:`ForeignSessionError`.
+    ``custom_instructions``: ``/compact <text>`` takes ``<text>`` as the summary's focus (else
+    it is refused with the usage line)."""
 
     def __init__(
         self,
@@ -201,6 +206,7 @@ class CompactingMemory:
         retries: int = 1,
         allow_foreign: bool = False,
         keep_sessions: int = 256,
+        custom_instructions: bool = False,
     ) -> None:
         if store is not None and url is not None:
             raise IntegrationError(f"expected a store URL or an open store, found both (url {url!r})")
@@ -211,6 +217,7 @@ class CompactingMemory:
         self.system = system
         self.retries = retries
         self.allow_foreign = allow_foreign
+        self.custom_instructions = custom_instructions
         self.bridge = LoopSummarizer(summarizer) if summarizer is not None else None
         self.service = service if service is not None else self._service(context_window)
         self.store = store if store is not None else SessionStore.open(url)
@@ -427,6 +434,31 @@ class CompactingMemory:
     async def clear(self, key: str) -> uuid.UUID:
         return await self._off_loop(key, lambda: self.clear_sync(key))
 
+    # ------------------------------------------------------------ the /compact command
+
+    def command_sync(self, key: str, text: str) -> CommandResult | None:
+        """Run ``text`` as the ``/compact`` command on ``key``'s session when it is one (None
+        otherwise): ``command/run``, the manual compaction, ``command/done``, each saved as it is
+        appended; the answer is the command's one line. Blocking. Not retried: a command whose
+        ``command/run`` is stored has run."""
+        if not is_command(text):
+            return None
+        session = self.load_sync(key)
+        try:
+            return run_apart(
+                handle_compact(
+                    self.service, session, self.store, text, custom_instructions=self.custom_instructions
+                )
+            )
+        finally:
+            self.forget(key)  # the command saved as it went; read it back next time
+
+    async def command(self, key: str, text: str) -> CommandResult | None:
+        """:meth:`command_sync` in a worker thread, under ``key``'s lock."""
+        if not is_command(text):
+            return None
+        return await self._off_loop(key, lambda: self.command_sync(key, text))
+
     # ------------------------------------------------------------ reading
 
     def surface_sync(self, key: str) -> list[Message]:
@@ -508,14 +540,20 @@ class LoopSummarizer(Summarizer):
         await self.inner.aclose()
 
 
-def run_apart(work: Coroutine[Any, Any, None]) -> None:
+def run_apart(work: Coroutine[Any, Any, T]) -> T:
     """``work`` to completion in an event loop of its own, leaving this thread's current loop (a
     framework's, e.g. the one ``run_sync`` keeps) as it was, which :func:`asyncio.run` would unset."""
     loop = asyncio.new_event_loop()
     try:
-        loop.run_until_complete(work)
+        return loop.run_until_complete(work)
     finally:
         loop.close()
+
+
+def is_command(text: object) -> bool:
+    """Whether ``text`` is the ``/compact`` command (``/compact`` or ``/compact <arguments>``)."""
+    parsed = parse_command(text) if isinstance(text, str) else None
+    return parsed is not None and parsed[0] == COMPACT
 
 
 def owner_of(session: Session) -> str | None:
