@@ -28,7 +28,10 @@ a summarizer of the caller's loop (a framework's own model) is called back on th
 :class:`asyncio.Lock`, and :meth:`CompactingMemory.run_lock` serializes whole runs of one
 conversation. A save refused with :class:`~compaction.errors.ConcurrencyError` (another process
 appended first) is reloaded and retried ``retries`` times (default once), then fails with
-:class:`~compaction.errors.ConversationConflictError`.
+:class:`~compaction.errors.ConversationConflictError`. A save that fails in the database (a dropped
+connection, a restart) is retried once on the same session object, in the worker thread, after
+checking whether its events were stored after all, so a step's events are never doubled
+(:func:`~compaction.sessions.retry.save_retrying`).
 
 Nothing is ever deleted: :meth:`CompactingMemory.pop` appends an event that takes the newest message
 off the surface, and :meth:`CompactingMemory.clear` starts a new session (a new surface generation)
@@ -68,6 +71,7 @@ from compaction.sessions.events import (
 )
 from compaction.sessions.importers.builder import SessionBuilder, _PendingCall
 from compaction.sessions.interrupted import open_turn
+from compaction.sessions.retry import save_retrying
 from compaction.sessions.session import Session, project
 from compaction.sessions.store import SessionStore
 from compaction.vocabulary.command import NAME as COMPACT
@@ -357,7 +361,7 @@ class CompactingMemory:
             for index, item in enumerate(found):
                 recorder.record(item, f"{origin} item {index}")
             recorder.settle(found[-1], f"{origin} (settled)")
-            self.store.save(session)
+            save_retrying(self.store, session)
             return session
 
         return self._retrying(key, f"recording {origin}", attempt)
@@ -414,7 +418,7 @@ class CompactingMemory:
                 TurnEnd(turn=turn, reason=TurnEndReason(kind="completed"), origin="pop_item"),
             ]
         )
-        self.store.save(session)
+        save_retrying(self.store, session)
         return message
 
     def clear_sync(self, key: str) -> uuid.UUID:
@@ -425,7 +429,7 @@ class CompactingMemory:
             generation = self._generation(key) + 1
             session = self.store.create(generation_id(self.framework, key, generation))
             session.append(SessionResume(origin=f"clear_session of {key!r}: generation {generation}"))
-            self.store.save(session)
+            save_retrying(self.store, session)
             self.forget(key)
             return session.id
 
