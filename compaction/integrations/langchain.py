@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from compaction.errors import FrameworkMissingError, IntegrationError
@@ -34,7 +35,7 @@ from compaction.integrations.memory import (
     UserItem,
     is_command,
 )
-from compaction.service import BasicCompactService
+from compaction.service import BasicCompactService, Settings
 from compaction.sessions.blocks import (
     Block,
     ImageBlock,
@@ -98,11 +99,12 @@ class CompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         retries: int = 1,
         allow_foreign: bool = False,
         custom_instructions: bool = False,
+        config: str | Path | Settings | None = None,
     ) -> None:
         super().__init__()
-        if memory is not None and (url is not None or store is not None):
+        if memory is not None and (url is not None or store is not None or config is not None):
             raise IntegrationError(
-                "CompactionMiddleware: expected a memory= or a store (url=/store=); found both"
+                "CompactionMiddleware: expected a memory= or a store (url=/store=/config=); found both"
             )
         self.thread = thread
         self.memory = memory or CompactingMemory(
@@ -116,6 +118,7 @@ class CompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             retries=retries,
             allow_foreign=allow_foreign,
             custom_instructions=custom_instructions,
+            config=config,
         )
 
     def close(self) -> None:

@@ -22,6 +22,7 @@ import inspect
 import json
 import logging
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compaction.errors import FrameworkMissingError, IntegrationError
@@ -35,7 +36,7 @@ from compaction.integrations.memory import (
     UserItem,
     is_command,
 )
-from compaction.service import BasicCompactService
+from compaction.service import BasicCompactService, Settings
 from compaction.sessions.blocks import (
     Block,
     ImageBlock,
@@ -106,14 +107,15 @@ class CompactingSession:
         retries: int = 1,
         allow_foreign: bool = False,
         custom_instructions: bool = False,
+        config: str | Path | Settings | None = None,
         session_settings: SessionSettings | None = None,
     ) -> None:
         settings_type = _settings_type()
         self.session_id = session_id
         self.session_settings: SessionSettings | None = session_settings or settings_type()
-        if memory is not None and (url is not None or store is not None):
+        if memory is not None and (url is not None or store is not None or config is not None):
             raise IntegrationError(
-                f"session {session_id!r}: expected a memory= or a store (url=/store=); found both"
+                f"session {session_id!r}: expected a memory= or a store (url=/store=/config=); found both"
             )
         self.memory = memory or CompactingMemory(
             url,
@@ -126,6 +128,7 @@ class CompactingSession:
             retries=retries,
             allow_foreign=allow_foreign,
             custom_instructions=custom_instructions,
+            config=config,
         )
         self._added = 0
 

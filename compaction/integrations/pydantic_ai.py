@@ -24,6 +24,7 @@ import base64
 import hashlib
 import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compaction.errors import FrameworkMissingError, IntegrationError
@@ -36,7 +37,7 @@ from compaction.integrations.memory import (
     UserItem,
     is_command,
 )
-from compaction.service import BasicCompactService
+from compaction.service import BasicCompactService, Settings
 from compaction.sessions.blocks import (
     Block,
     ImageBlock,
@@ -91,11 +92,12 @@ class CompactingHistory:
         retries: int = 1,
         allow_foreign: bool = False,
         custom_instructions: bool = False,
+        config: str | Path | Settings | None = None,
     ) -> None:
         _messages_module()
-        if memory is not None and (url is not None or store is not None):
+        if memory is not None and (url is not None or store is not None or config is not None):
             raise IntegrationError(
-                "CompactingHistory: expected a memory= or a store (url=/store=); found both"
+                "CompactingHistory: expected a memory= or a store (url=/store=/config=); found both"
             )
         self.memory = memory or CompactingMemory(
             url,
@@ -108,6 +110,7 @@ class CompactingHistory:
             retries=retries,
             allow_foreign=allow_foreign,
             custom_instructions=custom_instructions,
+            config=config,
         )
 
     def close(self) -> None:
