@@ -19,15 +19,19 @@ This module imports LangChain when it is imported; ``import compaction.integrati
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+import threading
+import uuid
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, NotRequired
 
 from compaction.errors import FrameworkMissingError, IntegrationError
 from compaction.integrations.memory import (
     AssistantItem,
+    Compacted,
     CompactingMemory,
     ContextItem,
     Item,
@@ -55,7 +59,8 @@ from compaction.sessions.store import SessionStore
 from compaction.vocabulary.summarizer import Summarizer
 
 try:
-    from langchain.agents.middleware import AgentMiddleware, AgentState, hook_config
+    from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, hook_config
+    from langchain.agents.middleware.types import PrivateStateAttr
     from langchain_core.messages import (
         AIMessage,
         AnyMessage,
@@ -67,6 +72,7 @@ try:
     )
     from langgraph.config import get_config
     from langgraph.graph.message import REMOVE_ALL_MESSAGES
+    from langgraph.prebuilt.tool_node import ToolCallRequest
     from langgraph.runtime import Runtime
 except ImportError as e:  # pragma: no cover - exercised by a subprocess test without LangChain
     raise FrameworkMissingError(
@@ -74,16 +80,28 @@ except ImportError as e:  # pragma: no cover - exercised by a subprocess test wi
     ) from e
 
 PROVIDER = "langchain"
+RUN_KEY = "compaction_run"
+"""The state key holding the token of the run that holds its thread's run lock."""
+
+
+class RunState(AgentState[Any]):
+    """The agent state with this middleware's private key: the run that holds the thread."""
+
+    compaction_run: NotRequired[Annotated[str | None, PrivateStateAttr]]
+
+
 COMMAND_KEY = "event_compaction_command"
 
 
-class CompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
+class CompactionMiddleware(AgentMiddleware[RunState, Any, Any]):
     """Records the agent's messages as events and hands the model the compacted surface.
 
     The conversation is the run's LangGraph ``thread_id`` (``config={"configurable":
     {"thread_id": ...}}``, as a checkpointer needs anyway), namespaced for LangChain; ``thread``
     names the conversation of runs without one (else such a run is refused). The store is at
     ``url`` (or ``store``, or the ``memory`` several agents share)."""
+
+    state_schema = RunState
 
     def __init__(
         self,
@@ -120,6 +138,8 @@ class CompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             custom_instructions=custom_instructions,
             config=config,
         )
+        self._holders: dict[str, tuple[str, Callable[[], None]]] = {}
+        self._thread_locks: dict[str, threading.Lock] = {}
 
     def close(self) -> None:
         self.memory.close()
@@ -142,8 +162,108 @@ class CompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             "config={'configurable': {'thread_id': ...}}) or CompactionMiddleware(thread=...); found neither"
         )
 
+    # ------------------------------------------------------------ one run of a thread at a time
+
+    async def abefore_agent(self, state: RunState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """Wait for the thread's earlier runs in this process to end (the thread's run lock, held
+        until :meth:`aafter_agent` or until the run fails), then catch the state up with what
+        they added to the log."""
+        key = self.thread_of(runtime)
+        await self.memory.run_lock(key).acquire()
+        token = self._held(key, self.memory.run_lock(key).release)
+        messages = state["messages"]
+        try:
+            update = await self.memory.view(key, lambda found: _caught_up(messages, found))
+        except BaseException:
+            self._let_go(key, token)
+            raise
+        return {**(update or {}), RUN_KEY: token}
+
+    async def aafter_agent(self, state: RunState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        self._let_go(self.thread_of(runtime), state.get(RUN_KEY))
+        return None
+
+    def before_agent(self, state: RunState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """:meth:`abefore_agent` for ``invoke`` (the thread's lock is then a thread lock)."""
+        key = self.thread_of(runtime)
+        lock = self._thread_locks.setdefault(key, threading.Lock())
+        lock.acquire()
+        token = self._held(key, lock.release)
+        try:
+            update = _caught_up(state["messages"], self.memory.compacted_sync(key))
+        except BaseException:
+            self._let_go(key, token)
+            raise
+        return {**(update or {}), RUN_KEY: token}
+
+    def after_agent(self, state: RunState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        self._let_go(self.thread_of(runtime), state.get(RUN_KEY))
+        return None
+
+    def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], Any]) -> Any:
+        with self._failing_run(request.state, request.runtime):
+            return handler(request)
+
+    async def awrap_model_call(
+        self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[Any]]
+    ) -> Any:
+        with self._failing_run(request.state, request.runtime):
+            return await handler(request)
+
+    def wrap_tool_call(self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Any]) -> Any:
+        with self._failing_run(request.state, request.runtime):
+            return handler(request)
+
+    async def awrap_tool_call(
+        self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Awaitable[Any]]
+    ) -> Any:
+        with self._failing_run(request.state, request.runtime):
+            return await handler(request)
+
+    def _held(self, key: str, release: Callable[[], None]) -> str:
+        """Record that a new run holds ``key``'s lock; its token (kept in the run's state)."""
+        token = str(uuid.uuid4())
+        self._holders[key] = (token, release)
+        return token
+
+    def _let_go(self, key: str, token: object) -> None:
+        """Release ``key``'s run lock when the run ``token`` still holds it."""
+        held = self._holders.get(key)
+        if held is not None and held[0] == token:
+            del self._holders[key]
+            held[1]()
+
+    @contextlib.contextmanager
+    def _failing_run(self, state: Any, runtime: Any) -> Iterator[None]:
+        """Let the thread go when the run fails here (an error or a cancellation leaving a model
+        call, a tool call or a hook of this middleware): it will not reach ``after_agent``."""
+        try:
+            yield
+        except BaseException:
+            token = state.get(RUN_KEY) if isinstance(state, dict) else None
+            if token is not None:
+                self._let_go(self.thread_of(runtime), token)
+            raise
+
     @hook_config(can_jump_to=["end"])
-    def before_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+    def before_model(self, state: RunState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        with self._failing_run(state, runtime):
+            return self._before_model(state, runtime)
+
+    @hook_config(can_jump_to=["end"])
+    async def abefore_model(self, state: RunState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        with self._failing_run(state, runtime):
+            return await self._abefore_model(state, runtime)
+
+    def after_model(self, state: RunState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        with self._failing_run(state, runtime):
+            return self._after_model(state, runtime)
+
+    async def aafter_model(self, state: RunState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        with self._failing_run(state, runtime):
+            return await self._aafter_model(state, runtime)
+
+    def _before_model(self, state: RunState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Record, compact, and replace the state's messages only when a compaction replaced some
         (blocking: the agent's sync API; ``ainvoke`` runs :meth:`abefore_model`). A run whose
         new message is ``/compact`` runs the command instead and ends with its answer."""
@@ -158,8 +278,7 @@ class CompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         found = self.memory.compacted_sync(key)
         return _replacement(messages, found.before, found.after)
 
-    @hook_config(can_jump_to=["end"])
-    async def abefore_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+    async def _abefore_model(self, state: RunState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         key = self.thread_of(runtime)
         messages = state["messages"]
         text = _command_of(messages)
@@ -170,14 +289,14 @@ class CompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         await self.memory.record(key, self._unrecorded(messages), origin="langchain state")
         return await self.memory.view(key, lambda found: _replacement(messages, found.before, found.after))
 
-    def after_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+    def _after_model(self, state: RunState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Record the model's answer right away, so the last answer of a run is in the log too."""
         self.memory.record_sync(
             self.thread_of(runtime), self._unrecorded(state["messages"]), origin="langchain state"
         )
         return None
 
-    async def aafter_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+    async def _aafter_model(self, state: RunState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         await self.memory.record(
             self.thread_of(runtime), self._unrecorded(state["messages"]), origin="langchain state"
         )
@@ -195,6 +314,25 @@ class CompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             ]
 
         return unrecorded
+
+
+def _caught_up(state: Sequence[BaseMessage], found: Compacted) -> dict[str, Any] | None:
+    """None when the state holds every message of the surface; else (another run of the thread
+    went first, from a state this run did not see) the surface, then the state's messages the
+    log does not hold yet (the new prompt)."""
+    held = {m.id for m in state}
+    if all(_lc_id(m) in held for m in found.after):
+        return None
+    recorded = {_lc_id(m) for m in found.recorded}
+    fresh = [m for m in state if m.id not in recorded and not _is_command_message(m)]
+    replaced = _replacement(state, [], found.after)
+    if replaced is None:  # pragma: no cover - [] is never the surface after
+        return None
+    return {"messages": [*replaced["messages"], *fresh]}
+
+
+def _lc_id(message: Message) -> str:
+    return message.id.removeprefix("system:").removeprefix("parts:")
 
 
 def _command_of(messages: Sequence[BaseMessage]) -> str | None:
