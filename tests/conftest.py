@@ -195,6 +195,13 @@ def durable_store_url(request: pytest.FixtureRequest) -> str:
     return _backend_url(request)
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def table_store_url(request: pytest.FixtureRequest) -> str:
+    """The durable backends whose events and snapshots live in database tables (where a trigger
+    can refuse a write)."""
+    return _backend_url(request)
+
+
 @pytest.fixture
 def store(store_url: str) -> Iterator[SessionStore]:
     """An open store on each backend in turn (see ``store_url``)."""

@@ -19,21 +19,27 @@ This module imports LangChain when it is imported; ``import compaction.integrati
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from collections.abc import Callable, Sequence
-from typing import Any
+import threading
+import uuid
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Annotated, Any, NotRequired
 
 from compaction.errors import FrameworkMissingError, IntegrationError
 from compaction.integrations.memory import (
     AssistantItem,
+    Compacted,
     CompactingMemory,
     ContextItem,
     Item,
     ResultItem,
     UserItem,
+    is_command,
 )
-from compaction.service import BasicCompactService
+from compaction.service import BasicCompactService, Settings
 from compaction.sessions.blocks import (
     Block,
     ImageBlock,
@@ -47,12 +53,14 @@ from compaction.sessions.blocks import (
     text_of,
     tool_calls_of,
 )
+from compaction.sessions.commands import CommandResult
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
 from compaction.vocabulary.summarizer import Summarizer
 
 try:
-    from langchain.agents.middleware import AgentMiddleware, AgentState
+    from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, hook_config
+    from langchain.agents.middleware.types import PrivateStateAttr
     from langchain_core.messages import (
         AIMessage,
         AnyMessage,
@@ -64,6 +72,7 @@ try:
     )
     from langgraph.config import get_config
     from langgraph.graph.message import REMOVE_ALL_MESSAGES
+    from langgraph.prebuilt.tool_node import ToolCallRequest
     from langgraph.runtime import Runtime
 except ImportError as e:  # pragma: no cover - exercised by a subprocess test without LangChain
     raise FrameworkMissingError(
@@ -71,15 +80,28 @@ except ImportError as e:  # pragma: no cover - exercised by a subprocess test wi
     ) from e
 
 PROVIDER = "langchain"
+RUN_KEY = "compaction_run"
+"""The state key holding the token of the run that holds its thread's run lock."""
 
 
-class CompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
+class RunState(AgentState[Any]):
+    """The agent state with this middleware's private key: the run that holds the thread."""
+
+    compaction_run: NotRequired[Annotated[str | None, PrivateStateAttr]]
+
+
+COMMAND_KEY = "event_compaction_command"
+
+
+class CompactionMiddleware(AgentMiddleware[RunState, Any, Any]):
     """Records the agent's messages as events and hands the model the compacted surface.
 
     The conversation is the run's LangGraph ``thread_id`` (``config={"configurable":
     {"thread_id": ...}}``, as a checkpointer needs anyway), namespaced for LangChain; ``thread``
     names the conversation of runs without one (else such a run is refused). The store is at
     ``url`` (or ``store``, or the ``memory`` several agents share)."""
+
+    state_schema = RunState
 
     def __init__(
         self,
@@ -94,11 +116,13 @@ class CompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         thread: str | None = None,
         retries: int = 1,
         allow_foreign: bool = False,
+        custom_instructions: bool = False,
+        config: str | Path | Settings | None = None,
     ) -> None:
         super().__init__()
-        if memory is not None and (url is not None or store is not None):
+        if memory is not None and (url is not None or store is not None or config is not None):
             raise IntegrationError(
-                "CompactionMiddleware: expected a memory= or a store (url=/store=); found both"
+                "CompactionMiddleware: expected a memory= or a store (url=/store=/config=); found both"
             )
         self.thread = thread
         self.memory = memory or CompactingMemory(
@@ -111,7 +135,11 @@ class CompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             model=model,
             retries=retries,
             allow_foreign=allow_foreign,
+            custom_instructions=custom_instructions,
+            config=config,
         )
+        self._holders: dict[str, tuple[str, Callable[[], None]]] = {}
+        self._thread_locks: dict[str, threading.Lock] = {}
 
     def close(self) -> None:
         self.memory.close()
@@ -134,29 +162,141 @@ class CompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             "config={'configurable': {'thread_id': ...}}) or CompactionMiddleware(thread=...); found neither"
         )
 
-    def before_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+    # ------------------------------------------------------------ one run of a thread at a time
+
+    async def abefore_agent(self, state: RunState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """Wait for the thread's earlier runs in this process to end (the thread's run lock, held
+        until :meth:`aafter_agent` or until the run fails), then catch the state up with what
+        they added to the log."""
+        key = self.thread_of(runtime)
+        await self.memory.run_lock(key).acquire()
+        token = self._held(key, self.memory.run_lock(key).release)
+        messages = state["messages"]
+        try:
+            update = await self.memory.view(key, lambda found: _caught_up(messages, found))
+        except BaseException:
+            self._let_go(key, token)
+            raise
+        return {**(update or {}), RUN_KEY: token}
+
+    async def aafter_agent(self, state: RunState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        self._let_go(self.thread_of(runtime), state.get(RUN_KEY))
+        return None
+
+    def before_agent(self, state: RunState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """:meth:`abefore_agent` for ``invoke`` (the thread's lock is then a thread lock)."""
+        key = self.thread_of(runtime)
+        lock = self._thread_locks.setdefault(key, threading.Lock())
+        lock.acquire()
+        token = self._held(key, lock.release)
+        try:
+            update = _caught_up(state["messages"], self.memory.compacted_sync(key))
+        except BaseException:
+            self._let_go(key, token)
+            raise
+        return {**(update or {}), RUN_KEY: token}
+
+    def after_agent(self, state: RunState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        self._let_go(self.thread_of(runtime), state.get(RUN_KEY))
+        return None
+
+    def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], Any]) -> Any:
+        with self._failing_run(request.state, request.runtime):
+            return handler(request)
+
+    async def awrap_model_call(
+        self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[Any]]
+    ) -> Any:
+        with self._failing_run(request.state, request.runtime):
+            return await handler(request)
+
+    def wrap_tool_call(self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Any]) -> Any:
+        with self._failing_run(request.state, request.runtime):
+            return handler(request)
+
+    async def awrap_tool_call(
+        self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Awaitable[Any]]
+    ) -> Any:
+        with self._failing_run(request.state, request.runtime):
+            return await handler(request)
+
+    def _held(self, key: str, release: Callable[[], None]) -> str:
+        """Record that a new run holds ``key``'s lock; its token (kept in the run's state)."""
+        token = str(uuid.uuid4())
+        self._holders[key] = (token, release)
+        return token
+
+    def _let_go(self, key: str, token: object) -> None:
+        """Release ``key``'s run lock when the run ``token`` still holds it."""
+        held = self._holders.get(key)
+        if held is not None and held[0] == token:
+            del self._holders[key]
+            held[1]()
+
+    @contextlib.contextmanager
+    def _failing_run(self, state: Any, runtime: Any) -> Iterator[None]:
+        """Let the thread go when the run fails here (an error or a cancellation leaving a model
+        call, a tool call or a hook of this middleware): it will not reach ``after_agent``."""
+        try:
+            yield
+        except BaseException:
+            token = state.get(RUN_KEY) if isinstance(state, dict) else None
+            if token is not None:
+                self._let_go(self.thread_of(runtime), token)
+            raise
+
+    @hook_config(can_jump_to=["end"])
+    def before_model(self, state: RunState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        with self._failing_run(state, runtime):
+            return self._before_model(state, runtime)
+
+    @hook_config(can_jump_to=["end"])
+    async def abefore_model(self, state: RunState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        with self._failing_run(state, runtime):
+            return await self._abefore_model(state, runtime)
+
+    def after_model(self, state: RunState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        with self._failing_run(state, runtime):
+            return self._after_model(state, runtime)
+
+    async def aafter_model(self, state: RunState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        with self._failing_run(state, runtime):
+            return await self._aafter_model(state, runtime)
+
+    def _before_model(self, state: RunState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Record, compact, and replace the state's messages only when a compaction replaced some
-        (blocking: the agent's sync API; ``ainvoke`` runs :meth:`abefore_model`)."""
+        (blocking: the agent's sync API; ``ainvoke`` runs :meth:`abefore_model`). A run whose
+        new message is ``/compact`` runs the command instead and ends with its answer."""
         key = self.thread_of(runtime)
         messages = state["messages"]
+        text = _command_of(messages)
+        if text is not None:
+            self.memory.record_sync(key, self._unrecorded(messages), origin="langchain state")
+            result = self.memory.command_sync(key, text)
+            return _answered(messages, self.memory.surface_sync(key), result)
         self.memory.record_sync(key, self._unrecorded(messages), origin="langchain state")
         found = self.memory.compacted_sync(key)
         return _replacement(messages, found.before, found.after)
 
-    async def abefore_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+    async def _abefore_model(self, state: RunState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         key = self.thread_of(runtime)
         messages = state["messages"]
+        text = _command_of(messages)
+        if text is not None:
+            await self.memory.record(key, self._unrecorded(messages), origin="langchain state")
+            result = await self.memory.command(key, text)
+            return await self.memory.view(key, lambda found: _answered(messages, found.after, result))
         await self.memory.record(key, self._unrecorded(messages), origin="langchain state")
         return await self.memory.view(key, lambda found: _replacement(messages, found.before, found.after))
 
-    def after_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+    def _after_model(self, state: RunState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Record the model's answer right away, so the last answer of a run is in the log too."""
         self.memory.record_sync(
             self.thread_of(runtime), self._unrecorded(state["messages"]), origin="langchain state"
         )
         return None
 
-    async def aafter_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+    async def _aafter_model(self, state: RunState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         await self.memory.record(
             self.thread_of(runtime), self._unrecorded(state["messages"]), origin="langchain state"
         )
@@ -168,10 +308,64 @@ class CompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         def unrecorded(session: Session) -> list[Item]:
             known = self.memory.recorded_ids(session)
             return [
-                from_langchain(m) for m in messages if not {m.id, f"system:{m.id}", f"parts:{m.id}"} & known
+                from_langchain(m)
+                for m in messages
+                if not {m.id, f"system:{m.id}", f"parts:{m.id}"} & known and not _is_command_message(m)
             ]
 
         return unrecorded
+
+
+def _caught_up(state: Sequence[BaseMessage], found: Compacted) -> dict[str, Any] | None:
+    """None when the state holds every message of the surface; else (another run of the thread
+    went first, from a state this run did not see) the surface, then the state's messages the
+    log does not hold yet (the new prompt)."""
+    held = {m.id for m in state}
+    if all(_lc_id(m) in held for m in found.after):
+        return None
+    recorded = {_lc_id(m) for m in found.recorded}
+    fresh = [m for m in state if m.id not in recorded and not _is_command_message(m)]
+    replaced = _replacement(state, [], found.after)
+    if replaced is None:  # pragma: no cover - [] is never the surface after
+        return None
+    return {"messages": [*replaced["messages"], *fresh]}
+
+
+def _lc_id(message: Message) -> str:
+    return message.id.removeprefix("system:").removeprefix("parts:")
+
+
+def _command_of(messages: Sequence[BaseMessage]) -> str | None:
+    """The ``/compact`` text when the newest message is that human message (a new run's)."""
+    last = messages[-1] if messages else None
+    if isinstance(last, HumanMessage) and isinstance(last.content, str) and is_command(last.content):
+        return last.content
+    return None
+
+
+def _is_command_message(message: BaseMessage) -> bool:
+    """A ``/compact`` message or its answer: kept out of the log (the command is logged as
+    ``command/run`` / ``command/done``)."""
+    if isinstance(message, HumanMessage):
+        return isinstance(message.content, str) and is_command(message.content)
+    return isinstance(message, AIMessage) and bool(message.response_metadata.get(COMMAND_KEY))
+
+
+def _answered(
+    state: Sequence[BaseMessage], surface: list[Message], result: CommandResult | None
+) -> dict[str, Any]:
+    """The run's end after ``/compact``: the command's answer as an AI message (tagged, never
+    recorded); when the command compacted, the state becomes the compacted surface followed by
+    the command and its answer."""
+    if result is None:  # pragma: no cover - the caller checked the text
+        raise IntegrationError(f"expected /compact as the newest message; found {state[-1]!r}")
+    answer = AIMessage(content=result.text, response_metadata={COMMAND_KEY: True})
+    update: dict[str, Any] = {"messages": [answer], "jump_to": "end"}
+    if result.source_event_seq is not None:
+        replaced = _replacement(state[:-1], [], surface)
+        assert replaced is not None
+        update["messages"] = [*replaced["messages"], state[-1], answer]
+    return update
 
 
 def _replacement(

@@ -28,7 +28,10 @@ a summarizer of the caller's loop (a framework's own model) is called back on th
 :class:`asyncio.Lock`, and :meth:`CompactingMemory.run_lock` serializes whole runs of one
 conversation. A save refused with :class:`~compaction.errors.ConcurrencyError` (another process
 appended first) is reloaded and retried ``retries`` times (default once), then fails with
-:class:`~compaction.errors.ConversationConflictError`.
+:class:`~compaction.errors.ConversationConflictError`. A save that fails in the database (a dropped
+connection, a restart) is retried once on the same session object, in the worker thread, after
+checking whether its events were stored after all, so a step's events are never doubled
+(:func:`~compaction.sessions.retry.save_retrying`).
 
 Nothing is ever deleted: :meth:`CompactingMemory.pop` appends an event that takes the newest message
 off the surface, and :meth:`CompactingMemory.clear` starts a new session (a new surface generation)
@@ -38,12 +41,16 @@ under the same key, the old one staying in the store.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
+
+import msgspec
 
 from compaction.errors import (
     CompactionError,
@@ -52,8 +59,9 @@ from compaction.errors import (
     ForeignSessionError,
     IntegrationError,
 )
-from compaction.service import BasicCompactService, known_window
+from compaction.service import BasicCompactService, Settings, known_window, load_settings, service_for
 from compaction.sessions.blocks import ImageBlock, Message, Source, TextBlock, ToolCallBlock, tool_calls_of
+from compaction.sessions.commands import CommandResult, parse_command
 from compaction.sessions.events import (
     AssistantMessage,
     Replace,
@@ -67,8 +75,11 @@ from compaction.sessions.events import (
 )
 from compaction.sessions.importers.builder import SessionBuilder, _PendingCall
 from compaction.sessions.interrupted import open_turn
+from compaction.sessions.retry import save_retrying
 from compaction.sessions.session import Session, project
 from compaction.sessions.store import SessionStore
+from compaction.vocabulary.command import NAME as COMPACT
+from compaction.vocabulary.command import handle_compact
 from compaction.vocabulary.config import BasicConfig
 from compaction.vocabulary.contract import CompactionResult
 from compaction.vocabulary.summarizer import Summarizer, SummaryOutput, SummaryRequest
@@ -124,9 +135,10 @@ class LiveRecorder(SessionBuilder):
     """A :class:`SessionBuilder` that continues ``session`` (loaded from a store) where its log ends:
     the open turn, the open step and its pending calls are read back from the log."""
 
-    def __init__(self, session: Session, *, source: str, format: str) -> None:
+    def __init__(self, session: Session, *, source: str, format: str, model: str = "unknown") -> None:
         super().__init__(session.id, source=source, format=format)
         self.session = session
+        self.model = model
         structure = session.structure
         self._turn = structure.open_turn if structure.open_turn is not None else structure.next_turn - 1
         self._turn_open = structure.open_turn is not None
@@ -145,7 +157,7 @@ class LiveRecorder(SessionBuilder):
         elif isinstance(item, ContextItem):
             self.context(item.message, origin)
         elif isinstance(item, AssistantItem):
-            self.assistant(item.message, origin)
+            self.assistant(self._stamped(item.message), origin)
         elif not self.result(
             item.call_id, item.content, origin, is_error=item.is_error, message_id=item.message_id
         ):
@@ -154,6 +166,16 @@ class LiveRecorder(SessionBuilder):
                 f"expected it to answer a pending call of the open step (step "
                 f"{self._step if self._step_open else 'none'}); found {self.skipped[-1]}"
             )
+
+    def _stamped(self, message: Message) -> Message:
+        """``message`` under the adapter's ``model`` when its framework names none (the Agents
+        SDK's items do not): the ``request/header`` then names the model the adapter was given,
+        whose policy the config file applies."""
+        if message.source.model not in (None, "unknown") or self.model == "unknown":
+            return message
+        return msgspec.structs.replace(
+            message, source=msgspec.structs.replace(message.source, model=self.model)
+        )
 
     def settle(self, last: Item | None, origin: str) -> None:
         """End the open step once every call of it is answered (a model call is next), and the turn
@@ -185,7 +207,13 @@ class CompactingMemory:
     ``context_window`` (default: the known window of ``model``, :mod:`compaction.engine.windows`)
     and ``summarizer`` (default: the template). ``retries``: how many times a save refused by a
     concurrent writer is reloaded and retried. ``allow_foreign``: open a session another
-    framework made (by its UUID) instead of raising :class:`ForeignSessionError`."""
+    framework made (by its UUID) instead of raising :class:`ForeignSessionError`.
+    ``custom_instructions``: ``/compact <text>`` takes ``<text>`` as the summary's focus (else
+    it is refused with the usage line). ``config``: a ``compaction.toml`` (its path, or the
+    loaded :class:`~compaction.service.Settings`): its store URL when neither ``url`` nor ``store``
+    is given, its meter and pruner, and the policy of each session's model (the
+    ``request/header``'s ``<framework>/<model>``, e.g. ``langchain/gpt-4o``), the window falling
+    back to ``context_window`` or the known window of ``model`` when the file sets none."""
 
     def __init__(
         self,
@@ -201,7 +229,17 @@ class CompactingMemory:
         retries: int = 1,
         allow_foreign: bool = False,
         keep_sessions: int = 256,
+        custom_instructions: bool = False,
+        config: str | Path | Settings | None = None,
     ) -> None:
+        settings = load_settings(config) if isinstance(config, str | Path) else config
+        if settings is not None and service is not None:
+            raise IntegrationError(
+                f"{framework}: expected a config= (compaction.toml) or a service=; found both "
+                f"(config {settings.path!r})"
+            )
+        if settings is not None and url is None and store is None:
+            url = settings.store_url
         if store is not None and url is not None:
             raise IntegrationError(f"expected a store URL or an open store, found both (url {url!r})")
         if retries < 0:
@@ -211,8 +249,14 @@ class CompactingMemory:
         self.system = system
         self.retries = retries
         self.allow_foreign = allow_foreign
+        self.custom_instructions = custom_instructions
         self.bridge = LoopSummarizer(summarizer) if summarizer is not None else None
-        self.service = service if service is not None else self._service(context_window)
+        self.settings = settings
+        self._window = context_window
+        self._services: dict[str, BasicCompactService] = {}
+        self.service = (
+            service if service is not None or settings is not None else self._service(context_window)
+        )
         self.store = store if store is not None else SessionStore.open(url)
         self._owns_store = store is None
         self.compactions: list[CompactionResult] = []
@@ -234,6 +278,25 @@ class CompactingMemory:
                 "BasicCompactService) to decide when to compact; found none of them"
             )
         return BasicCompactService(BasicConfig(context_window=window), summarizer=self.bridge)
+
+    def service_of(self, session: Session) -> BasicCompactService:
+        """The service that compacts ``session``: ``service`` (or the one made from
+        ``context_window``), else the config file's for the model ``session`` was last run with
+        (one per model, kept by this memory)."""
+        if self.settings is None:
+            if self.service is None:  # pragma: no cover - set whenever settings is None
+                raise IntegrationError(f"{self.framework}: expected a service or a config; found neither")
+            return self.service
+        header = session.latest_header()
+        model = f"{header.provider}/{header.model}" if header is not None else ""
+        found = self._services.get(model)
+        if found is None:
+            found = service_for(self.settings, session, summarizer=self.bridge)
+            if found.config.context_window is None:
+                window = self._window if self._window is not None else known_window(self.model)
+                found.config = dataclasses.replace(found.config, context_window=window)
+            self._services[model] = found
+        return found
 
     def close(self) -> None:
         if self._owns_store:
@@ -345,12 +408,14 @@ class CompactingMemory:
             found = items(session) if callable(items) else items
             if not found:
                 return session
-            recorder = LiveRecorder(session, source=f"{self.framework}:{key}", format=self.framework)
+            recorder = LiveRecorder(
+                session, source=f"{self.framework}:{key}", format=self.framework, model=self.model
+            )
             recorder.header(self.framework, self.model, system=self.system, origin=origin)
             for index, item in enumerate(found):
                 recorder.record(item, f"{origin} item {index}")
             recorder.settle(found[-1], f"{origin} (settled)")
-            self.store.save(session)
+            save_retrying(self.store, session)
             return session
 
         return self._retrying(key, f"recording {origin}", attempt)
@@ -407,7 +472,7 @@ class CompactingMemory:
                 TurnEnd(turn=turn, reason=TurnEndReason(kind="completed"), origin="pop_item"),
             ]
         )
-        self.store.save(session)
+        save_retrying(self.store, session)
         return message
 
     def clear_sync(self, key: str) -> uuid.UUID:
@@ -418,7 +483,7 @@ class CompactingMemory:
             generation = self._generation(key) + 1
             session = self.store.create(generation_id(self.framework, key, generation))
             session.append(SessionResume(origin=f"clear_session of {key!r}: generation {generation}"))
-            self.store.save(session)
+            save_retrying(self.store, session)
             self.forget(key)
             return session.id
 
@@ -426,6 +491,35 @@ class CompactingMemory:
 
     async def clear(self, key: str) -> uuid.UUID:
         return await self._off_loop(key, lambda: self.clear_sync(key))
+
+    # ------------------------------------------------------------ the /compact command
+
+    def command_sync(self, key: str, text: str) -> CommandResult | None:
+        """Run ``text`` as the ``/compact`` command on ``key``'s session when it is one (None
+        otherwise): ``command/run``, the manual compaction, ``command/done``, each saved as it is
+        appended; the answer is the command's one line. Blocking. Not retried: a command whose
+        ``command/run`` is stored has run."""
+        if not is_command(text):
+            return None
+        session = self.load_sync(key)
+        try:
+            return run_apart(
+                handle_compact(
+                    self.service_of(session),
+                    session,
+                    self.store,
+                    text,
+                    custom_instructions=self.custom_instructions,
+                )
+            )
+        finally:
+            self.forget(key)  # the command saved as it went; read it back next time
+
+    async def command(self, key: str, text: str) -> CommandResult | None:
+        """:meth:`command_sync` in a worker thread, under ``key``'s lock."""
+        if not is_command(text):
+            return None
+        return await self._off_loop(key, lambda: self.command_sync(key, text))
 
     # ------------------------------------------------------------ reading
 
@@ -470,10 +564,10 @@ class CompactingMemory:
         valid. A :class:`ConcurrencyError` propagates (the caller reloads and retries)."""
         try:
             if session.open_turn is not None:
-                result = await self.service.compact_if_needed(session, store=self.store)
+                result = await self.service_of(session).compact_if_needed(session, store=self.store)
                 results = [result] if result is not None else []
             else:
-                results = await self.service.compact_to_threshold(session, store=self.store)
+                results = await self.service_of(session).compact_to_threshold(session, store=self.store)
         except CompactionError as e:
             if isinstance(e.__cause__, ConcurrencyError):
                 raise e.__cause__ from e
@@ -508,14 +602,20 @@ class LoopSummarizer(Summarizer):
         await self.inner.aclose()
 
 
-def run_apart(work: Coroutine[Any, Any, None]) -> None:
+def run_apart(work: Coroutine[Any, Any, T]) -> T:
     """``work`` to completion in an event loop of its own, leaving this thread's current loop (a
     framework's, e.g. the one ``run_sync`` keeps) as it was, which :func:`asyncio.run` would unset."""
     loop = asyncio.new_event_loop()
     try:
-        loop.run_until_complete(work)
+        return loop.run_until_complete(work)
     finally:
         loop.close()
+
+
+def is_command(text: object) -> bool:
+    """Whether ``text`` is the ``/compact`` command (``/compact`` or ``/compact <arguments>``)."""
+    parsed = parse_command(text) if isinstance(text, str) else None
+    return parsed is not None and parsed[0] == COMPACT
 
 
 def owner_of(session: Session) -> str | None:

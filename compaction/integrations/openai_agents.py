@@ -22,6 +22,7 @@ import inspect
 import json
 import logging
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compaction.errors import FrameworkMissingError, IntegrationError
@@ -33,8 +34,9 @@ from compaction.integrations.memory import (
     Item,
     ResultItem,
     UserItem,
+    is_command,
 )
-from compaction.service import BasicCompactService
+from compaction.service import BasicCompactService, Settings
 from compaction.sessions.blocks import (
     Block,
     ImageBlock,
@@ -88,7 +90,8 @@ class CompactingSession:
     (e.g. :class:`AgentsModelSummarizer`) writes the summaries.
 
     :meth:`run` is ``Runner.run`` with this session, one run of the conversation at a time in this
-    process, and compaction before every model call of the run (:meth:`run_config`)."""
+    process, and compaction before every model call of the run (:meth:`run_config`); an input
+    that is ``/compact`` runs the command instead (:meth:`run_command`)."""
 
     def __init__(
         self,
@@ -103,14 +106,16 @@ class CompactingSession:
         model: str = "unknown",
         retries: int = 1,
         allow_foreign: bool = False,
+        custom_instructions: bool = False,
+        config: str | Path | Settings | None = None,
         session_settings: SessionSettings | None = None,
     ) -> None:
         settings_type = _settings_type()
         self.session_id = session_id
         self.session_settings: SessionSettings | None = session_settings or settings_type()
-        if memory is not None and (url is not None or store is not None):
+        if memory is not None and (url is not None or store is not None or config is not None):
             raise IntegrationError(
-                f"session {session_id!r}: expected a memory= or a store (url=/store=); found both"
+                f"session {session_id!r}: expected a memory= or a store (url=/store=/config=); found both"
             )
         self.memory = memory or CompactingMemory(
             url,
@@ -122,6 +127,8 @@ class CompactingSession:
             model=model,
             retries=retries,
             allow_foreign=allow_foreign,
+            custom_instructions=custom_instructions,
+            config=config,
         )
         self._added = 0
 
@@ -174,9 +181,28 @@ class CompactingSession:
         with :meth:`run_config` (compaction before every model call)."""
         from agents import Runner
 
-        kwargs["run_config"] = self.run_config(kwargs.get("run_config"))
         async with self.memory.run_lock(self.session_id):
+            if is_command(command_text(input)):
+                return await self.run_command(agent, str(command_text(input)), **kwargs)
+            kwargs["run_config"] = self.run_config(kwargs.get("run_config"))
             return await Runner.run(agent, input, session=self, **kwargs)
+
+    async def run_command(self, agent: Any, text: str, **kwargs: Any) -> Any:
+        """The ``/compact`` command as a run: the manual compaction, logged (``command/run``,
+        ``command/done``), then ``Runner.run`` without this session and with a model that
+        answers the command's one line (the agent's model is not called), so the result is
+        the SDK's own ``RunResult`` with the line as its ``final_output``; the command and its
+        answer do not join the conversation."""
+        from agents import RunConfig, Runner
+
+        result = await self.memory.command(self.session_id, text)
+        if result is None:  # pragma: no cover - the caller checked
+            raise IntegrationError(f"session {self.session_id!r}: expected /compact; found {text!r}")
+        base = kwargs.pop("run_config", None)
+        config = dataclasses.replace(
+            base if base is not None else RunConfig(), model=_reply_model(result.text)
+        )
+        return await Runner.run(agent, text, run_config=config, **kwargs)
 
     def run_config(self, base: RunConfig | None = None) -> RunConfig:
         """``base`` (or a default ``RunConfig``) with :meth:`filter_model_input` as its
@@ -217,6 +243,38 @@ class CompactingSession:
 
         items = await self.memory.view(self.session_id, model_input)
         return ModelInputData(input=items, instructions=data.model_data.instructions)
+
+
+def command_text(input: Any) -> str | None:
+    """The user's text when ``input`` is one user message (a string, or one message item)."""
+    if isinstance(input, str):
+        return input
+    if isinstance(input, list) and len(input) == 1:
+        item = as_json(input[0])
+        if item.get("role") == "user" and isinstance(item.get("content"), str):
+            return str(item["content"])
+    return None
+
+
+def _reply_model(text: str) -> Any:
+    """An SDK ``Model`` whose one response is the assistant message ``text``."""
+    from agents.items import ModelResponse
+    from agents.models.interface import Model
+    from agents.usage import Usage
+    from openai.types.responses import ResponseOutputMessage, ResponseOutputText
+
+    class CommandReply(Model):
+        async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+            part = ResponseOutputText(type="output_text", text=text, annotations=[])
+            message = ResponseOutputMessage(
+                id="command-reply", type="message", role="assistant", status="completed", content=[part]
+            )
+            return ModelResponse(output=[message], usage=Usage(), response_id=None)
+
+        def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+            raise IntegrationError("the /compact command's answer is not streamed: use run()")
+
+    return CommandReply()
 
 
 def item_key(item: JSON) -> tuple[str, ...]:

@@ -24,6 +24,7 @@ import base64
 import hashlib
 import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compaction.errors import FrameworkMissingError, IntegrationError
@@ -34,8 +35,9 @@ from compaction.integrations.memory import (
     Item,
     ResultItem,
     UserItem,
+    is_command,
 )
-from compaction.service import BasicCompactService
+from compaction.service import BasicCompactService, Settings
 from compaction.sessions.blocks import (
     Block,
     ImageBlock,
@@ -60,6 +62,7 @@ if TYPE_CHECKING:
 
 PROVIDER = "pydantic-ai"
 METADATA_KEY = "event_compaction"
+COMMAND_KEY = "event_compaction_command"
 
 
 def _messages_module() -> Any:
@@ -88,11 +91,13 @@ class CompactingHistory:
         model: str = "unknown",
         retries: int = 1,
         allow_foreign: bool = False,
+        custom_instructions: bool = False,
+        config: str | Path | Settings | None = None,
     ) -> None:
         _messages_module()
-        if memory is not None and (url is not None or store is not None):
+        if memory is not None and (url is not None or store is not None or config is not None):
             raise IntegrationError(
-                "CompactingHistory: expected a memory= or a store (url=/store=); found both"
+                "CompactingHistory: expected a memory= or a store (url=/store=/config=); found both"
             )
         self.memory = memory or CompactingMemory(
             url,
@@ -104,6 +109,8 @@ class CompactingHistory:
             model=model,
             retries=retries,
             allow_foreign=allow_foreign,
+            custom_instructions=custom_instructions,
+            config=config,
         )
 
     def close(self) -> None:
@@ -166,7 +173,7 @@ def _unrecorded(messages: Sequence[ModelMessage], fresh: list[int]) -> Callable[
         items: list[Item] = []
         count = 0
         for message in messages:
-            if _is_recorded(message, known):
+            if _is_recorded(message, known) or is_command_message(message):
                 continue
             found = from_model_message(message)
             known.update(_item_id(i) for i in found)
@@ -196,6 +203,31 @@ def _is_recorded(message: ModelMessage, known: set[str]) -> bool:
         return True
     first = f"{fingerprint(message)}-0"
     return any(f"{prefix}{first}" in known for prefix in ("", "parts:", "system:", "retry:"))
+
+
+def command_of(message: ModelMessage) -> str | None:
+    """The ``/compact`` text of a request that is only that user prompt (else None)."""
+    from pydantic_ai.messages import UserPromptPart
+
+    prompts = [p for p in message.parts if isinstance(p, UserPromptPart)] if message.kind == "request" else []
+    if len(prompts) == 1 and isinstance(prompts[0].content, str) and is_command(prompts[0].content):
+        return prompts[0].content
+    return None
+
+
+def command_reply(text: str) -> ModelResponse:
+    """The ``/compact`` command's answer as a model response, tagged so it is never recorded."""
+    pai = _messages_module()
+    reply: ModelResponse = pai.ModelResponse(
+        parts=[pai.TextPart(content=text)], model_name=None, metadata={COMMAND_KEY: True}
+    )
+    return reply
+
+
+def is_command_message(message: ModelMessage) -> bool:
+    """A ``/compact`` request or its answer: kept out of the log (the command is logged as
+    ``command/run`` / ``command/done``)."""
+    return command_of(message) is not None or bool((message.metadata or {}).get(COMMAND_KEY))
 
 
 def fingerprint(message: ModelMessage) -> str:

@@ -8,6 +8,8 @@ import asyncio
 import json
 from typing import Any
 
+import pytest
+
 from tests.integrations.support import (
     FILE,
     audit_passes,
@@ -142,3 +144,66 @@ async def test_concurrent_threads_through_one_middleware_each_keep_their_own_tur
         assert mine == [prompt(turn) + f" (user {k})" for turn in range(3)], "each thread its own prompts"
         assert session.type_counts["turn/end"] == 3
     audit_passes(url)
+
+
+@pytest.mark.parametrize("api", ["ainvoke", "invoke in threads"])
+async def test_concurrent_runs_on_one_thread_follow_each_other(url: str, api: str) -> None:
+    """Four runs of one thread at once (``ainvoke``, or ``invoke`` from four threads): each run
+    waits for the one before it (the thread's run lock, from before_agent to after_agent), so the
+    log holds each run's prompt, calls, results and answer together, and each run starts from the
+    state the one before left."""
+    model = ReadingModel(messages=iter(()), sent=[], reads=2)
+    middleware = CompactionMiddleware(url, context_window=100_000)
+    agent = create_agent(model, tools=[read_file], middleware=[middleware], checkpointer=InMemorySaver())
+    asks = [prompt(k) for k in range(4)]
+    inputs = [{"messages": [{"role": "user", "content": a}]} for a in asks]
+    if api == "ainvoke":
+        states = await asyncio.gather(*(agent.ainvoke(i, THREAD) for i in inputs))
+    else:
+        states = await asyncio.gather(*(asyncio.to_thread(agent.invoke, i, THREAD) for i in inputs))
+    session = await middleware.memory.load("support-1")
+    turns: list[list[str]] = []
+    for event in session.events():
+        if event.type == "user/message":
+            turns.append([])
+        message = getattr(event, "message", None)
+        if message is not None:
+            turns[-1].append(event.type)
+    assert len(turns) == 4 and session.type_counts["turn/end"] == 4
+    expected = ["user/message", *["assistant/message", "tool/result"] * 2, "assistant/message"]
+    assert turns == [expected] * 4, turns
+    prompts = [e.message.content[0].text for e in session.events() if e.type == "user/message"]
+    assert sorted(prompts) == sorted(asks)
+    last = max(states, key=lambda state: len(state["messages"]))
+    seen = [str(m.content) for m in last["messages"] if isinstance(m, HumanMessage)]
+    assert seen == prompts, "the last run starts from every earlier run's turn"
+    assert not middleware.memory.run_lock("support-1").locked() and not middleware._holders
+    every_call_answered_in_order(surface_here(url, session.id))
+    audit_passes(url)
+
+
+class FailingOnceModel(ReadingModel):
+    """Fails its first call (a provider outage), then reads and answers as ReadingModel."""
+
+    failed: bool = False
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
+        if not self.failed:
+            self.failed = True
+            raise ConnectionError("the provider is down (the test)")
+        return super()._generate(messages, stop, run_manager, **kwargs)
+
+
+async def test_a_failed_run_lets_its_thread_go(url: str) -> None:
+    model = FailingOnceModel(messages=iter(()), sent=[])
+    middleware = CompactionMiddleware(url, context_window=100_000)
+    agent = create_agent(model, tools=[read_file], middleware=[middleware], checkpointer=InMemorySaver())
+    with pytest.raises(ConnectionError):
+        await agent.ainvoke({"messages": [{"role": "user", "content": prompt(0)}]}, THREAD)
+    assert not middleware.memory.run_lock("support-1").locked(), "the failed run still holds the thread"
+    ask = {"messages": [{"role": "user", "content": prompt(1)}]}
+    state = await asyncio.wait_for(agent.ainvoke(ask, THREAD), timeout=30)
+    assert str(state["messages"][-1].content).startswith("answer")
+    assert not middleware.memory.run_lock("support-1").locked()

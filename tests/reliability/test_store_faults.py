@@ -72,29 +72,29 @@ def refusing_inserts(url: str, table: str) -> Iterator[None]:
 
 
 def test_a_refused_snapshot_is_a_warning_and_every_event_is_stored(
-    durable_store_url: str, long_export: tuple[Path, Session]
+    table_store_url: str, long_export: tuple[Path, Session]
 ) -> None:
     path, session = long_export
-    _, snapshots = _tables(durable_store_url)
-    with refusing_inserts(durable_store_url, snapshots):
-        code, document = run_json("--store", durable_store_url, "import", str(path))
+    _, snapshots = _tables(table_store_url)
+    with refusing_inserts(table_store_url, snapshots):
+        code, document = run_json("--store", table_store_url, "import", str(path))
     assert code == 0, document
     assert document["sessions"][0]["status"] == "imported"
     (warning,) = document["warnings"]
     assert str(session.id) in warning and "snapshot" in warning and "are stored" in warning
-    with SessionStore.open(durable_store_url) as store:
+    with SessionStore.open(table_store_url) as store:
         assert store.stream_length(session.id) == len(session)
         assert surface_hash(store.get(session.id)) == surface_hash(session)
 
 
 def test_refused_events_fail_with_a_library_error_and_store_nothing(
-    durable_store_url: str, long_export: tuple[Path, Session]
+    table_store_url: str, long_export: tuple[Path, Session]
 ) -> None:
     path, session = long_export
-    events, _ = _tables(durable_store_url)
-    with refusing_inserts(durable_store_url, events):
-        code, document = run_json("--store", durable_store_url, "import", str(path))
-        with SessionStore.open(durable_store_url) as store:
+    events, _ = _tables(table_store_url)
+    with refusing_inserts(table_store_url, events):
+        code, document = run_json("--store", table_store_url, "import", str(path))
+        with SessionStore.open(table_store_url) as store:
             with pytest.raises(SaveError) as raised:
                 fresh = Session()
                 turn(fresh)

@@ -166,7 +166,7 @@ def test_copy_one_session_by_prefix_shows_progress(
     assert main(["--store", source, "copy", "--to", sqlite_url, "--session", str(sid)[:10]]) == 0
     captured = capsys.readouterr()
     assert f"[1/1] {sid}: copied, {events} of {events} events written, verified" in captured.err
-    assert "1 sessions, 1 verified" in captured.out
+    assert "1 session, 1 verified" in captured.out
     with SessionStore.open(sqlite_url) as target:
         assert target.session_ids() == [sid]
         assert surface_hash(target.get(sid)) == digest
