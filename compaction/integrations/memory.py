@@ -75,6 +75,7 @@ from compaction.sessions.events import (
 )
 from compaction.sessions.importers.builder import SessionBuilder, _PendingCall
 from compaction.sessions.interrupted import open_turn
+from compaction.sessions.invariants import DEFAULT_INVARIANTS
 from compaction.sessions.retry import save_retrying
 from compaction.sessions.session import Session, project
 from compaction.sessions.store import SessionStore
@@ -349,7 +350,7 @@ class CompactingMemory:
         self._kept.pop(key, None)
         session_id = self.session_id(key)
         if not self.store.exists(session_id):
-            return self._keep_session(key, self.store.create(session_id))
+            return self._keep_session(key, self.store.create(session_id, invariants=DEFAULT_INVARIANTS))
         session = self._keep_session(key, self.store.get(session_id))
         owner = owner_of(session)
         if owner is not None and owner != self.framework and not self.allow_foreign:
@@ -483,6 +484,7 @@ class CompactingMemory:
             generation = self._generation(key) + 1
             session = self.store.create(generation_id(self.framework, key, generation))
             session.append(SessionResume(origin=f"clear_session of {key!r}: generation {generation}"))
+            session.enforce(DEFAULT_INVARIANTS)
             save_retrying(self.store, session)
             self.forget(key)
             return session.id

@@ -35,9 +35,11 @@ from openai.types.responses import (  # noqa: E402
 )
 from openai.types.responses.response_reasoning_item import Summary  # noqa: E402
 
-from compaction.errors import IntegrationError  # noqa: E402
+from compaction.errors import BracketRuleError, IntegrationError  # noqa: E402
 from compaction.integrations.openai_agents import CompactingSession, from_items  # noqa: E402
 from compaction.sessions.events import SessionResume  # noqa: E402
+from compaction.sessions.invariants import DEFAULT_INVARIANTS  # noqa: E402
+from compaction.vocabulary.events import CompactEnd  # noqa: E402
 from compaction.sessions.store import SessionStore  # noqa: E402
 from tests.builders import run_json  # noqa: E402
 
@@ -195,7 +197,8 @@ async def test_developer_messages_are_context_and_come_back_as_they_went_in(url:
     await ours.add_items(items)
     assert await ours.get_items() == items
     session = await ours.memory.load("fixer")
-    assert session.type_counts.get("context/message") == 1 and session.first_user_seq == 1
+    # seq 0 is the session/invariants marker, seq 1 the developer message as context
+    assert session.type_counts.get("context/message") == 1 and session.first_user_seq == 2
 
 
 async def test_a_message_of_an_unknown_role_is_refused_naming_it(url: str) -> None:
@@ -250,3 +253,13 @@ def _facts_of_log(session: Any) -> set[tuple[str, ...]]:
             elif isinstance(block, TextBlock):
                 found.add(("user", block.text))
     return found
+
+
+async def test_a_session_the_adapter_writes_is_under_the_bracket_invariant(url: str) -> None:
+    ours = CompactingSession("fixer", url, context_window=100_000)
+    await Runner.run(agent(ScriptedModel()), prompt(0), session=ours)
+    with SessionStore.open(url) as store:
+        session = store.get(ours.memory.session_id("fixer"))
+        assert session.invariants == DEFAULT_INVARIANTS
+        with pytest.raises(BracketRuleError, match="compact/end"):
+            session.append(CompactEnd(compaction_id="never-started", turn=None, error=None))
