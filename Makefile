@@ -20,6 +20,9 @@ BIN := $(VENV)/bin
 BASE_STAMP := $(VENV)/.installed-base
 TEST_STAMP := $(VENV)/.installed-test
 PYTEST_ARGS ?=
+# Two pytest workers (pytest-xdist): the suite waits on servers and subprocesses as much as it
+# computes, so two workers halve it on two cores. PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= 2
 SOAK_MINUTES ?= 10
 SOAK_BACKENDS ?= sqlite,postgresql
 
@@ -41,7 +44,7 @@ demo: $(BASE_STAMP)
 	$(BIN)/compaction demo
 
 test: $(TEST_STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check compaction projections recovery tests benchmarks

@@ -35,6 +35,15 @@ PUBLIC_TRANSCRIPTS: list[Path] = sorted(
     and "LICENSES" not in p.parts
 )
 
+@pytest.fixture(autouse=True)
+def _terminal_size_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command line's tables follow ``COLUMNS`` when it is set; pytest-xdist's workers set it
+    (80), a plain pytest run does not. Tests that want a width set it themselves."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)
+
+
+
 PG_BASE = os.environ.get("COMPACTION_TEST_PG", "postgresql://postgres@127.0.0.1:5432")
 NATS_BASE = os.environ.get("COMPACTION_TEST_NATS", "nats://127.0.0.1:4222")
 
