@@ -39,8 +39,8 @@ from compaction.errors import BracketRuleError, IntegrationError  # noqa: E402
 from compaction.integrations.openai_agents import CompactingSession, from_items  # noqa: E402
 from compaction.sessions.events import SessionResume  # noqa: E402
 from compaction.sessions.invariants import DEFAULT_INVARIANTS  # noqa: E402
-from compaction.vocabulary.events import CompactEnd  # noqa: E402
 from compaction.sessions.store import SessionStore  # noqa: E402
+from compaction.vocabulary.events import CompactEnd  # noqa: E402
 from tests.builders import run_json  # noqa: E402
 
 
