@@ -120,12 +120,10 @@ class CompactionMiddleware(AgentMiddleware[RunState, Any, Any]):
         config: str | Path | Settings | None = None,
     ) -> None:
         super().__init__()
-        if memory is not None and (url is not None or store is not None or config is not None):
-            raise IntegrationError(
-                "CompactionMiddleware: expected a memory= or a store (url=/store=/config=); found both"
-            )
         self.thread = thread
-        self.memory = memory or CompactingMemory(
+        self.memory = CompactingMemory.given(
+            memory,
+            "CompactionMiddleware",
             url,
             store=store,
             service=service,

@@ -216,6 +216,27 @@ class CompactingMemory:
     ``request/header``'s ``<framework>/<model>``, e.g. ``langchain/gpt-4o``), the window falling
     back to ``context_window`` or the known window of ``model`` when the file sets none."""
 
+    @classmethod
+    def given(
+        cls,
+        memory: CompactingMemory | None,
+        owner: str,
+        url: str | None = None,
+        *,
+        store: SessionStore | None = None,
+        config: str | Path | Settings | None = None,
+        **options: Any,
+    ) -> CompactingMemory:
+        """The memory an adapter named ``owner`` was given, else a new one of the store ``url`` /
+        ``store`` / ``config`` with ``options``; given both, an :class:`IntegrationError`."""
+        if memory is None:
+            return cls(url, store=store, config=config, **options)
+        if url is not None or store is not None or config is not None:
+            raise IntegrationError(
+                f"{owner}: expected a memory= or a store (url=/store=/config=); found both"
+            )
+        return memory
+
     def __init__(
         self,
         url: str | None = None,

@@ -113,11 +113,9 @@ class CompactingSession:
         settings_type = _settings_type()
         self.session_id = session_id
         self.session_settings: SessionSettings | None = session_settings or settings_type()
-        if memory is not None and (url is not None or store is not None or config is not None):
-            raise IntegrationError(
-                f"session {session_id!r}: expected a memory= or a store (url=/store=/config=); found both"
-            )
-        self.memory = memory or CompactingMemory(
+        self.memory = CompactingMemory.given(
+            memory,
+            f"session {session_id!r}",
             url,
             store=store,
             service=service,

@@ -95,11 +95,9 @@ class CompactingHistory:
         config: str | Path | Settings | None = None,
     ) -> None:
         _messages_module()
-        if memory is not None and (url is not None or store is not None or config is not None):
-            raise IntegrationError(
-                "CompactingHistory: expected a memory= or a store (url=/store=/config=); found both"
-            )
-        self.memory = memory or CompactingMemory(
+        self.memory = CompactingMemory.given(
+            memory,
+            "CompactingHistory",
             url,
             store=store,
             service=service,
