@@ -83,6 +83,9 @@ NUMBERED_LINE_RE = re.compile(r"^\s*\d+(?:→|\t| \|)")
 
 def exit_code(text: str) -> int | None:
     """The exit code the output reports (the last one), or None."""
+    lowered = text.lower()
+    if "exit" not in lowered and "return" not in lowered:  # every form names one of them
+        return None
     found = None
     for match in EXIT_CODE_RE.finditer(text):
         found = match
@@ -106,9 +109,24 @@ def output_failed(text: str) -> bool:
     code = exit_code(text)
     if code is not None:
         return code != 0
-    if any(p.search(text) is not None for p in (DIAGNOSTIC_RE, FAILURE_RE, BUILD_FAILURE_RE)):
+    if may_name_a_failure(text) and any(
+        p.search(text) is not None for p in (DIAGNOSTIC_RE, FAILURE_RE, BUILD_FAILURE_RE)
+    ):
         return True
     return raised(text)
+
+
+FAILURE_WORDS = (
+    *("fail", "FAIL", "error", "Error: ", "ERROR: ", "✖", "fatal: ", "npm ERR! ", "***"),
+    *("↗", "↘", "→", "↑", "↓"),
+)
+"""Every line DIAGNOSTIC_RE, FAILURE_RE or BUILD_FAILURE_RE matches holds one of these (credo's
+issue lines their arrow): an output with none of them is not searched with the patterns."""
+
+
+def may_name_a_failure(text: str) -> bool:
+    """Whether ``text`` holds a word every failure line holds (a fast test before the patterns)."""
+    return any(word in text for word in FAILURE_WORDS)
 
 
 TRACEBACK = "Traceback (most recent call last):"

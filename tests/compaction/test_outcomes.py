@@ -9,9 +9,18 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from compaction.handover.facts import first_informative_line, span_facts
-from compaction.handover.outcomes import output_failed, output_succeeded
+from compaction.handover.outcomes import (
+    BUILD_FAILURE_RE,
+    DIAGNOSTIC_RE,
+    FAILURE_RE,
+    may_name_a_failure,
+    output_failed,
+    output_succeeded,
+)
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import text_of
 from compaction.sessions.importers import import_path
@@ -195,3 +204,20 @@ def test_silence_and_a_file_view_are_neither_failure_nor_success() -> None:
     assert not output_failed(view)
     assert not output_failed(" M src/app/api.py")
     assert not output_succeeded(" M src/app/api.py")
+
+
+_PIECES = (
+    "FAILED tests/a.py::t - E", "src/a.c:12:3: error: x", "error[E0308]: y",
+    "a.ts(1,2): error TS2322: z",
+    "12:7  error  msg  rule", "--- FAIL: TestX", "[F] ↗ msg", "= 1 failed in 2s =", "FAIL src/x",
+    "Tests: 1 failed", "test result: FAILED", "3 tests, 1 failure", "✖ 2 problems", "Found 3 errors",
+    "[Command failed with exit code 1]", "Error: no", "ERROR: no", "fatal: no", "npm ERR! x",
+    "make: *** [all] Error 2", "ok", "all good", "Fail", "err", "\n", " ", "12", ":", "x",
+)
+
+
+@given(st.lists(st.sampled_from(_PIECES), max_size=12).map("".join))
+def test_the_fast_test_never_hides_a_failure_line(text: str) -> None:
+    """``may_name_a_failure`` is only a shortcut: whatever the patterns find, it lets through."""
+    if any(p.search(text) for p in (DIAGNOSTIC_RE, FAILURE_RE, BUILD_FAILURE_RE)):
+        assert may_name_a_failure(text)
