@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compaction.errors import FrameworkMissingError, IntegrationError
+from compaction.integrations.media import audio_block
 from compaction.integrations.memory import (
     AssistantItem,
     CompactingMemory,
@@ -269,6 +270,8 @@ def _response(message: ModelResponse, message_id: str) -> AssistantItem:
             blocks.append(
                 ToolCallBlock(id=part.tool_call_id, name=part.tool_name, arguments=part.args_as_json_str())
             )
+        elif part.part_kind == "file" and _is_audio(getattr(part, "content", None)):
+            blocks.append(_audio(_response_parts(), part, part.part_kind))
         else:  # built-in tool calls and returns, files, signed thinking: kept as they came
             text = str(getattr(part, "tool_name", getattr(part, "content", "")))
             blocks.append(_opaque(_response_parts(), part, part.part_kind, text))
@@ -311,7 +314,7 @@ def _request_part(part: ModelRequestPart, message_id: str) -> Item:
 def _user_content(content: Any) -> Block:
     """A part of a user prompt: text; an image (URL or bytes) as an image block when it comes
     back equal; anything else (documents, audio, video, images with extra settings) opaque."""
-    from pydantic_ai.messages import BinaryContent, ImageUrl
+    from pydantic_ai.messages import AudioUrl, BinaryContent, ImageUrl
 
     if isinstance(content, str):
         return TextBlock(content)
@@ -329,7 +332,28 @@ def _user_content(content: Any) -> Block:
                 data=base64.b64encode(content.data).decode(),
             )
     kind = str(getattr(content, "kind", type(content).__name__))
+    if isinstance(content, AudioUrl | BinaryContent) and _is_audio(content):
+        return _audio(_user_contents(), content, kind)
     return _opaque(_user_contents(), content, kind, str(getattr(content, "url", "")))
+
+
+def _is_audio(content: Any) -> bool:
+    return str(getattr(content, "media_type", "")).startswith("audio/")
+
+
+def _audio(adapter: Any, value: Any, kind: str) -> OpaqueBlock:
+    """An audio part (an ``AudioUrl``, audio ``BinaryContent``, or a response's audio file part),
+    priced as audio."""
+    content = getattr(value, "content", value)  # a FilePart holds its BinaryContent
+    data = getattr(content, "data", None)
+    return audio_block(
+        PROVIDER,
+        kind,
+        adapter.dump_json(value).decode(),
+        media_type=str(content.media_type),
+        size=len(data) if isinstance(data, bytes) else 0,
+        reference=str(getattr(content, "url", "")),
+    )
 
 
 def _opaque(adapter: Any, value: Any, kind: str, text: str) -> OpaqueBlock:
