@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import threading
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
@@ -138,7 +137,6 @@ class CompactionMiddleware(AgentMiddleware[RunState, Any, Any]):
             config=config,
         )
         self._holders: dict[str, tuple[str, Callable[[], None]]] = {}
-        self._thread_locks: dict[str, threading.Lock] = {}
 
     def close(self) -> None:
         self.memory.close()
@@ -168,8 +166,9 @@ class CompactionMiddleware(AgentMiddleware[RunState, Any, Any]):
         until :meth:`aafter_agent` or until the run fails), then catch the state up with what
         they added to the log."""
         key = self.thread_of(runtime)
-        await self.memory.run_lock(key).acquire()
-        token = self._held(key, self.memory.run_lock(key).release)
+        lock = self.memory.run_lock(key)
+        await lock.acquire_async()
+        token = self._held(key, lock.release)
         messages = state["messages"]
         try:
             update = await self.memory.view(key, lambda found: _caught_up(messages, found))
@@ -183,9 +182,10 @@ class CompactionMiddleware(AgentMiddleware[RunState, Any, Any]):
         return None
 
     def before_agent(self, state: RunState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """:meth:`abefore_agent` for ``invoke`` (the thread's lock is then a thread lock)."""
+        """:meth:`abefore_agent` for ``invoke``: the same run lock, so an ``invoke`` and an
+        ``ainvoke`` of one thread follow each other too."""
         key = self.thread_of(runtime)
-        lock = self._thread_locks.setdefault(key, threading.Lock())
+        lock = self.memory.run_lock(key)
         lock.acquire()
         token = self._held(key, lock.release)
         try:

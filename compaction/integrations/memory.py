@@ -26,8 +26,9 @@ and writes the store) runs in a worker thread (:func:`asyncio.to_thread`), never
 a summarizer of the caller's loop (a framework's own model) is called back on that loop
 (:class:`LoopSummarizer`). Operations on one session are serialized by a per-session
 :class:`asyncio.Lock`, and :meth:`CompactingMemory.run_lock` serializes whole runs of one
-conversation. A save refused with :class:`~compaction.errors.ConcurrencyError` (another process
-appended first) is reloaded and retried ``retries`` times (default once), then fails with
+conversation, synchronous and async runs alike (a :class:`~compaction.integrations.runlock.RunLock`).
+A save refused with :class:`~compaction.errors.ConcurrencyError` (another process appended first)
+is reloaded and retried ``retries`` times (default once), then fails with
 :class:`~compaction.errors.ConversationConflictError`. A save that fails in the database (a dropped
 connection, a restart) is retried once on the same session object, in the worker thread, after
 checking whether its events were stored after all, so a step's events are never doubled
@@ -43,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Sequence
@@ -59,6 +61,7 @@ from compaction.errors import (
     ForeignSessionError,
     IntegrationError,
 )
+from compaction.integrations.runlock import RunLock
 from compaction.service import BasicCompactService, Settings, known_window, load_settings, service_for
 from compaction.sessions.blocks import ImageBlock, Message, Source, TextBlock, ToolCallBlock, tool_calls_of
 from compaction.sessions.commands import CommandResult, parse_command
@@ -283,8 +286,9 @@ class CompactingMemory:
         self._owns_store = store is None
         self.compactions: list[CompactionResult] = []
         self._locks: dict[str, asyncio.Lock] = {}
-        self._run_locks: dict[str, asyncio.Lock] = {}
+        self._run_locks: dict[str, RunLock] = {}
         self._kept: OrderedDict[str, Session] = OrderedDict()
+        self._guard = threading.Lock()
         self._keep = keep_sessions
 
     @property
@@ -343,10 +347,12 @@ class CompactingMemory:
         """The lock that serializes this process's reads and writes of ``key``'s session."""
         return self._locks.setdefault(key, asyncio.Lock())
 
-    def run_lock(self, key: str) -> asyncio.Lock:
+    def run_lock(self, key: str) -> RunLock:
         """The lock an adapter holds for a whole run of ``key``'s conversation, so concurrent runs
-        of one conversation in this process follow each other, each run's items together."""
-        return self._run_locks.setdefault(key, asyncio.Lock())
+        of one conversation in this process follow each other, each run's items together: sync
+        and async runs alike, on any event loop (:class:`RunLock`)."""
+        with self._guard:
+            return self._run_locks.setdefault(key, RunLock())
 
     async def _off_loop(self, key: str, work: Callable[[], T]) -> T:
         """``work`` (store calls) in a worker thread, under ``key``'s lock."""
