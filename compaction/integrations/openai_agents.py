@@ -232,7 +232,7 @@ class CompactingSession:
 
         def model_input(found: Compacted) -> list[Any]:  # in the worker thread
             given = [as_json(i) for i in sent]
-            held = {item_key(i) for i in to_items(found.recorded)}
+            held = found.index.keys(PROVIDER, lambda m: [item_key(i) for i in to_items([m])])
             start = len(given)
             while start > 0 and item_key(given[start - 1]) not in held:
                 start -= 1

@@ -24,6 +24,7 @@ import base64
 import hashlib
 import json
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -128,13 +129,15 @@ class CompactingHistory:
         """Record the messages not recorded yet, in order; returns how many were new. Blocking
         (:meth:`arecord` in async code)."""
         fresh: list[int] = []
-        self.memory.record_sync(session_id, _unrecorded(messages, fresh), origin="pydantic-ai messages")
+        unrecorded = _unrecorded(self.memory, messages, fresh)
+        self.memory.record_sync(session_id, unrecorded, origin="pydantic-ai messages")
         return fresh[-1] if fresh else 0
 
     async def arecord(self, session_id: str, messages: Sequence[ModelMessage]) -> int:
         """:meth:`record` off the event loop."""
         fresh: list[int] = []
-        await self.memory.record(session_id, _unrecorded(messages, fresh), origin="pydantic-ai messages")
+        unrecorded = _unrecorded(self.memory, messages, fresh)
+        await self.memory.record(session_id, unrecorded, origin="pydantic-ai messages")
         return fresh[-1] if fresh else 0
 
     def processor(self, session_id: str) -> Callable[[list[ModelMessage]], Awaitable[list[ModelMessage]]]:
@@ -163,19 +166,22 @@ class CompactingHistory:
         return CompactionCapability(self, key)
 
 
-def _unrecorded(messages: Sequence[ModelMessage], fresh: list[int]) -> Callable[[Session], list[Item]]:
+def _unrecorded(
+    memory: CompactingMemory, messages: Sequence[ModelMessage], fresh: list[int]
+) -> Callable[[Session], list[Item]]:
     """What of ``messages`` the session does not hold yet, as items (how many messages: appended
     to ``fresh``, once per attempt)."""
 
     def unrecorded(session: Session) -> list[Item]:
-        known = CompactingMemory.recorded_ids(session)
+        recorded = memory.recorded_ids(session)
+        added: set[str] = set()  # ids of this call's items (not stored yet)
         items: list[Item] = []
         count = 0
         for message in messages:
-            if _is_recorded(message, known) or is_command_message(message):
+            if _is_recorded(message, recorded, added) or is_command_message(message):
                 continue
             found = from_model_message(message)
-            known.update(_item_id(i) for i in found)
+            added.update(_item_id(i) for i in found)
             items.extend(found)
             count += 1
         fresh.append(count)
@@ -196,12 +202,15 @@ def _version() -> str:
 # ---------------------------------------------------------------- pydantic-ai -> items
 
 
-def _is_recorded(message: ModelMessage, known: set[str]) -> bool:
+def _is_recorded(message: ModelMessage, recorded: AbstractSet[str], added: AbstractSet[str]) -> bool:
+    def known(message_id: str) -> bool:
+        return message_id in recorded or message_id in added
+
     tagged = (message.metadata or {}).get(METADATA_KEY)
-    if isinstance(tagged, list) and tagged and all(t in known for t in tagged):
+    if isinstance(tagged, list) and tagged and all(known(t) for t in tagged):
         return True
     first = f"{fingerprint(message)}-0"
-    return any(f"{prefix}{first}" in known for prefix in ("", "parts:", "system:", "retry:"))
+    return any(known(f"{prefix}{first}") for prefix in ("", "parts:", "system:", "retry:"))
 
 
 def command_of(message: ModelMessage) -> str | None:
