@@ -347,7 +347,19 @@ def _user_content(content: Any) -> Block:
 
 
 def _is_audio(content: Any) -> bool:
-    return str(getattr(content, "media_type", "")).startswith("audio/")
+    from pydantic_ai.messages import AudioUrl
+
+    return isinstance(content, AudioUrl) or str(_media_type(content)).startswith("audio/")
+
+
+def _media_type(content: Any) -> str | None:
+    """The media type of a content part; None when pydantic-ai cannot tell (a URL without a known
+    extension and no ``media_type`` given raises ``ValueError``)."""
+    try:
+        found = getattr(content, "media_type", None)
+    except ValueError:
+        return None
+    return str(found) if found is not None else None
 
 
 def _audio(adapter: Any, value: Any, kind: str) -> OpaqueBlock:
@@ -359,7 +371,7 @@ def _audio(adapter: Any, value: Any, kind: str) -> OpaqueBlock:
         PROVIDER,
         kind,
         adapter.dump_json(value).decode(),
-        media_type=str(content.media_type),
+        media_type=_media_type(content),
         size=len(data) if isinstance(data, bytes) else 0,
         reference=str(getattr(content, "url", "")),
     )

@@ -203,9 +203,9 @@ async def test_pydantic_ai_audio_round_trips_priced_as_audio(url: str) -> None:
     from pydantic_ai.messages import AudioUrl, FilePart
 
     history = CompactingHistory(url, context_window=100_000)
-    prompt = UserPromptPart(
-        ["transcribe these", AudioUrl(AUDIO_URL), BinaryContent(WAV, media_type="audio/wav")]
-    )
+    stream = AudioUrl("https://example.com/live/stream")  # no extension: pydantic-ai cannot tell its type
+    clip = BinaryContent(WAV, media_type="audio/wav")
+    prompt = UserPromptPart(["transcribe these", AudioUrl(AUDIO_URL), clip, stream])
     spoken = FilePart(content=BinaryContent(WAV, media_type="audio/wav"))
     messages = [ModelRequest(parts=[prompt]), ModelResponse(parts=[TextPart("here is the reply"), spoken])]
     assert history.record("caller", messages) == 2
@@ -214,9 +214,11 @@ async def test_pydantic_ai_audio_round_trips_priced_as_audio(url: str) -> None:
     assert loaded[0].parts[0].content == prompt.content
     assert loaded[1].parts == messages[1].parts
     assert history.record("caller", loaded) == 0, "what was read back is known as recorded"
-    by_reference, inline, answered = blocks_of(await history.memory.load("caller"), OpaqueBlock)
+    by_reference, inline, streamed, answered = blocks_of(await history.memory.load("caller"), OpaqueBlock)
     assert_priced_as_audio(by_reference, 0)
-    assert AUDIO_URL in by_reference.text
+    assert AUDIO_URL in by_reference.text and by_reference.media_type == "audio/mpeg"
+    assert_priced_as_audio(streamed, 0)
+    assert streamed.media_type == "audio/*"
     assert_priced_as_audio(inline, len(WAV))
     assert_priced_as_audio(answered, len(WAV))
     audit_passes(url)
