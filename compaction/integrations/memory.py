@@ -26,8 +26,9 @@ and writes the store) runs in a worker thread (:func:`asyncio.to_thread`), never
 a summarizer of the caller's loop (a framework's own model) is called back on that loop
 (:class:`LoopSummarizer`). Operations on one session are serialized by a per-session
 :class:`asyncio.Lock`, and :meth:`CompactingMemory.run_lock` serializes whole runs of one
-conversation. A save refused with :class:`~compaction.errors.ConcurrencyError` (another process
-appended first) is reloaded and retried ``retries`` times (default once), then fails with
+conversation, synchronous and async runs alike (a :class:`~compaction.integrations.runlock.RunLock`).
+A save refused with :class:`~compaction.errors.ConcurrencyError` (another process appended first)
+is reloaded and retried ``retries`` times (default once), then fails with
 :class:`~compaction.errors.ConversationConflictError`. A save that fails in the database (a dropped
 connection, a restart) is retried once on the same session object, in the worker thread, after
 checking whether its events were stored after all, so a step's events are never doubled
@@ -43,9 +44,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import threading
 import uuid
+import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -59,6 +63,7 @@ from compaction.errors import (
     ForeignSessionError,
     IntegrationError,
 )
+from compaction.integrations.runlock import RunLock
 from compaction.service import BasicCompactService, Settings, known_window, load_settings, service_for
 from compaction.sessions.blocks import ImageBlock, Message, Source, TextBlock, ToolCallBlock, tool_calls_of
 from compaction.sessions.commands import CommandResult, parse_command
@@ -187,14 +192,54 @@ class LiveRecorder(SessionBuilder):
             self.close_turn(origin)
 
 
+class Recorded:
+    """Every message a session's log records (surface or shadowed), in log order, with their ids:
+    kept by the memory for each loaded session and brought up to date in O(new events), so an
+    adapter's "what is new?" costs the new items, not the whole conversation, on each call.
+    :meth:`keys` keeps an adapter's own keys of those messages the same way."""
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+        self.ids: set[str] = set()
+        self._upto = 0
+        self._keys: dict[str, tuple[int, set[Any]]] = {}
+        self._guard = threading.Lock()
+
+    def update(self, session: Session) -> Recorded:
+        """Take in the events ``session`` holds past the last update."""
+        with self._guard:
+            for event in session.events(self._upto):
+                message = project(event) if event.SURFACE else None
+                if message is not None:
+                    self.messages.append(message)
+                    self.ids.add(message.id)
+            self._upto = len(session)
+        return self
+
+    def keys(self, name: str, of: Callable[[Message], Iterable[Any]]) -> set[Any]:
+        """``of(message)`` for every recorded message, gathered in one set kept under ``name``
+        (extended with the messages recorded since its last use)."""
+        with self._guard:
+            done, found = self._keys.get(name, (0, set()))
+            for message in self.messages[done:]:
+                found.update(of(message))
+            self._keys[name] = (len(self.messages), found)
+            return found
+
+
 @dataclass(frozen=True)
 class Compacted:
     """A session's surface before and after a pressure check (``after is before`` when nothing
-    was compacted), and every message its log holds (surface or shadowed), in log order."""
+    was compacted), and every message its log holds (surface or shadowed), in log order
+    (``recorded``: the index's own list, read it in the call that got it)."""
 
     before: list[Message]
     after: list[Message]
-    recorded: list[Message]
+    index: Recorded
+
+    @property
+    def recorded(self) -> list[Message]:
+        return self.index.messages
 
 
 # ---------------------------------------------------------------- the memory
@@ -283,8 +328,10 @@ class CompactingMemory:
         self._owns_store = store is None
         self.compactions: list[CompactionResult] = []
         self._locks: dict[str, asyncio.Lock] = {}
-        self._run_locks: dict[str, asyncio.Lock] = {}
+        self._run_locks: dict[str, RunLock] = {}
         self._kept: OrderedDict[str, Session] = OrderedDict()
+        self._guard = threading.Lock()
+        self._indexes: weakref.WeakKeyDictionary[Session, Recorded] = weakref.WeakKeyDictionary()
         self._keep = keep_sessions
 
     @property
@@ -343,10 +390,12 @@ class CompactingMemory:
         """The lock that serializes this process's reads and writes of ``key``'s session."""
         return self._locks.setdefault(key, asyncio.Lock())
 
-    def run_lock(self, key: str) -> asyncio.Lock:
+    def run_lock(self, key: str) -> RunLock:
         """The lock an adapter holds for a whole run of ``key``'s conversation, so concurrent runs
-        of one conversation in this process follow each other, each run's items together."""
-        return self._run_locks.setdefault(key, asyncio.Lock())
+        of one conversation in this process follow each other, each run's items together: sync
+        and async runs alike, on any event loop (:class:`RunLock`)."""
+        with self._guard:
+            return self._run_locks.setdefault(key, RunLock())
 
     async def _off_loop(self, key: str, work: Callable[[], T]) -> T:
         """``work`` (store calls) in a worker thread, under ``key``'s lock."""
@@ -447,15 +496,18 @@ class CompactingMemory:
     ) -> Session:
         return await self._off_loop(key, lambda: self.record_sync(key, items, origin=origin))
 
-    @staticmethod
-    def recorded_ids(session: Session) -> set[str]:
+    def recorded(self, session: Session) -> Recorded:
+        """The messages recorded in ``session`` (surface or shadowed), from the index this memory
+        keeps for it: O(events appended since the last call)."""
+        with self._guard:
+            index = self._indexes.get(session)
+            if index is None:
+                index = self._indexes[session] = Recorded()
+        return index.update(session)
+
+    def recorded_ids(self, session: Session) -> AbstractSet[str]:
         """The framework ids of every message recorded in ``session`` (surface or shadowed)."""
-        found: set[str] = set()
-        for event in session.events():
-            message = project(event) if event.SURFACE else None
-            if message is not None:
-                found.add(message.id)
-        return found
+        return self.recorded(session).ids
 
     def pop_sync(self, key: str) -> Message | None:
         """Take the newest message off the surface, by appending: the log keeps it.
@@ -562,13 +614,12 @@ class CompactingMemory:
         def attempt() -> Compacted:
             session = self.load_sync(key)
             if session.saved_length == 0:
-                return Compacted([], [], [])
+                return Compacted([], [], Recorded())
             before = len(session)
             messages = session.derive_messages()
             run_apart(self.compact(session))
             after = messages if len(session) == before else session.derive_messages()
-            recorded = [m for e in session.events() if e.SURFACE and (m := project(e)) is not None]
-            return Compacted(messages, after, recorded)
+            return Compacted(messages, after, self.recorded(session))
 
         return self._retrying(key, "compacting", attempt)
 

@@ -29,7 +29,7 @@ from compaction.handover.facts import (
 )
 from compaction.handover.fidelity import section_bodies
 from compaction.handover.identifiers import ELLIPSIS, clip_words, word_head, word_tail
-from compaction.sessions.blocks import Message, text_of
+from compaction.sessions.blocks import Message, OpaqueBlock, text_of
 from compaction.vocabulary.checkpoint import framed_summary, is_checkpoint
 from compaction.vocabulary.instruction import CLOSE_TAG, OPEN_TAG, PREAMBLE, SECTIONS
 from compaction.vocabulary.summarizer import Summarizer, SummaryOutput, SummaryRequest
@@ -56,6 +56,10 @@ MAX_ITEMS = 400
 MAX_ERRORS = 40
 MAX_ERROR_LINES = 20
 TOOLS_USED = "- Tools used: "
+FRAMEWORK_ITEMS = "- Framework items (kept in the log, not sent again): "
+OPAQUE_SHOWN = 5
+"""How many of a kind's framework items a checkpoint quotes (what a reader may see of each)."""
+OPAQUE_CHARS = 100
 ORIGINAL = "- Original request: "
 HARNESS_CONTEXT = "- Harness context (not the user's words): "
 TASK_MARK = "- [ ] "
@@ -112,7 +116,7 @@ def _render(messages: list[Message], facts: SpanFacts, *, ask_chars: int, terse:
         "Pending Jobs": _pending(facts),
         "Current Work": _current(facts, terse, min(ask_chars, STATE_CHARS)),
         "Next Step": _next_step(facts, min(ask_chars, STATE_CHARS)),
-        "Critical Context": _critical(facts),
+        "Critical Context": [*_critical(facts), *_framework_items(messages)],
     }
     lines: list[str] = []
     for name in SECTIONS:
@@ -340,6 +344,25 @@ def _next_step(facts: SpanFacts, limit: int) -> list[str]:
     if facts.user_asks:
         return [f"- Check the latest user request is complete: {_clip(facts.user_asks[-1], limit)}"]
     return []
+
+
+def _framework_items(messages: list[Message]) -> list[str]:
+    """One bullet naming the items of the span the library does not interpret (opaque blocks:
+    reasoning with encrypted content, hosted tool calls, audio, ...): by kind, how many, and what
+    a reader may see of the first few. They stay in the log; only their framework can send them."""
+    seen: dict[str, list[str]] = {}
+    for message in messages:
+        for block in message.content:
+            if isinstance(block, OpaqueBlock):
+                seen.setdefault(block.kind, []).append(" ".join(block.text.split()))
+    if not seen:
+        return []
+    kinds = []
+    for kind, texts in seen.items():
+        shown = [_code(_clip(t, OPAQUE_CHARS)) for t in dict.fromkeys(texts) if t][:OPAQUE_SHOWN]
+        more = f" ({', '.join(shown)}{', …' if len(set(texts)) > len(shown) else ''})" if shown else ""
+        kinds.append(f"{kind} x{len(texts)}{more}")
+    return [f"{FRAMEWORK_ITEMS}{'; '.join(kinds)}"]
 
 
 def _critical(facts: SpanFacts) -> list[str]:

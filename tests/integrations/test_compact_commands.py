@@ -16,7 +16,7 @@ from compaction.sessions.blocks import text_of
 from compaction.sessions.events import CommandDone, CommandRun, UserMessage
 from compaction.sessions.session import Session
 from compaction.vocabulary.command import FAILURES, NOTHING, USAGE
-from compaction.vocabulary.events import CompactStart
+from compaction.vocabulary.events import CompactEnd, CompactStart
 from tests.integrations.support import audit_passes, prompt, require_framework
 
 require_framework("agents", "openai-agents")
@@ -171,3 +171,6 @@ async def test_busy_when_a_live_compaction_holds_the_lock(conversation: Callable
     calls = chat.calls()
     assert await chat.say("/compact") == FAILURES["busy"]
     assert chat.calls() == calls
+    session = await chat.memory.load(KEY)  # the other compaction gives up: its bracket closes
+    session.append(CompactEnd(compaction_id="other", turn=None, error="the test's other compaction gave up"))
+    chat.memory.store.save(session)
