@@ -42,6 +42,7 @@ under the same key, the old one staying in the store.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -397,12 +398,27 @@ class CompactingMemory:
         with self._guard:
             return self._run_locks.setdefault(key, RunLock())
 
-    async def _off_loop(self, key: str, work: Callable[[], T]) -> T:
-        """``work`` (store calls) in a worker thread, under ``key``'s lock."""
+    async def _off_loop(self, key: str, work: Callable[[], T], worker: WorkerLoop | None = None) -> T:
+        """``work`` (store calls) in a worker thread, under ``key``'s lock. With ``worker`` (the
+        loop ``work`` runs its coroutine in, :func:`run_apart`), a cancellation of the caller is
+        passed on to that coroutine, and the key's lock is held until the thread has finished
+        with it (what it records of the cancellation is stored before the next call reads)."""
         if self.bridge is not None:
             self.bridge.loop = asyncio.get_running_loop()
         async with self.lock(key):
-            return await asyncio.to_thread(work)
+            if worker is None:
+                return await asyncio.to_thread(work)
+            running = asyncio.ensure_future(asyncio.to_thread(work))
+            try:
+                return await asyncio.shield(running)
+            except asyncio.CancelledError as cancelled:
+                worker.cancel()
+                while not running.done():  # a cancel scope (anyio) cancels every await again
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.wait([running])
+                if not running.cancelled():
+                    running.exception()  # retrieved: the caller's cancellation is what is raised
+                raise cancelled
 
     # ------------------------------------------------------------ reading the store (sync parts)
 
@@ -569,11 +585,11 @@ class CompactingMemory:
 
     # ------------------------------------------------------------ the /compact command
 
-    def command_sync(self, key: str, text: str) -> CommandResult | None:
+    def command_sync(self, key: str, text: str, worker: WorkerLoop | None = None) -> CommandResult | None:
         """Run ``text`` as the ``/compact`` command on ``key``'s session when it is one (None
         otherwise): ``command/run``, the manual compaction, ``command/done``, each saved as it is
         appended; the answer is the command's one line. Blocking. Not retried: a command whose
-        ``command/run`` is stored has run."""
+        ``command/run`` is stored has run. ``worker``: cancels the command from another thread."""
         if not is_command(text):
             return None
         session = self.load_sync(key)
@@ -585,16 +601,20 @@ class CompactingMemory:
                     self.store,
                     text,
                     custom_instructions=self.custom_instructions,
-                )
+                ),
+                worker,
             )
         finally:
             self.forget(key)  # the command saved as it went; read it back next time
 
     async def command(self, key: str, text: str) -> CommandResult | None:
-        """:meth:`command_sync` in a worker thread, under ``key``'s lock."""
+        """:meth:`command_sync` in a worker thread, under ``key``'s lock. Cancelled, it cancels
+        the command (as the agent loop's is: the compaction's ``compact/end`` and ``command/done``
+        record the cancellation, the surface is untouched) and returns once that is stored."""
         if not is_command(text):
             return None
-        return await self._off_loop(key, lambda: self.command_sync(key, text))
+        worker = WorkerLoop()
+        return await self._off_loop(key, lambda: self.command_sync(key, text, worker), worker)
 
     # ------------------------------------------------------------ reading
 
@@ -676,12 +696,47 @@ class LoopSummarizer(Summarizer):
         await self.inner.aclose()
 
 
-def run_apart(work: Coroutine[Any, Any, T]) -> T:
+class WorkerLoop:
+    """The event loop and task :func:`run_apart` runs a coroutine in, so another thread can cancel
+    it (:meth:`cancel`, before, while or after it runs)."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._running: tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]] | None = None
+        self.cancelled = False
+
+    def attach(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
+        with self._guard:
+            self._running = (loop, task)
+            if self.cancelled:
+                task.cancel()
+
+    def detach(self) -> None:
+        with self._guard:
+            self._running = None
+
+    def cancel(self) -> None:
+        with self._guard:
+            self.cancelled = True
+            if self._running is not None:
+                loop, task = self._running
+                loop.call_soon_threadsafe(task.cancel)
+
+
+def run_apart(work: Coroutine[Any, Any, T], worker: WorkerLoop | None = None) -> T:
     """``work`` to completion in an event loop of its own, leaving this thread's current loop (a
-    framework's, e.g. the one ``run_sync`` keeps) as it was, which :func:`asyncio.run` would unset."""
+    framework's, e.g. the one ``run_sync`` keeps) as it was, which :func:`asyncio.run` would unset.
+    ``worker`` lets another thread cancel ``work``; the cancellation is raised here."""
     loop = asyncio.new_event_loop()
     try:
-        return loop.run_until_complete(work)
+        task = loop.create_task(work)
+        if worker is not None:
+            worker.attach(loop, task)
+        try:
+            return loop.run_until_complete(task)
+        finally:
+            if worker is not None:
+                worker.detach()
     finally:
         loop.close()
 
