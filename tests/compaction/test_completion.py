@@ -173,7 +173,8 @@ def test_the_appendix_carries_every_missed_failure_once_per_line() -> None:
     assert len(found.errors) == len(errors) - 1  # all but the one the summary mentions
     block = appendix(found, facts)
     for i in (0, 1, 2, 4, 5, 6, 7):  # fixed early failures, which the last five alone would drop
-        line = f"  - Edit: src/mod_{i}.py -> String to replace not found in src/mod_{i}.py (fixed later)\n"
+        # the line names the file the edit was on: it is not said twice
+        line = f"  - Edit -> String to replace not found in src/mod_{i}.py (fixed later)\n"
         assert line in block
     assert "mod_3.py" not in block
     assert block.count("zlib.h") == 1
@@ -190,10 +191,10 @@ def test_the_appendix_lists_at_most_max_errors_lines_and_counts_the_rest() -> No
     facts = SpanFacts(errors=errors)
     found = gaps(WEAK, facts)
     block = appendix(found, facts)
-    listed = [line for line in block.splitlines() if line.startswith("  - Bash: ")]
+    listed = [line for line in block.splitlines() if line.startswith("  - Bash -> ")]
     assert len(listed) == MAX_ERRORS
-    assert "  - Bash: step 3 -> error: step 3 failed (not fixed)" in listed  # the unfixed one is kept
-    assert listed[-1].startswith(f"  - Bash: step {MAX_ERRORS + 4} ")  # then the latest
+    assert "  - Bash -> error: step 3 failed (not fixed)" in listed  # the unfixed one is kept
+    assert listed[-1] == f"  - Bash -> error: step {MAX_ERRORS + 4} failed (fixed later)"  # then the latest
     assert "  - ... and 5 more failures (5 other lines), in the log" in block
 
 
