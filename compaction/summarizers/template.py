@@ -137,6 +137,7 @@ NAMED_RE = re.compile(r"^- `([^`]+)`$")
 COMMAND_RE = re.compile(r"^- Command: (?:`` (.+) ``|`([^`]+)`)$")
 LISTS = ("- Identifiers: ", "- Error names seen: ")
 FAILED_RE = re.compile(r" \(failed: (.+?)\)(?=; |$)")
+LAST = ("- Last steps: ", "- Last step: ")
 
 
 def _once(bodies: dict[str, list[str]]) -> dict[str, list[str]]:
@@ -145,7 +146,7 @@ def _once(bodies: dict[str, list[str]]) -> dict[str, list[str]]:
     that the checkpoint already quotes whole (:func:`~compaction.handover.repeats.unrepeated`)."""
     errors = "\n".join(bodies.get("Errors and Fixes", []))
     bodies = {
-        name: [FAILED_RE.sub(lambda m: _failed(m, errors), b) for b in bullets]
+        name: [FAILED_RE.sub(lambda m: _failed(m, errors), b) if b.startswith(LAST) else b for b in bullets]
         for name, bullets in bodies.items()
     }
     listed: list[str] = []  # identifiers of the bullets that only list them
