@@ -862,8 +862,17 @@ def _describe(step: _Step) -> str:
             outcome = "interrupted"
         else:
             outcome = "ok" if _succeeded(step, text) else None
-    described = f"{step.call.name} `{_clip(call_key(step.call), 100)}`"
+    described = f"{step.call.name} `{_step_key(step)}`"
     return described if outcome is None else f"{described} ({outcome})"
+
+
+def _step_key(step: _Step) -> str:
+    """What a last step names: a command whole (as the identifiers hold it, so a checkpoint that
+    quotes the step need not list the command again), anything else clipped to 100 characters."""
+    args = _arguments(step.call)
+    if _string(args, COMMAND_KEYS) and not _is_editor(step.call, args):
+        return step.key
+    return _clip(step.key, 100)
 
 
 def _succeeded(step: _Step, text: str) -> bool:
