@@ -92,7 +92,12 @@ def close_orphan(session: Session, orphan: Orphan, liveness: Liveness) -> list[S
     """Append (unsaved) the abandoned ``compact/end`` and, when they apply, the turn closers."""
     start = orphan.start
     error = f"{ABANDONED}: {liveness.reason}; closed by recovery on {socket.gethostname()} pid {os.getpid()}"
-    end = CompactEnd(compaction_id=start.compaction_id, turn=start.turn, error=error)
+    end = CompactEnd(
+        compaction_id=start.compaction_id,
+        turn=start.turn,
+        error=error,
+        source_command_id=start.source_command_id,  # a /compact's bracket is closed as its own
+    )
     appended = [session.append(end)]
     if _owns_open_turn(session, orphan, liveness):
         appended.extend(session.append_all(interrupted_turn_closers(session)))

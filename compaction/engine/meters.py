@@ -47,6 +47,13 @@ BLOCK_OVERHEAD = 4
 IMAGE_TOKENS = 1_000
 """What an image the log carries (an :class:`ImageBlock` with its URL or bytes) is priced at, on top
 of its description: about what a vision model charges for a medium-sized image."""
+AUDIO_BYTES_PER_TOKEN = 500
+"""What an audio clip the log carries inline (an :class:`OpaqueBlock` with an ``audio/...``
+``media_type``) is priced at: a token per 500 bytes, i.e. 32 tokens a second of 128 kbit/s MP3 (what
+Gemini charges a second of audio, more than OpenAI's audio models do) and 64 of 16 kHz WAV; pricing
+its base64 as text would count a minute of speech as hundreds of thousands of tokens."""
+AUDIO_TOKENS = 2_000
+"""An audio clip by reference (a URL or a file id, its size unknown): about a minute of speech."""
 ROLE_OVERHEAD = 4
 COLUMN_CODE = PRICE_CODE  # a meter's column of node prices, as snapshots pack it
 
@@ -156,6 +163,8 @@ class Meter(ABC):
             return self.text_tokens(block.name) + self.text_tokens(block.arguments) + BLOCK_OVERHEAD
         if isinstance(block, ToolResultBlock):
             return sum(self.block(b) for b in block.content) + BLOCK_OVERHEAD
+        if isinstance(block, OpaqueBlock) and is_audio(block):
+            return self.text_tokens(block.text) + audio_tokens(block.media_bytes) + BLOCK_OVERHEAD
         if isinstance(block, OpaqueBlock):
             return self.text_tokens(block.payload) + BLOCK_OVERHEAD
         if isinstance(block, ImageBlock) and (block.url or block.data):
@@ -407,6 +416,16 @@ def _fit(
         records=records,
         fitted=fitted,
     )
+
+
+def is_audio(block: OpaqueBlock) -> bool:
+    """Whether ``block`` is an audio part (priced as audio, not as its payload's text)."""
+    return block.media_type is not None and block.media_type.startswith("audio/")
+
+
+def audio_tokens(media_bytes: int) -> int:
+    """The price of an audio clip of ``media_bytes`` bytes (0: a clip by reference, size unknown)."""
+    return math.ceil(media_bytes / AUDIO_BYTES_PER_TOKEN) if media_bytes > 0 else AUDIO_TOKENS
 
 
 def _compact_json(value: Any) -> str:

@@ -187,6 +187,7 @@ class Transaction:
                     f"failed, and its compact/end could not be stored then; taken over by its own "
                     f"process ({taken.lease.host} pid {taken.lease.pid})"
                 ),
+                source_command_id=taken.source_command_id,
             )
         )
         return taken

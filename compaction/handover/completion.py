@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -48,6 +48,7 @@ from compaction.handover.identifiers import (
     word_head,
     word_tail,
 )
+from compaction.handover.repeats import unrepeated
 from compaction.sessions.blocks import Message, Source, TextBlock, text_of
 from compaction.vocabulary.checkpoint import is_checkpoint
 from compaction.vocabulary.config import CompletionMode
@@ -59,8 +60,7 @@ log = logging.getLogger("compaction")
 
 APPENDIX_TITLE = "Verbatim references"
 APPENDIX_NOTE = (
-    "(added by the compaction, not the summarizer: what the summary above left out, verbatim from "
-    "the compacted span)"
+    "(added by the compaction, not the summarizer: what the summary left out, verbatim from the span)"
 )
 MAX_ITEM = 300
 """Characters of one user ask, open task or error line kept in the appendix (head ... tail)."""
@@ -112,11 +112,20 @@ class Completed:
             added_identifiers=carried.identifiers if block else (),
             added_user_asks=tuple(clip(a) for a in carried.user_asks) if block else (),
             added_open_tasks=tuple(clip(t) for t in carried.open_tasks) if block else (),
-            added_errors=tuple(error_lines(carried.errors)) if block else (),
+            added_errors=tuple(error_lines(carried.errors, commands=plan.wanted.commands)) if block else (),
             added_sections=carried.sections if block else (),
             left_out=built.left_out,
         )
         return Completed(appended(self.model_text, block), self.model_text, record, self.output, plan)
+
+
+_CALLED = re.compile(r"^[ ]*- [^\s`]+ (?:``[ ]?(.+?)[ ]?``|`([^`]+)`) -> ", re.MULTILINE)
+"""An error line's call when it is one of the span's commands (``- Bash `make -j2` -> ...``)."""
+
+
+def called(text: str) -> set[str]:
+    """The commands the error lines of an appendix name as their calls."""
+    return {double or single for double, single in _CALLED.findall(text)}
 
 
 _KINDS = {"Paths": "paths", "Commands": "commands", "Error names": "errors", "Ids": "ids", "Other": "ids"}
@@ -134,6 +143,8 @@ def listed(text: str) -> Identifiers:
         group = getattr(found, _KINDS[kind])
         for double, single in _CODE.findall(items):
             group[double or single] = None
+    for command in called(text[start:]):  # not listed again: named by an error line
+        found.commands[command] = None
     return found
 
 
@@ -212,10 +223,30 @@ def clip(text: str, limit: int = MAX_ITEM) -> str:
 
 def error_line(error: ErrorFact, times: int = 1) -> str:
     """``tool: command -> first line (state)``, with ``×times`` when the same line came back."""
-    where = f"{error.tool}: {clip(error.command, ERROR_COMMAND_CHARS)}" if error.command else error.tool
-    state = "fixed later" if error.fixed else "not fixed"
-    repeated = f" ×{times}" if times > 1 else ""
-    return f"{where} -> {clip(error.first_line)}{repeated} ({state})"
+    return _call_line([(error, times)])
+
+
+def _call_line(lines: Sequence[tuple[ErrorFact, int]], commands: Container[str] = ()) -> str:
+    """One call's failures on one line: ``tool: command -> line (state); line ×2 (state)``; the
+    command is left out when every line quotes it (``Command `make` exited with code 2``), and
+    written whole in backticks when it is one of the span's ``commands`` (``tool `command` ->``:
+    the Commands list need not repeat it, :func:`listed` reads it back)."""
+    first = lines[0][0]
+    quoted = not first.command or all(first.command in e.first_line for e, _ in lines)
+    if quoted:
+        where = first.tool
+    elif first.command in commands:
+        where = f"{first.tool} {_code(first.command)}"
+    else:
+        where = f"{first.tool}: {clip(first.command, ERROR_COMMAND_CHARS)}"
+    said = [
+        f"{clip(e.first_line)}{f' ×{times}' if times > 1 else ''} ({_state(e)})" for e, times in lines
+    ]
+    return f"{where} -> " + "; ".join(said)
+
+
+def _state(error: ErrorFact) -> str:
+    return "fixed later" if error.fixed else "not fixed"
 
 
 def _distinct(errors: Sequence[ErrorFact]) -> list[tuple[ErrorFact, int]]:
@@ -234,12 +265,19 @@ def _split(distinct: list[tuple[ErrorFact, int]], most: int) -> tuple[list[int],
     return sorted(ranked[:most]), ranked[most:]
 
 
-def error_lines(errors: Sequence[ErrorFact], most: int = MAX_ERRORS) -> list[str]:
-    """One :func:`error_line` per distinct first informative line, in the order met, at most
-    ``most`` of them (:func:`errors_left` counts the rest)."""
+def error_lines(
+    errors: Sequence[ErrorFact], most: int = MAX_ERRORS, *, commands: Container[str] = ()
+) -> list[str]:
+    """Each distinct first informative line, in the order met, at most ``most`` of them
+    (:func:`errors_left` counts the rest), one line per call (:func:`error_line`: the lines of
+    the same tool and command after it, each with its state)."""
     distinct = _distinct(errors)
     listed, _ = _split(distinct, most)
-    return [error_line(*distinct[i]) for i in listed]
+    calls: dict[tuple[str, str], list[tuple[ErrorFact, int]]] = {}
+    for index in listed:
+        error, _ = distinct[index]
+        calls.setdefault((error.tool, error.command), []).append(distinct[index])
+    return [_call_line(lines, commands) for lines in calls.values()]
 
 
 def errors_left(errors: Sequence[ErrorFact], most: int = MAX_ERRORS) -> str:
@@ -252,8 +290,17 @@ def errors_left(errors: Sequence[ErrorFact], most: int = MAX_ERRORS) -> str:
     return f"... and {failures} more failures ({len(left)} other lines), in the log"
 
 
-def _identifier_lines(wanted: Sequence[str], identifiers: Identifiers) -> list[str]:
-    """Missing identifiers grouped by kind, each in backticks (verbatim, so the gate finds it)."""
+QUOTED_KINDS = ("Paths", "Error names")
+"""The kinds a later reading of the checkpoint finds in its text wherever they are
+(:func:`carried`), so they need not be listed when quoted elsewhere; commands and ids are read
+from the lists only, so they are always listed."""
+
+
+def _identifier_lines(wanted: Sequence[str], identifiers: Identifiers, said: str = "") -> list[str]:
+    """Missing identifiers grouped by kind, each in backticks (verbatim, so the gate finds it);
+    a command that an error line of ``said`` (the rest of the block) names as its call, and a
+    path or error name that ``said`` or another listed identifier quotes whole, are not listed
+    again."""
     kinds = (
         ("Paths", identifiers.paths),
         ("Commands", identifiers.commands),
@@ -261,16 +308,18 @@ def _identifier_lines(wanted: Sequence[str], identifiers: Identifiers) -> list[s
         ("Ids", identifiers.ids),
     )
     left = dict.fromkeys(wanted)
-    lines: list[str] = []
+    groups: dict[str, list[str]] = {}
     for label, known in kinds:
-        group = [i for i in left if i in known]
-        for i in group:
+        groups[label] = [i for i in left if i in known]
+        for i in groups[label]:
             del left[i]
-        if group:
-            lines.append(f"- {label}: " + ", ".join(_code(i) for i in group))
-    if left:
-        lines.append("- Other: " + ", ".join(_code(i) for i in left))
-    return lines
+    groups["Other"] = list(left)
+    named = called(said)
+    groups["Commands"] = [c for c in groups["Commands"] if c not in named]
+    for label in QUOTED_KINDS:
+        others = [i for other, group in groups.items() if other != label for i in group]
+        groups[label] = unrepeated(groups[label], "\n".join([said, *others]))
+    return [f"- {label}: " + ", ".join(_code(i) for i in group) for label, group in groups.items() if group]
 
 
 def _code(text: str) -> str:
@@ -370,7 +419,7 @@ def _within(found: Gaps, facts: SpanFacts, budget: int, needs: Needs) -> tuple[G
     extra = _fill([(s, len(s) + len(_PLACEHOLDER) + 5) for s in found.sections if s not in sections], room)
     room -= sum(len(s) + len(_PLACEHOLDER) + 5 for s in extra)
     chosen = [s for s in found.sections if s in sections or s in extra]
-    full = _fill([(s, len(_section_body(s, facts)) - len(_PLACEHOLDER)) for s in chosen], room)
+    full = _fill([(s, len(_section_body(s, facts, ())) - len(_PLACEHOLDER)) for s in chosen], room)
     kept_errors = tuple(e for e in found.errors if e in errors)
     carried = Gaps(
         sections=tuple(chosen),
@@ -416,32 +465,44 @@ LEFT_OUT = "- Left out for space (in the log): "
 
 
 def _render(
-    found: Gaps, facts: SpanFacts, wanted: Identifiers | None, full: Sequence[str], left_out: str
+    found: Gaps,
+    facts: SpanFacts,
+    wanted: Identifiers | None,
+    full: Sequence[str],
+    left_out: str,
 ) -> str:
-    parts: list[str] = []
+    """The block: the references the summary missed, then the missing sections. What a section
+    filled from the span's facts lists (the asks, the open tasks, the errors, the files) is not
+    listed again among the references, and a path or error name the block already quotes whole
+    is not listed (:mod:`compaction.handover.repeats`)."""
+    known = wanted if wanted is not None else facts.identifiers
+    bodies = {
+        s: _section_body(s, facts, known.commands) if s in full else _PLACEHOLDER for s in found.sections
+    }
+    filled = "\n".join(bodies.values())
     references: list[str] = []
-    if found.user_asks:
+    if found.user_asks and not all(f"- {clip(a)}\n" in filled + "\n" for a in found.user_asks):
         references.append("- User asks:")
         references += [f"  - {clip(ask)}" for ask in found.user_asks]
-    if found.open_tasks:
+    if found.open_tasks and not all(f"- {clip(t)}\n" in filled + "\n" for t in found.open_tasks):
         references.append("- Open tasks:")
         references += [f"  - {clip(task)}" for task in found.open_tasks]
-    if found.errors:
+    lines = [*error_lines(found.errors, commands=known.commands), *filter(None, [errors_left(found.errors)])]
+    if found.errors and not all(f"- {line}\n" in filled + "\n" for line in lines):
         references.append("- Errors:")
-        left = errors_left(found.errors)
-        references += [f"  - {line}" for line in [*error_lines(found.errors), *([left] if left else [])]]
-    references += _identifier_lines(found.identifiers, wanted if wanted is not None else facts.identifiers)
+        references += [f"  - {line}" for line in lines]
+    said = "\n".join([*references, filled])
+    references += _identifier_lines(found.identifiers, known, said)
     if left_out:
         references.append(LEFT_OUT + left_out)
+    parts: list[str] = []
     if references:
         parts.append("\n".join([f"## {APPENDIX_TITLE}", APPENDIX_NOTE, *references]))
-    for section in found.sections:
-        body = _section_body(section, facts) if section in full else _PLACEHOLDER
-        parts.append(f"## {section}\n" + body)
+    parts += [f"## {section}\n" + body for section, body in bodies.items()]
     return "\n\n".join(parts)
 
 
-def _section_body(section: str, facts: SpanFacts) -> str:
+def _section_body(section: str, facts: SpanFacts, commands: Container[str]) -> str:
     """A missing section's body, from what the span shows (never invented)."""
     lines: list[str] = []
     if section == SECTIONS[0] and facts.user_asks:
@@ -457,7 +518,7 @@ def _section_body(section: str, facts: SpanFacts) -> str:
             for path in paths
         ]
     elif section == "Errors and Fixes":
-        lines = [f"- {line}" for line in error_lines(facts.errors)]
+        lines = [f"- {line}" for line in error_lines(facts.errors, commands=commands)]
     elif section == "Pending Jobs":
         lines = [f"- {clip(t)}" for t in facts.open_tasks]
     elif section in ("Current Work", "Next Step") and facts.intent:

@@ -58,6 +58,7 @@ from compaction.handover.outcomes import (
 )
 from compaction.sessions.blocks import (
     Message,
+    OpaqueBlock,
     TextBlock,
     ToolCallBlock,
     ToolResultBlock,
@@ -117,6 +118,9 @@ class SpanFacts:
     context: tuple[str, ...] = ()
     """What the harness wrote in the user's role, as notes ("skill X loaded with: ARGS"): context,
     never an ask."""
+    opaque_items: tuple[tuple[str, str], ...] = ()
+    """The span's framework items (opaque blocks: encrypted reasoning, hosted tool calls, audio,
+    ...) in order, each its kind and what a reader may see of it."""
 
 
 @dataclass(frozen=True)
@@ -545,6 +549,9 @@ class Read:
     """The agent's text (stripped), or the user's or the harness's (as written); empty otherwise."""
     chars: int
     """Characters of the message's text blocks, tool calls (name and arguments) and results."""
+    opaque: tuple[tuple[str, str], ...] = ()
+    """The message's framework items (:class:`~compaction.sessions.blocks.OpaqueBlock`): kind
+    and what a reader may see of each, whitespace collapsed."""
 
 
 def read(message: Message) -> Read:
@@ -559,6 +566,7 @@ def _read(message: Message) -> Read:
     """One message read for the walk (its calls' keys and todo items, its results' outcomes, its
     text)."""
     items: list[Call | Result] = []
+    opaque: list[tuple[str, str]] = []
     chars = 0
     for block in message.content:
         if isinstance(block, ToolCallBlock):
@@ -576,6 +584,8 @@ def _read(message: Message) -> Read:
             chars += len(text_of(block.content))
         elif isinstance(block, TextBlock):
             chars += len(block.text)
+        elif isinstance(block, OpaqueBlock):
+            opaque.append((block.kind, " ".join(block.text.split())))
     from_user = message.role == "user" and message.source.kind in ("user", HARNESS_SOURCE)
     text = ""
     if message.role == "assistant":
@@ -591,6 +601,7 @@ def _read(message: Message) -> Read:
         has_call=any(type(i) is Call for i in items),
         text=text,
         chars=chars,
+        opaque=tuple(opaque),
     )
 
 
@@ -753,6 +764,7 @@ def _led(lead: Message, facts: SpanFacts) -> SpanFacts:
         identifiers=merged(head.identifiers, facts.identifiers),
         slash_commands=tuple(dict.fromkeys(head.slash_commands + facts.slash_commands)),
         context=tuple(dict.fromkeys(head.context + facts.context)),
+        opaque_items=head.opaque_items + facts.opaque_items,
         interruptions=head.interruptions + facts.interruptions,
         ends_with_ask=facts.ends_with_ask or open_ask,
         chars=head.chars + facts.chars,
@@ -788,6 +800,7 @@ def _span_facts(messages: Sequence[Message]) -> SpanFacts:
         identifiers=extract(fresh),
         slash_commands=tuple(dict.fromkeys(walk.slash)),
         context=tuple(dict.fromkeys(walk.context)),
+        opaque_items=tuple(item for r in reads if not r.checkpoint for item in r.opaque),
         interruptions=walk.interruptions,
         active_task=active,
         todo_seen=seen,
@@ -871,7 +884,7 @@ def _observation_failed(text: str) -> bool:
 
 def describe(call: ToolCallBlock, result: ToolResultBlock | None, failed: bool) -> str:
     """:func:`_describe` of a step: ``call``, its ``result`` if answered, whether that failed."""
-    return _describe(_Step(call, result, failed=failed))
+    return _describe(_Step(call, result, key=call_key(call), failed=failed))
 
 
 def _describe(step: _Step) -> str:
@@ -886,8 +899,17 @@ def _describe(step: _Step) -> str:
             outcome = "interrupted"
         else:
             outcome = "ok" if _succeeded(step, text) else None
-    described = f"{step.call.name} `{_clip(call_key(step.call), 100)}`"
+    described = f"{step.call.name} `{_step_key(step)}`"
     return described if outcome is None else f"{described} ({outcome})"
+
+
+def _step_key(step: _Step) -> str:
+    """What a last step names: a command whole (as the identifiers hold it, so a checkpoint that
+    quotes the step need not list the command again), anything else clipped to 100 characters."""
+    args = _arguments(step.call)
+    if _string(args, COMMAND_KEYS) and not _is_editor(step.call, args):
+        return step.key
+    return _clip(step.key, 100)
 
 
 def _succeeded(step: _Step, text: str) -> bool:

@@ -15,7 +15,7 @@ span from there to a cut are the items found before the cut:
 - failures: the call's key, the first informative line, and the position of the first later
   success of the same call (a failure is fixed for the cuts after that position);
 - the harness's feedback, with the step that followed it;
-- todo/plan changes and file actions, with their steps.
+- todo/plan changes and file actions, with their steps; framework items (opaque blocks).
 
 The few facts that quote a message (the last steps, the unanswered calls, the latest agent text)
 are taken from the messages themselves when the span is answered: a handful of messages.
@@ -109,6 +109,7 @@ class FactsState(msgspec.Struct, array_like=True):
     feedback: list[tuple[int, int, str]]
     todos: list[tuple[int, TodoOp, str | None]]
     files: list[tuple[int, int, str, tuple[str, ...]]]
+    opaque: list[tuple[int, str, str]]
 
 
 _ENCODER = msgspec.msgpack.Encoder()
@@ -149,6 +150,7 @@ class FactsFold(SurfaceFold):
         self.feedback: list[tuple[int, int, str]] = []
         self.todos: list[tuple[int, TodoOp, str | None]] = []
         self.files: list[tuple[int, int, str, tuple[str, ...]]] = []
+        self.opaque: list[tuple[int, str, str]] = []
 
     # ------------------------------------------------------------ folding
 
@@ -159,6 +161,7 @@ class FactsFold(SurfaceFold):
             return
         self.char_at.append(position)
         self.char_sum.append((self.char_sum[-1] if self.char_sum else 0) + found.chars)
+        self.opaque.extend((position, kind, text) for kind, text in found.opaque)
         tools = [i for i, block in enumerate(message.content) if isinstance(block, TOOL_BLOCKS)]
         for index, item in zip(tools, found.items, strict=True):
             if type(item) is Call:
@@ -303,6 +306,7 @@ class FactsFold(SurfaceFold):
             identifiers=identifiers,
             slash_commands=tuple(dict.fromkeys(c for at, c in self.slash if at < stop)),
             context=tuple(dict.fromkeys(c for at, c in self.context if at < stop)),
+            opaque_items=tuple((kind, text) for at, kind, text in self.opaque if at < stop),
             interruptions=bisect_left(self.interrupts, stop),
             active_task=active,
             todo_seen=seen,
@@ -372,7 +376,7 @@ class FactsFold(SurfaceFold):
             [a.tobytes() for a in self._step_arrays()],
             [(id_, step, key) for id_, (step, key) in self.pending.items()],
             [(step, str(k), str(line), int(at)) for step, (k, line, at) in self.failures.items()],
-            self.feedback, self.todos, self.files,
+            self.feedback, self.todos, self.files, self.opaque,
         )
         return _ENCODER.encode(state)
 
@@ -405,6 +409,7 @@ class FactsFold(SurfaceFold):
             if fixed_at < 0:
                 fold.open_failures.setdefault((fold.tool[step], key), []).append(step)
         fold.feedback, fold.todos, fold.files = state.feedback, state.todos, state.files
+        fold.opaque = state.opaque
         return fold
 
 

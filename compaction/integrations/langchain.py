@@ -22,13 +22,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import threading
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any, NotRequired
 
 from compaction.errors import FrameworkMissingError, IntegrationError
+from compaction.integrations.media import audio_block, base64_size, format_media_type
 from compaction.integrations.memory import (
     AssistantItem,
     Compacted,
@@ -137,7 +137,6 @@ class CompactionMiddleware(AgentMiddleware[RunState, Any, Any]):
             config=config,
         )
         self._holders: dict[str, tuple[str, Callable[[], None]]] = {}
-        self._thread_locks: dict[str, threading.Lock] = {}
 
     def close(self) -> None:
         self.memory.close()
@@ -167,8 +166,9 @@ class CompactionMiddleware(AgentMiddleware[RunState, Any, Any]):
         until :meth:`aafter_agent` or until the run fails), then catch the state up with what
         they added to the log."""
         key = self.thread_of(runtime)
-        await self.memory.run_lock(key).acquire()
-        token = self._held(key, self.memory.run_lock(key).release)
+        lock = self.memory.run_lock(key)
+        await lock.acquire_async()
+        token = self._held(key, lock.release)
         messages = state["messages"]
         try:
             update = await self.memory.view(key, lambda found: _caught_up(messages, found))
@@ -182,9 +182,10 @@ class CompactionMiddleware(AgentMiddleware[RunState, Any, Any]):
         return None
 
     def before_agent(self, state: RunState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """:meth:`abefore_agent` for ``invoke`` (the thread's lock is then a thread lock)."""
+        """:meth:`abefore_agent` for ``invoke``: the same run lock, so an ``invoke`` and an
+        ``ainvoke`` of one thread follow each other too."""
         key = self.thread_of(runtime)
-        lock = self._thread_locks.setdefault(key, threading.Lock())
+        lock = self.memory.run_lock(key)
         lock.acquire()
         token = self._held(key, lock.release)
         try:
@@ -390,16 +391,7 @@ def from_langchain(message: BaseMessage) -> Item:
     if not message_id:
         raise IntegrationError(f"expected a LangChain message with an id; found {message!r}")
     if isinstance(message, AIMessage):
-        blocks: list[Block] = []
-        if str(message.text):
-            blocks.append(TextBlock(str(message.text)))
-        for call in message.tool_calls:
-            blocks.append(
-                ToolCallBlock(id=call["id"] or "", name=call["name"], arguments=json.dumps(call["args"]))
-            )
-        model = str(message.response_metadata.get("model_name", "unknown"))
-        source = Source(kind="model", provider=PROVIDER, model=model)
-        return AssistantItem(Message(id=message_id, role="assistant", content=tuple(blocks), source=source))
+        return _ai_item(message, message_id)
     if isinstance(message, ToolMessage):
         return ResultItem(
             message.tool_call_id, (TextBlock(str(message.text)),), message_id, message.status == "error"
@@ -419,6 +411,52 @@ def from_langchain(message: BaseMessage) -> Item:
     )
 
 
+def _ai_item(message: AIMessage, message_id: str) -> AssistantItem:
+    """An AI message as one model response. Text content is a text block; a list of content blocks
+    (Anthropic's ``thinking`` / ``text`` / ``tool_use``, ``reasoning``, audio, ...) keeps every
+    block, in order (``parts:`` before the id): a plain text block as text, any other as an
+    opaque block handed back unchanged, in the response it came with. The tool calls follow, as
+    tool-call blocks; a ``tool_use`` block that repeats its call's arguments is stored without
+    them (they are the call's) and given them back on reading, so they are priced once."""
+    calls = {call["id"] or "": call for call in message.tool_calls}
+    blocks: list[Block] = []
+    if isinstance(message.content, list):
+        blocks.extend(_ai_part(part, calls) for part in message.content)
+    elif str(message.text):
+        blocks.append(TextBlock(str(message.text)))
+    for call in message.tool_calls:
+        arguments = json.dumps(call["args"])
+        blocks.append(ToolCallBlock(id=call["id"] or "", name=call["name"], arguments=arguments))
+    model = str(message.response_metadata.get("model_name", "unknown"))
+    source = Source(kind="model", provider=PROVIDER, model=model)
+    shaped = f"parts:{message_id}" if isinstance(message.content, list) else message_id
+    return AssistantItem(Message(id=shaped, role="assistant", content=tuple(blocks), source=source))
+
+
+def _ai_part(part: Any, calls: dict[str, Any]) -> Block:
+    if isinstance(part, str) or part == {"type": "text", "text": part.get("text")}:
+        return _part(part)
+    kind = str(part.get("type", ""))
+    if kind in ("audio", "input_audio"):
+        return _audio(part, kind, json.dumps(part, sort_keys=True))
+    call = calls.get(str(part.get("id", ""))) if kind == "tool_use" else None
+    if call is not None and part.get("input") == call["args"]:
+        part = {k: v for k, v in part.items() if k != "input"}  # the call's arguments: priced once
+    payload = json.dumps(part, sort_keys=True)
+    return OpaqueBlock(framework=PROVIDER, kind=kind, payload=payload, text=_said(part))
+
+
+def _said(part: dict[str, Any]) -> str:
+    """What a reader (or a summary) may see of a content block: its thinking, reasoning or text."""
+    for key in ("thinking", "reasoning", "text"):
+        if isinstance(part.get(key), str):
+            return str(part[key])
+    summary = part.get("summary")
+    if isinstance(summary, list):
+        return "\n".join(str(s.get("text", "")) for s in summary if isinstance(s, dict))
+    return ""
+
+
 # ---------------------------------------------------------------- surface -> LangChain
 
 
@@ -433,10 +471,11 @@ def to_langchain(messages: Sequence[Message]) -> list[AnyMessage]:
                 for b in message.content
                 if isinstance(b, ToolCallBlock)
             ]
-            text = "\n".join(b.text for b in message.content if isinstance(b, TextBlock))
             reasoning = [b.text for b in message.content if isinstance(b, ReasoningBlock)]
             extra = {"reasoning_content": "\n".join(reasoning)} if reasoning else {}
-            out.append(AIMessage(content=text, tool_calls=calls, id=message.id, additional_kwargs=extra))
+            lc_id = message.id.removeprefix("parts:")
+            content = _ai_content(message) if message.id.startswith("parts:") else _ai_text(message)
+            out.append(AIMessage(content=content, tool_calls=calls, id=lc_id, additional_kwargs=extra))
             continue
         result = next((b for b in message.content if isinstance(b, ToolResultBlock)), None)
         if result is not None:
@@ -459,6 +498,25 @@ def to_langchain(messages: Sequence[Message]) -> list[AnyMessage]:
     return out
 
 
+def _ai_text(message: Message) -> str:
+    return "\n".join(b.text for b in message.content if isinstance(b, TextBlock))
+
+
+def _ai_content(message: Message) -> list[Any]:
+    """The content blocks of an AI message recorded as a list, as they came (a ``tool_use``
+    block given back its call's arguments)."""
+    args = {b.id: _arguments(b.arguments) for b in message.content if isinstance(b, ToolCallBlock)}
+    content: list[Any] = []
+    for block in message.content:
+        if isinstance(block, ToolCallBlock | ReasoningBlock):
+            continue
+        part = _part_of(block)
+        if isinstance(part, dict) and part.get("type") == "tool_use" and "input" not in part:
+            part["input"] = args.get(str(part.get("id")), {})
+        content.append(part)
+    return content
+
+
 def _part(part: Any) -> Block:
     """A content part: text; an image by URL or base64 in LangChain's two usual shapes; anything
     else opaque (returned as it came)."""
@@ -476,7 +534,26 @@ def _part(part: Any) -> Block:
         digest = hashlib.sha256(data.encode()).hexdigest()[:16]
         return ImageBlock(attachment_id=f"sha256-{digest}", media_type=str(part["mime_type"]), data=data)
     payload = json.dumps(part, sort_keys=True)
-    return OpaqueBlock(framework=PROVIDER, kind=str(part.get("type", "")), payload=payload)
+    kind = str(part.get("type", ""))
+    if kind in ("audio", "input_audio"):
+        return _audio(part, kind, payload)
+    return OpaqueBlock(framework=PROVIDER, kind=kind, payload=payload)
+
+
+def _audio(part: dict[str, Any], kind: str, payload: str) -> OpaqueBlock:
+    """An audio block, LangChain's (``base64`` / ``url`` / ``file_id`` with a ``mime_type``) or
+    OpenAI's chat shape (``input_audio`` with ``data`` and ``format``), priced as audio."""
+    inner = part.get("input_audio")
+    if kind == "input_audio" and isinstance(inner, dict):
+        media = format_media_type(inner.get("format"))
+        size = base64_size(str(inner.get("data", "")))
+        return audio_block(PROVIDER, kind, payload, media_type=media, size=size)
+    data = part.get("base64") or part.get("data")
+    size = base64_size(str(data)) if isinstance(data, str) else 0
+    reference = str(part.get("url") or part.get("file_id") or part.get("id") or "")
+    return audio_block(
+        PROVIDER, kind, payload, media_type=part.get("mime_type"), size=size, reference=reference
+    )
 
 
 def _url(value: Any) -> Any:

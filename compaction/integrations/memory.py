@@ -26,8 +26,9 @@ and writes the store) runs in a worker thread (:func:`asyncio.to_thread`), never
 a summarizer of the caller's loop (a framework's own model) is called back on that loop
 (:class:`LoopSummarizer`). Operations on one session are serialized by a per-session
 :class:`asyncio.Lock`, and :meth:`CompactingMemory.run_lock` serializes whole runs of one
-conversation. A save refused with :class:`~compaction.errors.ConcurrencyError` (another process
-appended first) is reloaded and retried ``retries`` times (default once), then fails with
+conversation, synchronous and async runs alike (a :class:`~compaction.integrations.runlock.RunLock`).
+A save refused with :class:`~compaction.errors.ConcurrencyError` (another process appended first)
+is reloaded and retried ``retries`` times (default once), then fails with
 :class:`~compaction.errors.ConversationConflictError`. A save that fails in the database (a dropped
 connection, a restart) is retried once on the same session object, in the worker thread, after
 checking whether its events were stored after all, so a step's events are never doubled
@@ -41,11 +42,15 @@ under the same key, the old one staying in the store.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
+import threading
 import uuid
+import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -59,6 +64,7 @@ from compaction.errors import (
     ForeignSessionError,
     IntegrationError,
 )
+from compaction.integrations.runlock import RunLock
 from compaction.service import BasicCompactService, Settings, known_window, load_settings, service_for
 from compaction.sessions.blocks import ImageBlock, Message, Source, TextBlock, ToolCallBlock, tool_calls_of
 from compaction.sessions.commands import CommandResult, parse_command
@@ -187,14 +193,54 @@ class LiveRecorder(SessionBuilder):
             self.close_turn(origin)
 
 
+class Recorded:
+    """Every message a session's log records (surface or shadowed), in log order, with their ids:
+    kept by the memory for each loaded session and brought up to date in O(new events), so an
+    adapter's "what is new?" costs the new items, not the whole conversation, on each call.
+    :meth:`keys` keeps an adapter's own keys of those messages the same way."""
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+        self.ids: set[str] = set()
+        self._upto = 0
+        self._keys: dict[str, tuple[int, set[Any]]] = {}
+        self._guard = threading.Lock()
+
+    def update(self, session: Session) -> Recorded:
+        """Take in the events ``session`` holds past the last update."""
+        with self._guard:
+            for event in session.events(self._upto):
+                message = project(event) if event.SURFACE else None
+                if message is not None:
+                    self.messages.append(message)
+                    self.ids.add(message.id)
+            self._upto = len(session)
+        return self
+
+    def keys(self, name: str, of: Callable[[Message], Iterable[Any]]) -> set[Any]:
+        """``of(message)`` for every recorded message, gathered in one set kept under ``name``
+        (extended with the messages recorded since its last use)."""
+        with self._guard:
+            done, found = self._keys.get(name, (0, set()))
+            for message in self.messages[done:]:
+                found.update(of(message))
+            self._keys[name] = (len(self.messages), found)
+            return found
+
+
 @dataclass(frozen=True)
 class Compacted:
     """A session's surface before and after a pressure check (``after is before`` when nothing
-    was compacted), and every message its log holds (surface or shadowed), in log order."""
+    was compacted), and every message its log holds (surface or shadowed), in log order
+    (``recorded``: the index's own list, read it in the call that got it)."""
 
     before: list[Message]
     after: list[Message]
-    recorded: list[Message]
+    index: Recorded
+
+    @property
+    def recorded(self) -> list[Message]:
+        return self.index.messages
 
 
 # ---------------------------------------------------------------- the memory
@@ -283,8 +329,10 @@ class CompactingMemory:
         self._owns_store = store is None
         self.compactions: list[CompactionResult] = []
         self._locks: dict[str, asyncio.Lock] = {}
-        self._run_locks: dict[str, asyncio.Lock] = {}
+        self._run_locks: dict[str, RunLock] = {}
         self._kept: OrderedDict[str, Session] = OrderedDict()
+        self._guard = threading.Lock()
+        self._indexes: weakref.WeakKeyDictionary[Session, Recorded] = weakref.WeakKeyDictionary()
         self._keep = keep_sessions
 
     @property
@@ -343,17 +391,34 @@ class CompactingMemory:
         """The lock that serializes this process's reads and writes of ``key``'s session."""
         return self._locks.setdefault(key, asyncio.Lock())
 
-    def run_lock(self, key: str) -> asyncio.Lock:
+    def run_lock(self, key: str) -> RunLock:
         """The lock an adapter holds for a whole run of ``key``'s conversation, so concurrent runs
-        of one conversation in this process follow each other, each run's items together."""
-        return self._run_locks.setdefault(key, asyncio.Lock())
+        of one conversation in this process follow each other, each run's items together: sync
+        and async runs alike, on any event loop (:class:`RunLock`)."""
+        with self._guard:
+            return self._run_locks.setdefault(key, RunLock())
 
-    async def _off_loop(self, key: str, work: Callable[[], T]) -> T:
-        """``work`` (store calls) in a worker thread, under ``key``'s lock."""
+    async def _off_loop(self, key: str, work: Callable[[], T], worker: WorkerLoop | None = None) -> T:
+        """``work`` (store calls) in a worker thread, under ``key``'s lock. With ``worker`` (the
+        loop ``work`` runs its coroutine in, :func:`run_apart`), a cancellation of the caller is
+        passed on to that coroutine, and the key's lock is held until the thread has finished
+        with it (what it records of the cancellation is stored before the next call reads)."""
         if self.bridge is not None:
             self.bridge.loop = asyncio.get_running_loop()
         async with self.lock(key):
-            return await asyncio.to_thread(work)
+            if worker is None:
+                return await asyncio.to_thread(work)
+            running = asyncio.ensure_future(asyncio.to_thread(work))
+            try:
+                return await asyncio.shield(running)
+            except asyncio.CancelledError as cancelled:
+                worker.cancel()
+                while not running.done():  # a cancel scope (anyio) cancels every await again
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.wait([running])
+                if not running.cancelled():
+                    running.exception()  # retrieved: the caller's cancellation is what is raised
+                raise cancelled
 
     # ------------------------------------------------------------ reading the store (sync parts)
 
@@ -447,15 +512,18 @@ class CompactingMemory:
     ) -> Session:
         return await self._off_loop(key, lambda: self.record_sync(key, items, origin=origin))
 
-    @staticmethod
-    def recorded_ids(session: Session) -> set[str]:
+    def recorded(self, session: Session) -> Recorded:
+        """The messages recorded in ``session`` (surface or shadowed), from the index this memory
+        keeps for it: O(events appended since the last call)."""
+        with self._guard:
+            index = self._indexes.get(session)
+            if index is None:
+                index = self._indexes[session] = Recorded()
+        return index.update(session)
+
+    def recorded_ids(self, session: Session) -> AbstractSet[str]:
         """The framework ids of every message recorded in ``session`` (surface or shadowed)."""
-        found: set[str] = set()
-        for event in session.events():
-            message = project(event) if event.SURFACE else None
-            if message is not None:
-                found.add(message.id)
-        return found
+        return self.recorded(session).ids
 
     def pop_sync(self, key: str) -> Message | None:
         """Take the newest message off the surface, by appending: the log keeps it.
@@ -517,11 +585,11 @@ class CompactingMemory:
 
     # ------------------------------------------------------------ the /compact command
 
-    def command_sync(self, key: str, text: str) -> CommandResult | None:
+    def command_sync(self, key: str, text: str, worker: WorkerLoop | None = None) -> CommandResult | None:
         """Run ``text`` as the ``/compact`` command on ``key``'s session when it is one (None
         otherwise): ``command/run``, the manual compaction, ``command/done``, each saved as it is
         appended; the answer is the command's one line. Blocking. Not retried: a command whose
-        ``command/run`` is stored has run."""
+        ``command/run`` is stored has run. ``worker``: cancels the command from another thread."""
         if not is_command(text):
             return None
         session = self.load_sync(key)
@@ -533,16 +601,20 @@ class CompactingMemory:
                     self.store,
                     text,
                     custom_instructions=self.custom_instructions,
-                )
+                ),
+                worker,
             )
         finally:
             self.forget(key)  # the command saved as it went; read it back next time
 
     async def command(self, key: str, text: str) -> CommandResult | None:
-        """:meth:`command_sync` in a worker thread, under ``key``'s lock."""
+        """:meth:`command_sync` in a worker thread, under ``key``'s lock. Cancelled, it cancels
+        the command (as the agent loop's is: the compaction's ``compact/end`` and ``command/done``
+        record the cancellation, the surface is untouched) and returns once that is stored."""
         if not is_command(text):
             return None
-        return await self._off_loop(key, lambda: self.command_sync(key, text))
+        worker = WorkerLoop()
+        return await self._off_loop(key, lambda: self.command_sync(key, text, worker), worker)
 
     # ------------------------------------------------------------ reading
 
@@ -562,13 +634,12 @@ class CompactingMemory:
         def attempt() -> Compacted:
             session = self.load_sync(key)
             if session.saved_length == 0:
-                return Compacted([], [], [])
+                return Compacted([], [], Recorded())
             before = len(session)
             messages = session.derive_messages()
             run_apart(self.compact(session))
             after = messages if len(session) == before else session.derive_messages()
-            recorded = [m for e in session.events() if e.SURFACE and (m := project(e)) is not None]
-            return Compacted(messages, after, recorded)
+            return Compacted(messages, after, self.recorded(session))
 
         return self._retrying(key, "compacting", attempt)
 
@@ -625,12 +696,47 @@ class LoopSummarizer(Summarizer):
         await self.inner.aclose()
 
 
-def run_apart(work: Coroutine[Any, Any, T]) -> T:
+class WorkerLoop:
+    """The event loop and task :func:`run_apart` runs a coroutine in, so another thread can cancel
+    it (:meth:`cancel`, before, while or after it runs)."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._running: tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]] | None = None
+        self.cancelled = False
+
+    def attach(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
+        with self._guard:
+            self._running = (loop, task)
+            if self.cancelled:
+                task.cancel()
+
+    def detach(self) -> None:
+        with self._guard:
+            self._running = None
+
+    def cancel(self) -> None:
+        with self._guard:
+            self.cancelled = True
+            if self._running is not None:
+                loop, task = self._running
+                loop.call_soon_threadsafe(task.cancel)
+
+
+def run_apart(work: Coroutine[Any, Any, T], worker: WorkerLoop | None = None) -> T:
     """``work`` to completion in an event loop of its own, leaving this thread's current loop (a
-    framework's, e.g. the one ``run_sync`` keeps) as it was, which :func:`asyncio.run` would unset."""
+    framework's, e.g. the one ``run_sync`` keeps) as it was, which :func:`asyncio.run` would unset.
+    ``worker`` lets another thread cancel ``work``; the cancellation is raised here."""
     loop = asyncio.new_event_loop()
     try:
-        return loop.run_until_complete(work)
+        task = loop.create_task(work)
+        if worker is not None:
+            worker.attach(loop, task)
+        try:
+            return loop.run_until_complete(task)
+        finally:
+            if worker is not None:
+                worker.detach()
     finally:
         loop.close()
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compaction.errors import FrameworkMissingError, IntegrationError
+from compaction.integrations.media import audio_block, base64_size, format_media_type
 from compaction.integrations.memory import (
     AssistantItem,
     Compacted,
@@ -231,7 +232,7 @@ class CompactingSession:
 
         def model_input(found: Compacted) -> list[Any]:  # in the worker thread
             given = [as_json(i) for i in sent]
-            held = {item_key(i) for i in to_items(found.recorded)}
+            held = found.index.keys(PROVIDER, lambda m: [item_key(i) for i in to_items([m])])
             start = len(given)
             while start > 0 and item_key(given[start - 1]) not in held:
                 start -= 1
@@ -395,8 +396,8 @@ def _user(item: JSON, where: str) -> UserItem | ContextItem:
 
 
 def _user_part(part: Any, where: str) -> Block:
-    """An input part: text; an image (URL, ``data:`` URL or file id) as an image block; anything
-    else (a file, audio) opaque."""
+    """An input part: text; an image (URL, ``data:`` URL or file id) as an image block; audio
+    (``input_audio``) opaque, priced as audio; anything else (a file) opaque."""
     if not isinstance(part, Mapping):
         raise IntegrationError(f"{where}: expected content parts as objects; found {part!r}")
     kind = part.get("type")
@@ -414,6 +415,12 @@ def _user_part(part: Any, where: str) -> Block:
             url=url or None,
             detail=str(part["detail"]) if part.get("detail") else None,
         )
+    audio = part.get("input_audio")
+    if kind == "input_audio" and isinstance(audio, Mapping):
+        data = str(audio.get("data", ""))
+        payload = json.dumps(dict(part), sort_keys=True)
+        media = format_media_type(audio.get("format"))
+        return audio_block(PROVIDER, "input_audio", payload, media_type=media, size=base64_size(data))
     return _opaque(dict(part), str(part.get("filename", "")))
 
 

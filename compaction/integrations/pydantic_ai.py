@@ -24,10 +24,12 @@ import base64
 import hashlib
 import json
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compaction.errors import FrameworkMissingError, IntegrationError
+from compaction.integrations.media import audio_block
 from compaction.integrations.memory import (
     AssistantItem,
     CompactingMemory,
@@ -127,13 +129,15 @@ class CompactingHistory:
         """Record the messages not recorded yet, in order; returns how many were new. Blocking
         (:meth:`arecord` in async code)."""
         fresh: list[int] = []
-        self.memory.record_sync(session_id, _unrecorded(messages, fresh), origin="pydantic-ai messages")
+        unrecorded = _unrecorded(self.memory, messages, fresh)
+        self.memory.record_sync(session_id, unrecorded, origin="pydantic-ai messages")
         return fresh[-1] if fresh else 0
 
     async def arecord(self, session_id: str, messages: Sequence[ModelMessage]) -> int:
         """:meth:`record` off the event loop."""
         fresh: list[int] = []
-        await self.memory.record(session_id, _unrecorded(messages, fresh), origin="pydantic-ai messages")
+        unrecorded = _unrecorded(self.memory, messages, fresh)
+        await self.memory.record(session_id, unrecorded, origin="pydantic-ai messages")
         return fresh[-1] if fresh else 0
 
     def processor(self, session_id: str) -> Callable[[list[ModelMessage]], Awaitable[list[ModelMessage]]]:
@@ -162,19 +166,22 @@ class CompactingHistory:
         return CompactionCapability(self, key)
 
 
-def _unrecorded(messages: Sequence[ModelMessage], fresh: list[int]) -> Callable[[Session], list[Item]]:
+def _unrecorded(
+    memory: CompactingMemory, messages: Sequence[ModelMessage], fresh: list[int]
+) -> Callable[[Session], list[Item]]:
     """What of ``messages`` the session does not hold yet, as items (how many messages: appended
     to ``fresh``, once per attempt)."""
 
     def unrecorded(session: Session) -> list[Item]:
-        known = CompactingMemory.recorded_ids(session)
+        recorded = memory.recorded_ids(session)
+        added: set[str] = set()  # ids of this call's items (not stored yet)
         items: list[Item] = []
         count = 0
         for message in messages:
-            if _is_recorded(message, known) or is_command_message(message):
+            if _is_recorded(message, recorded, added) or is_command_message(message):
                 continue
             found = from_model_message(message)
-            known.update(_item_id(i) for i in found)
+            added.update(_item_id(i) for i in found)
             items.extend(found)
             count += 1
         fresh.append(count)
@@ -195,12 +202,15 @@ def _version() -> str:
 # ---------------------------------------------------------------- pydantic-ai -> items
 
 
-def _is_recorded(message: ModelMessage, known: set[str]) -> bool:
+def _is_recorded(message: ModelMessage, recorded: AbstractSet[str], added: AbstractSet[str]) -> bool:
+    def known(message_id: str) -> bool:
+        return message_id in recorded or message_id in added
+
     tagged = (message.metadata or {}).get(METADATA_KEY)
-    if isinstance(tagged, list) and tagged and all(t in known for t in tagged):
+    if isinstance(tagged, list) and tagged and all(known(t) for t in tagged):
         return True
     first = f"{fingerprint(message)}-0"
-    return any(f"{prefix}{first}" in known for prefix in ("", "parts:", "system:", "retry:"))
+    return any(known(f"{prefix}{first}") for prefix in ("", "parts:", "system:", "retry:"))
 
 
 def command_of(message: ModelMessage) -> str | None:
@@ -269,6 +279,8 @@ def _response(message: ModelResponse, message_id: str) -> AssistantItem:
             blocks.append(
                 ToolCallBlock(id=part.tool_call_id, name=part.tool_name, arguments=part.args_as_json_str())
             )
+        elif part.part_kind == "file" and _is_audio(getattr(part, "content", None)):
+            blocks.append(_audio(_response_parts(), part, part.part_kind))
         else:  # built-in tool calls and returns, files, signed thinking: kept as they came
             text = str(getattr(part, "tool_name", getattr(part, "content", "")))
             blocks.append(_opaque(_response_parts(), part, part.part_kind, text))
@@ -311,7 +323,7 @@ def _request_part(part: ModelRequestPart, message_id: str) -> Item:
 def _user_content(content: Any) -> Block:
     """A part of a user prompt: text; an image (URL or bytes) as an image block when it comes
     back equal; anything else (documents, audio, video, images with extra settings) opaque."""
-    from pydantic_ai.messages import BinaryContent, ImageUrl
+    from pydantic_ai.messages import AudioUrl, BinaryContent, ImageUrl
 
     if isinstance(content, str):
         return TextBlock(content)
@@ -329,7 +341,40 @@ def _user_content(content: Any) -> Block:
                 data=base64.b64encode(content.data).decode(),
             )
     kind = str(getattr(content, "kind", type(content).__name__))
+    if isinstance(content, AudioUrl | BinaryContent) and _is_audio(content):
+        return _audio(_user_contents(), content, kind)
     return _opaque(_user_contents(), content, kind, str(getattr(content, "url", "")))
+
+
+def _is_audio(content: Any) -> bool:
+    from pydantic_ai.messages import AudioUrl
+
+    return isinstance(content, AudioUrl) or str(_media_type(content)).startswith("audio/")
+
+
+def _media_type(content: Any) -> str | None:
+    """The media type of a content part; None when pydantic-ai cannot tell (a URL without a known
+    extension and no ``media_type`` given raises ``ValueError``)."""
+    try:
+        found = getattr(content, "media_type", None)
+    except ValueError:
+        return None
+    return str(found) if found is not None else None
+
+
+def _audio(adapter: Any, value: Any, kind: str) -> OpaqueBlock:
+    """An audio part (an ``AudioUrl``, audio ``BinaryContent``, or a response's audio file part),
+    priced as audio."""
+    content = getattr(value, "content", value)  # a FilePart holds its BinaryContent
+    data = getattr(content, "data", None)
+    return audio_block(
+        PROVIDER,
+        kind,
+        adapter.dump_json(value).decode(),
+        media_type=_media_type(content),
+        size=len(data) if isinstance(data, bytes) else 0,
+        reference=str(getattr(content, "url", "")),
+    )
 
 
 def _opaque(adapter: Any, value: Any, kind: str, text: str) -> OpaqueBlock:

@@ -45,12 +45,18 @@ class OpaqueBlock(msgspec.Struct, frozen=True, gc=False, tag="opaque", tag_field
     encrypted content, a hosted tool call with its result, a built-in tool part, a file or audio
     part. ``payload`` is the item's own JSON, returned unchanged; ``kind`` names it (``framework``
     the framework that made it); ``text`` is what a reader, or a summary, may see of it. The meter
-    prices the payload; the item stays in its message, so it is never split from its pair."""
+    prices the payload; the item stays in its message, so it is never split from its pair.
+
+    An audio part (``media_type`` ``audio/...``) is priced as audio, not as the text of its payload:
+    ``media_bytes`` is the size of the clip the payload carries inline (0 when it names a URL or a
+    file id instead); see :data:`compaction.engine.meters.AUDIO_BYTES_PER_TOKEN`."""
 
     framework: str
     kind: str
     payload: str
     text: str = ""
+    media_type: str | None = None
+    media_bytes: int = 0
 
 
 class ToolCallBlock(msgspec.Struct, frozen=True, gc=False, tag="tool-call", tag_field="type"):

@@ -30,6 +30,7 @@ from compaction.handover.facts import (
 )
 from compaction.handover.fidelity import section_bodies
 from compaction.handover.identifiers import ELLIPSIS, clip_words, word_head, word_tail
+from compaction.handover.repeats import unrepeated
 from compaction.sessions.blocks import Message, text_of
 from compaction.vocabulary.checkpoint import framed_summary, is_checkpoint
 from compaction.vocabulary.instruction import CLOSE_TAG, OPEN_TAG, PREAMBLE, SECTIONS
@@ -57,10 +58,17 @@ MAX_ITEMS = 400
 MAX_ERRORS = 40
 MAX_ERROR_LINES = 20
 TOOLS_USED = "- Tools used: "
+FRAMEWORK_ITEMS = "- Framework items (kept in the log, not sent again): "
+OPAQUE_SHOWN = 5
+"""How many of a kind's framework items a checkpoint quotes (what a reader may see of each)."""
+OPAQUE_CHARS = 100
 ORIGINAL = "- Original request: "
 HARNESS_CONTEXT = "- Harness context (not the user's words): "
 TASK_MARK = "- [ ] "
-RESOLVE = "- Resolve the error of "
+RESOLVE = "- Resolve the error"
+"""The lead of the pending bullet that points to the unfixed errors (``- Resolve the error of ...``
+in checkpoints written before it became one bullet: superseded all the same)."""
+RESOLVE_BULLET = "- Resolve the errors marked unfixed in Errors and Fixes; the latest: "
 CURRENT_STATE = ("Current Work", "Next Step")  # replaced, not merged, by a fresh span's state
 
 
@@ -152,17 +160,80 @@ def _render(prior: dict[str, list[str]], facts: SpanFacts, *, ask_chars: int, te
         "Pending Jobs": _pending(facts),
         "Current Work": _current(facts, terse, min(ask_chars, STATE_CHARS)),
         "Next Step": _next_step(facts, min(ask_chars, STATE_CHARS)),
-        "Critical Context": _critical(facts),
+        "Critical Context": [*_critical(facts), *_framework_items(facts.opaque_items)],
     }
-    lines: list[str] = []
+    bodies: dict[str, list[str]] = {}
     for name in SECTIONS:
         stale = name in CURRENT_STATE and bool(sections[name])  # the fresh span supersedes it
         merge = _merge_files if name == "Files and Code" else _merge
-        bullets = merge([] if stale else prior.get(name, []), sections[name])
+        bodies[name] = merge([] if stale else prior.get(name, []), sections[name])
+    lines: list[str] = []
+    for name, bullets in _once(bodies).items():
         lines.append(f"## {name}")
         lines.extend(bullets or ["- (none)"])
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+# ---------------------------------------------------------------- each thing said once
+
+NAMED_RE = re.compile(r"^- `([^`]+)`$")
+COMMAND_RE = re.compile(r"^- Command: (?:`` (.+) ``|`([^`]+)`)$")
+LISTS = ("- Identifiers: ", "- Error names seen: ")
+FAILED_RE = re.compile(r" \(failed: (.+?)\)(?=; |$)")
+LAST = ("- Last steps: ", "- Last step: ")
+
+
+def _once(bodies: dict[str, list[str]]) -> dict[str, list[str]]:
+    """The sections with what they repeat taken out: a last step's failure line that Errors and
+    Fixes lists ("(failed)"), and a named path, command, id or error name listed for its own sake
+    that the checkpoint already quotes whole (:func:`~compaction.handover.repeats.unrepeated`)."""
+    errors = "\n".join(bodies.get("Errors and Fixes", []))
+    bodies = {
+        name: [FAILED_RE.sub(lambda m: _failed(m, errors), b) if b.startswith(LAST) else b for b in bullets]
+        for name, bullets in bodies.items()
+    }
+    listed: list[str] = []  # identifiers of the bullets that only list them
+    rest: list[str] = []
+    for bullets in bodies.values():
+        for bullet in bullets:
+            items = _listed_items(bullet)
+            (rest.append(bullet) if items is None else listed.extend(items))
+    kept = set(unrepeated(listed, "\n".join(rest)))
+    out: dict[str, list[str]] = {}
+    for name, bullets in bodies.items():
+        out[name] = []
+        for bullet in bullets:
+            items = _listed_items(bullet)
+            if items is None:
+                out[name].append(bullet)
+            elif any(i in kept for i in items):
+                out[name].append(_relisted(bullet, [i for i in items if i in kept]))
+    return out
+
+
+def _failed(found: re.Match[str], errors: str) -> str:
+    return " (failed)" if found.group(1) in errors else found.group(0)
+
+
+def _listed_items(bullet: str) -> list[str] | None:
+    """The identifiers a bullet only lists (a named path, a command, the ids, the error names),
+    else None (a bullet that says something of them)."""
+    for pattern in (NAMED_RE, COMMAND_RE):
+        found = pattern.match(bullet)
+        if found:
+            return [next(g for g in found.groups() if g)]
+    for lead in LISTS:
+        if bullet.startswith(lead):
+            return [i.strip("` ") for i in bullet[len(lead) :].split(", ")]
+    return None
+
+
+def _relisted(bullet: str, items: list[str]) -> str:
+    for lead in LISTS:
+        if bullet.startswith(lead):
+            return lead + ", ".join(f"`{i}`" for i in items)
+    return bullet
 
 
 # ---------------------------------------------------------------- prior checkpoints
@@ -322,12 +393,13 @@ def _errors(facts: SpanFacts) -> list[str]:
 def _error_bullet(tool: str, command: str, lines: dict[str, list[ErrorFact]]) -> str:
     """``tool `command`: line (outcome)``; the harness's feedback names no command, and its fix
     is the agent's next call succeeding."""
-    fixed = "fixed: the same call later succeeded" if command else "fixed: the next call succeeded"
+    fixed = "fixed later" if command else "fixed by the next call"
     parts = []
     for line, errors in lines.items():
         times = f" ×{len(errors)}" if len(errors) > 1 else ""
         parts.append(f"{line}{times} ({fixed if errors[-1].fixed else 'unfixed'})")
-    return f"- {_call(tool, command, 160)}: " + "; ".join(parts)
+    quoted = bool(command) and all(command in line for line in lines)  # the line names the call
+    return f"- {_call(tool, '' if quoted else command, 160)}: " + "; ".join(parts)
 
 
 def _call(tool: str, command: str, limit: int) -> str:
@@ -340,11 +412,10 @@ def _pending(facts: SpanFacts) -> list[str]:
         for task in facts.open_tasks
     ]
     bullets += [f"- Unanswered tool call: {call}" for call in facts.unanswered]
-    bullets += [
-        f"{RESOLVE}{_call(e.tool, e.command, 120)} (see Errors and Fixes)"
-        for e in facts.errors[-3:]
-        if not e.fixed
-    ]
+    unfixed = [e for e in facts.errors[-3:] if not e.fixed]
+    if unfixed:  # Errors and Fixes lists each with its line: one pointer, not the calls again
+        latest = unfixed[-1]
+        bullets.append(RESOLVE_BULLET + _call(latest.tool, latest.command, 120))
     return list(dict.fromkeys(bullets))
 
 
@@ -360,9 +431,19 @@ def _current(facts: SpanFacts, terse: bool, limit: int) -> list[str]:
         return bullets
     if facts.last_steps:
         bullets.append("- Last steps: " + "; ".join(facts.last_steps))
-    if facts.last_agent_text:
-        bullets.append(f"- The agent's latest message: {_clip(facts.last_agent_text, CURRENT_CHARS)}")
+    message = _without_intent(facts)
+    if message:
+        bullets.append(f"- The agent's latest message: {_clip(message, CURRENT_CHARS)}")
     return bullets
+
+
+def _without_intent(facts: SpanFacts) -> str:
+    """The agent's latest message without the sentence Next Step quotes (said once, there)."""
+    message = facts.last_agent_text or ""
+    quoted = facts.intent if not facts.unanswered and not facts.ends_with_ask else None
+    if quoted and quoted in message:
+        return " ".join(message.replace(quoted, " ").split())
+    return message
 
 
 def _next_step(facts: SpanFacts, limit: int) -> list[str]:
@@ -380,6 +461,23 @@ def _next_step(facts: SpanFacts, limit: int) -> list[str]:
     if facts.user_asks:
         return [f"- Check the latest user request is complete: {_clip(facts.user_asks[-1], limit)}"]
     return []
+
+
+def _framework_items(items: tuple[tuple[str, str], ...]) -> list[str]:
+    """One bullet naming the items of the span the library does not interpret (opaque blocks:
+    reasoning with encrypted content, hosted tool calls, audio, ...): by kind, how many, and what
+    a reader may see of the first few. They stay in the log; only their framework can send them."""
+    seen: dict[str, list[str]] = {}
+    for kind, text in items:
+        seen.setdefault(kind, []).append(text)
+    if not seen:
+        return []
+    kinds = []
+    for kind, texts in seen.items():
+        shown = [_code(_clip(t, OPAQUE_CHARS)) for t in dict.fromkeys(texts) if t][:OPAQUE_SHOWN]
+        more = f" ({', '.join(shown)}{', …' if len(set(texts)) > len(shown) else ''})" if shown else ""
+        kinds.append(f"{kind} x{len(texts)}{more}")
+    return [f"{FRAMEWORK_ITEMS}{'; '.join(kinds)}"]
 
 
 def _critical(facts: SpanFacts) -> list[str]:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from compaction.audit.report import audit_session
-from compaction.engine.lock import new_lease
+from compaction.engine.lock import FAILURE_DIR_VARIABLE, new_lease
 from compaction.errors import StoreError, SummarizerError
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import Message, TextBlock
@@ -235,3 +235,30 @@ async def test_handle_compact_is_the_one_call_for_an_adapter(store: SessionStore
     assert await handle_compact(service, loop.session, store, "what next?") is None
     result = await handle_compact(service, loop.session, store, "  /compact ")
     assert result is not None and result.text.startswith("Compacted ")
+
+
+async def test_a_cancelled_command_whose_close_failed_is_taken_over_under_its_command(
+    store: SessionStore, tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(FAILURE_DIR_VARIABLE, str(tmp_path))
+    gated = GatedSummarizer(sectioned())
+    loop = make_loop(store, BasicCompactService(summarizer=gated))
+    await worked(loop)
+    assert isinstance(store, RefusingStore)
+    store.refuse = lambda pending: any(isinstance(e, CompactEnd) for e in pending)  # type: ignore[method-assign]
+    task = asyncio.create_task(loop.submit("/compact"))
+    await gated.entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    first = loop.session.event(loop.session.last_of(CompactStart.TYPE) or -1)
+    assert isinstance(first, CompactStart) and first.source_command_id is not None
+    store.refuse = lambda pending: False  # type: ignore[method-assign]
+    gated.release.set()
+    result = await loop.submit("/compact")  # the same engine takes its unclosed start over
+    assert isinstance(result, CommandResult) and result.kind == "success", result
+    reloaded = store.get(loop.session.id, use_snapshots=False)  # the invariant re-checks the log
+    ends = [
+        e for e in reloaded.events() if isinstance(e, CompactEnd) and e.compaction_id == first.compaction_id
+    ]
+    assert len(ends) == 1 and ends[0].error and ends[0].source_command_id == first.source_command_id

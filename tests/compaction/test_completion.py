@@ -26,14 +26,16 @@ from compaction.handover.completion import (
     Needs,
     appendix,
     build_appendix,
+    clip,
     gaps,
+    listed,
     model_text,
     repair_request,
     without_echo,
 )
 from compaction.handover.facts import ErrorFact, Retention, SpanFacts, retention, span_facts
 from compaction.handover.fidelity import missing_sections
-from compaction.handover.identifiers import extract
+from compaction.handover.identifiers import Identifiers, extract
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import text_of
 from compaction.sessions.importers import import_path
@@ -173,7 +175,8 @@ def test_the_appendix_carries_every_missed_failure_once_per_line() -> None:
     assert len(found.errors) == len(errors) - 1  # all but the one the summary mentions
     block = appendix(found, facts)
     for i in (0, 1, 2, 4, 5, 6, 7):  # fixed early failures, which the last five alone would drop
-        line = f"  - Edit: src/mod_{i}.py -> String to replace not found in src/mod_{i}.py (fixed later)\n"
+        # the line names the file the edit was on: it is not said twice
+        line = f"  - Edit -> String to replace not found in src/mod_{i}.py (fixed later)\n"
         assert line in block
     assert "mod_3.py" not in block
     assert block.count("zlib.h") == 1
@@ -190,10 +193,10 @@ def test_the_appendix_lists_at_most_max_errors_lines_and_counts_the_rest() -> No
     facts = SpanFacts(errors=errors)
     found = gaps(WEAK, facts)
     block = appendix(found, facts)
-    listed = [line for line in block.splitlines() if line.startswith("  - Bash: ")]
+    listed = [line for line in block.splitlines() if line.startswith("  - Bash -> ")]
     assert len(listed) == MAX_ERRORS
-    assert "  - Bash: step 3 -> error: step 3 failed (not fixed)" in listed  # the unfixed one is kept
-    assert listed[-1].startswith(f"  - Bash: step {MAX_ERRORS + 4} ")  # then the latest
+    assert "  - Bash -> error: step 3 failed (not fixed)" in listed  # the unfixed one is kept
+    assert listed[-1] == f"  - Bash -> error: step {MAX_ERRORS + 4} failed (fixed later)"  # then the latest
     assert "  - ... and 5 more failures (5 other lines), in the log" in block
 
 
@@ -566,3 +569,58 @@ def test_an_echoing_server_commits_no_placeholder_and_the_audit_warns(
     count = sum(len(c["warnings"]) for c in shown["compactions"])
     assert code == 0 and f"PASS, {count} warnings" in out
     assert "warning: the model echoed the instruction" in out
+
+
+# ---------------------------------------------------------------- each thing said once
+
+
+@pytest.mark.parametrize("path", PUBLIC_TRANSCRIPTS, ids=lambda p: p.name[:24])
+async def test_an_echo_completed_says_each_ask_and_error_once(path: Path) -> None:
+    """The appendix that fills every section of an echoed summary does not list again among its
+    references the asks and the errors those sections hold: each distinct failure line and each
+    ask is on one line of the checkpoint, and the audit passes."""
+    for item in import_path(path):
+        session = item.session
+        result = await BasicCompactService(summarizer=ScriptedSummarizer(SKELETON)).compact_now(session)
+        assert result is not None
+        summary = session.event(result.summary_seq)
+        assert isinstance(summary, CompactSummary) and summary.completion is not None
+        text = text_of(summary.summary)
+        facts = span_facts([m for m in (project(session.event(s)) for s in result.shadowed_seqs) if m])
+        lines = list(dict.fromkeys(e.first_line for e in facts.errors))
+        for line in lines:
+            if sum(other.startswith(line[:60]) for other in lines) == 1:  # a prefix of its own
+                holding = [ln for ln in text.splitlines() if line[:60] in ln]
+                assert len(holding) == 1, (path.name, line, holding)
+        for ask in facts.user_asks:  # a bullet of Primary Request, not also one of the references
+            bullets = [ln for ln in text.splitlines() if ln.lstrip(" ") == f"- {clip(ask)}"]
+            assert len(bullets) == facts.user_asks.count(ask), (path.name, ask)
+        assert retention(text, facts) == Retention(
+            identifiers=(len(facts.identifiers), len(facts.identifiers)),
+            user_asks=(len(facts.user_asks), len(facts.user_asks)),
+            errors=(len(facts.errors), len(facts.errors)),
+            open_tasks=(len(facts.open_tasks), len(facts.open_tasks)),
+        )
+        audits, _ = audit_events(list(session.events()))
+        assert all(a.passed for a in audits), [a.failed for a in audits if not a.passed]
+
+
+def test_a_command_an_error_line_names_is_not_listed_again_and_is_read_back() -> None:
+    errors = (
+        ErrorFact("Bash", "make -j2", "fatal error: zlib.h: No such file or directory", fixed=False),
+        ErrorFact("Bash", "npm test", "Command `npm test` exited with code 1", fixed=True),
+        ErrorFact("Edit", "src/zip.c", "String to replace not found in file.", fixed=True),
+    )
+    wanted = Identifiers(
+        paths=dict.fromkeys(["src/zip.c", "/w/app/src/zip.c", "/w/app"]),
+        commands=dict.fromkeys(["make -j2", "npm test", "ls -l /w/app"]),
+    )
+    facts = SpanFacts(errors=errors, identifiers=wanted)
+    block = appendix(gaps(WEAK, facts, wanted), facts, wanted)
+    assert "  - Bash `make -j2` -> fatal error: zlib.h: No such file or directory (not fixed)" in block
+    assert "  - Bash -> Command `npm test` exited with code 1 (fixed later)" in block  # named once
+    assert "  - Edit: src/zip.c -> String to replace not found in file. (fixed later)" in block
+    assert "- Commands: `npm test`, `ls -l /w/app`" in block  # `make -j2` is named by its error line
+    assert "- Paths: `/w/app/src/zip.c`" in block  # `src/zip.c` and `/w/app` are inside it
+    assert set(listed(block).commands) == {"make -j2", "npm test", "ls -l /w/app"}
+    assert all(i in block for i in wanted.all())

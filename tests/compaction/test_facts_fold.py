@@ -19,7 +19,14 @@ from compaction.handover.facts import SpanFacts, span_facts
 from compaction.handover.facts_fold import FactsFold, folded_facts
 from compaction.handover.readahead import ReadAhead
 from compaction.service import BasicCompactService
-from compaction.sessions.blocks import Message, Source, TextBlock, ToolCallBlock, ToolResultBlock
+from compaction.sessions.blocks import (
+    Message,
+    OpaqueBlock,
+    Source,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultBlock,
+)
 from compaction.sessions.events import AssistantMessage, StepEnd, StepStart, ToolCall, ToolResult
 from compaction.sessions.importers import import_path
 from compaction.sessions.session import Session, project
@@ -115,7 +122,9 @@ USER_TEXTS = (
     "[Request interrupted by user]",
     "",
 )
-AGENT_TEXTS = ("Let me run the tests now.", "Done.", "", "Next, I'll edit src/b.py.")
+AGENT_TEXTS = ("Let me run the tests now.", "Done.", "", "Next, I'll edit src/b.py.", "reasoning")
+REASONING = OpaqueBlock(framework="openai-agents", kind="reasoning", payload="{}", text="thinking  about\nit")
+"""An agent text of ``"reasoning"`` is an opaque block (a framework item) before the calls."""
 
 
 def _arguments(tool: str, key: int) -> str:
@@ -152,7 +161,9 @@ def generated(shapes: list[tuple[str, list[tuple[str, int, str]], str, bool]]) -
             ToolCallBlock(f"c{number}-{i}", tool, _arguments(tool, key))
             for i, (tool, key, _) in enumerate(tools)
         ]
-        text = (TextBlock(agent_text),) if agent_text else ()
+        text: tuple[TextBlock | OpaqueBlock, ...] = (TextBlock(agent_text),) if agent_text else ()
+        if agent_text == "reasoning":
+            text = (REASONING,)
         if text or calls:
             session.append(
                 AssistantMessage(

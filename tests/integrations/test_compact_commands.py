@@ -1,22 +1,34 @@
 """``/compact`` in each framework adapter: the user's message runs the manual compaction instead
 of a model call, the one-line answer is the assistant's reply, the log brackets it with
-``command/run`` / ``command/done`` and the audit says who asked for each compaction."""
+``command/run`` / ``command/done`` and the audit says who asked for each compaction. Each failure
+has its text (a failing summarizer, another writer changing the span, a store refusing the commit
+or the start), and cancelling the framework's run cancels the command: its bracket is closed as
+cancelled, or, when that close cannot be stored, left as an inert orphan ``recover`` closes."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import pytest
 
-from compaction.engine.lock import new_lease
+from compaction.engine.lock import FAILURE_DIR_VARIABLE, new_lease
+from compaction.errors import SummarizerError
 from compaction.integrations.memory import CompactingMemory
-from compaction.sessions.blocks import text_of
-from compaction.sessions.events import CommandDone, CommandRun, UserMessage
+from compaction.sessions.blocks import Message, TextBlock, text_of
+from compaction.sessions.events import CommandDone, CommandRun, Replace, UserMessage
 from compaction.sessions.session import Session
+from compaction.sessions.store import SessionStore
 from compaction.vocabulary.command import FAILURES, NOTHING, USAGE
-from compaction.vocabulary.events import CompactStart
+from compaction.vocabulary.events import CompactEnd, CompactStart, CompactSummary
+from compaction.vocabulary.summarizer import SummaryRequest
+from tests.builders import run_json
+from tests.compaction.test_compact_command import RefusingStore
+from tests.compaction.test_support import FailingSummarizer, GatedSummarizer, ScriptedSummarizer, sectioned
 from tests.integrations.support import audit_passes, prompt, require_framework
 
 require_framework("agents", "openai-agents")
@@ -47,7 +59,7 @@ class Conversation:
     calls: Callable[[], int]
 
 
-def agents_sdk(url: str, **options: Any) -> Conversation:
+def agents_sdk(url: str | None, **options: Any) -> Conversation:
     session = CompactingSession(KEY, url, context_window=WINDOW, **options)
     models: list[agents_runs.LongRunModel] = []
 
@@ -59,7 +71,7 @@ def agents_sdk(url: str, **options: Any) -> Conversation:
     return Conversation(session.memory, say, lambda: sum(len(m.inputs) for m in models))
 
 
-def pydantic_ai(url: str, **options: Any) -> Conversation:
+def pydantic_ai(url: str | None, **options: Any) -> Conversation:
     history = CompactingHistory(url, context_window=WINDOW, **options)
     script = pydantic_runs.Script()
     agent = pydantic_runs.make_agent(script, [history.capability(KEY)])
@@ -70,7 +82,7 @@ def pydantic_ai(url: str, **options: Any) -> Conversation:
     return Conversation(history.memory, say, lambda: len(script.sent))
 
 
-def langchain(url: str, **options: Any) -> Conversation:
+def langchain(url: str | None, **options: Any) -> Conversation:
     middleware = CompactionMiddleware(url, context_window=WINDOW, **options)
     model = langchain_runs.ReadingModel(messages=iter(()), sent=[])
     agent = create_agent(
@@ -92,7 +104,7 @@ FRAMEWORKS = {"openai-agents": agents_sdk, "pydantic-ai": pydantic_ai, "langchai
 @pytest.fixture(params=sorted(FRAMEWORKS))
 def conversation(request: pytest.FixtureRequest, url: str) -> Callable[..., Conversation]:
     make = FRAMEWORKS[request.param]
-    return lambda **options: make(url, **options)
+    return lambda **options: make(None if "store" in options else url, **options)
 
 
 async def worked(chat: Conversation, turns: int = 3) -> None:
@@ -171,3 +183,157 @@ async def test_busy_when_a_live_compaction_holds_the_lock(conversation: Callable
     calls = chat.calls()
     assert await chat.say("/compact") == FAILURES["busy"]
     assert chat.calls() == calls
+    session = await chat.memory.load(KEY)  # the other compaction gives up: its bracket closes
+    session.append(CompactEnd(compaction_id="other", turn=None, error="the test's other compaction gave up"))
+    chat.memory.store.save(session)
+
+
+# ---------------------------------------------------------------- failures and cancellation
+
+
+def refusing(url: str) -> RefusingStore:
+    """A real store of ``url`` that refuses the saves its ``refuse`` picks."""
+    store = RefusingStore.open(url)
+    assert isinstance(store, RefusingStore)
+    return store
+
+
+def surface_of(session: Session) -> tuple[int, ...]:
+    return tuple(session.nodes)
+
+
+def failed_bracket(session: Session) -> tuple[CommandRun, CommandDone, CompactEnd]:
+    """The command's records of a compaction that failed: ``compact/start`` and its erring
+    ``compact/end``, both carrying the command's id, between ``command/run`` and ``command/done``."""
+    run, done = the_command(session)
+    between = list(session.events(run.seq + 1, done.seq))
+    assert [e.type for e in between] == ["compact/start", "compact/end"], between
+    start, end = between
+    assert isinstance(start, CompactStart) and isinstance(end, CompactEnd)
+    assert start.source_command_id == end.source_command_id == run.command_id
+    assert end.error and done.kind == "error"
+    return run, done, end
+
+
+async def test_a_summarizer_failure_answers_summary(conversation: Callable[..., Conversation]) -> None:
+    chat = conversation(summarizer=FailingSummarizer(SummarizerError("model down")))
+    await worked(chat)
+    surface, calls = surface_of(await chat.memory.load(KEY)), chat.calls()
+    assert await chat.say("/compact") == FAILURES["summary"]
+    assert chat.calls() == calls
+    session = await chat.memory.load(KEY)
+    _, done, end = failed_bracket(session)
+    assert done.text == FAILURES["summary"] and "model down" in (end.error or "")
+    assert surface_of(session) == surface, "a failed compaction leaves the surface as it was"
+
+
+async def test_another_writer_changing_the_span_answers_changed(
+    conversation: Callable[..., Conversation], url: str
+) -> None:
+    def rewrite(request: SummaryRequest) -> None:
+        """Another writer (a store of its own) edits a prompt of the span while it is summarized."""
+        span = {m.id for m in request.messages}
+        with SessionStore.open(url) as other:
+            session = other.get(UUID(request.session_id))
+            target = next(
+                s for s in reversed(session.nodes)
+                if isinstance(e := session.event(s), UserMessage) and e.message.id in span
+            )  # fmt: skip
+            edited = Message(id="edited", role="user", content=(TextBlock("edited elsewhere"),))
+            session.append(
+                UserMessage(message=edited, surface_op=Replace(target, target), source_event_seqs=(target,))
+            )
+            other.save(session)
+
+    chat = conversation(summarizer=ScriptedSummarizer(sectioned(), on_summarize=rewrite))
+    await worked(chat)
+    assert await chat.say("/compact") == FAILURES["changed"]
+    session = await chat.memory.load(KEY)
+    run, done = the_command(session)
+    assert done.text == FAILURES["changed"]
+    end = session.event(session.last_of(CompactEnd.TYPE) or -1)
+    assert isinstance(end, CompactEnd) and end.error and end.source_command_id == run.command_id
+    assert session.last_of(CompactSummary.TYPE) is None, "nothing was committed"
+    assert "edited elsewhere" in [text_of(m.content) for m in session.derive_messages()]
+
+
+async def test_a_refused_commit_answers_commit(conversation: Callable[..., Conversation], url: str) -> None:
+    store = refusing(url)
+    chat = conversation(store=store)
+    await worked(chat)
+    surface = surface_of(await chat.memory.load(KEY))
+    store.refuse = lambda pending: any(isinstance(e, CompactSummary) for e in pending)
+    assert await chat.say("/compact") == FAILURES["commit"]
+    session = store.get((await chat.memory.load(KEY)).id, use_snapshots=False)
+    _, done, end = failed_bracket(session)
+    assert done.text == FAILURES["commit"] and "refused by the test store" in (end.error or "")
+    assert surface_of(session) == surface
+    store.close()
+
+
+async def test_a_store_refusing_the_start_answers_persistence(
+    conversation: Callable[..., Conversation], url: str
+) -> None:
+    store = refusing(url)
+    chat = conversation(store=store)
+    await worked(chat)
+    store.refuse = lambda pending: any(isinstance(e, CompactStart) for e in pending)
+    assert await chat.say("/compact") == FAILURES["persistence"]
+    session = store.get((await chat.memory.load(KEY)).id, use_snapshots=False)
+    run, done = the_command(session)
+    assert done.text == FAILURES["persistence"] and done.seq == run.seq + 1, "no start was stored"
+    store.close()
+
+
+async def cancelled_during_the_summary(chat: Conversation, gated: GatedSummarizer) -> None:
+    """``/compact`` sent, then the framework's run cancelled while the summary is awaited."""
+    task = asyncio.ensure_future(chat.say("/compact"))
+    await gated.entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_cancelling_the_run_cancels_the_command_and_closes_its_bracket(
+    conversation: Callable[..., Conversation], url: str
+) -> None:
+    gated = GatedSummarizer(sectioned())
+    chat = conversation(summarizer=gated)
+    await worked(chat)
+    surface, calls = surface_of(await chat.memory.load(KEY)), chat.calls()
+    await cancelled_during_the_summary(chat, gated)
+    session = await chat.memory.load(KEY)
+    _, done, end = failed_bracket(session)
+    assert done.text == FAILURES["cancelled"] and (end.error or "").startswith("cancelled")
+    assert surface_of(session) == surface and chat.calls() == calls
+    assert run_json("--store", url, "recover")[1]["orphans"] == [], "the bracket is closed"
+    gated.release.set()
+    assert "/compact" not in await chat.say(prompt(3)) and chat.calls() > calls, "the conversation goes on"
+    audit_passes(url)
+
+
+async def test_a_cancellation_whose_close_cannot_be_stored_leaves_an_inert_orphan_recover_closes(
+    conversation: Callable[..., Conversation], url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(FAILURE_DIR_VARIABLE, str(tmp_path / "failures"))
+    store = refusing(url)
+    gated = GatedSummarizer(sectioned())
+    chat = conversation(store=store, summarizer=gated)
+    await worked(chat)
+    session_id = (await chat.memory.load(KEY)).id
+    store.refuse = lambda pending: any(isinstance(e, CompactEnd) for e in pending)
+    await cancelled_during_the_summary(chat, gated)
+    session = store.get(session_id, use_snapshots=False)
+    run, done = the_command(session)
+    start = session.event(run.seq + 1)
+    assert isinstance(start, CompactStart) and start.source_command_id == run.command_id
+    assert done.seq == start.seq + 1 and done.text == FAILURES["cancelled"], "the start is left unclosed"
+    status, document = run_json("--store", url, "recover", "--repair")
+    assert status == 0, document
+    (orphan,) = document["orphans"]
+    assert (orphan["start_seq"], orphan["inert"], orphan["action"]) == (start.seq, True, "repaired")
+    repaired = store.get(session_id, use_snapshots=False)
+    end = repaired.event(repaired.last_of(CompactEnd.TYPE) or -1)
+    assert isinstance(end, CompactEnd) and end.compaction_id == start.compaction_id and end.error
+    assert surface_of(repaired) == surface_of(session)
+    store.close()

@@ -146,12 +146,12 @@ async def test_concurrent_threads_through_one_middleware_each_keep_their_own_tur
     audit_passes(url)
 
 
-@pytest.mark.parametrize("api", ["ainvoke", "invoke in threads"])
+@pytest.mark.parametrize("api", ["ainvoke", "invoke in threads", "invoke in threads and ainvoke"])
 async def test_concurrent_runs_on_one_thread_follow_each_other(url: str, api: str) -> None:
-    """Four runs of one thread at once (``ainvoke``, or ``invoke`` from four threads): each run
-    waits for the one before it (the thread's run lock, from before_agent to after_agent), so the
-    log holds each run's prompt, calls, results and answer together, and each run starts from the
-    state the one before left."""
+    """Four runs of one thread at once (``ainvoke``, ``invoke`` from four threads, or two of each):
+    each run waits for the one before it (the thread's run lock, from before_agent to after_agent,
+    one lock for sync and async runs), so the log holds each run's prompt, calls, results and
+    answer together, and each run starts from the state the one before left."""
     model = ReadingModel(messages=iter(()), sent=[], reads=2)
     middleware = CompactionMiddleware(url, context_window=100_000)
     agent = create_agent(model, tools=[read_file], middleware=[middleware], checkpointer=InMemorySaver())
@@ -159,8 +159,12 @@ async def test_concurrent_runs_on_one_thread_follow_each_other(url: str, api: st
     inputs = [{"messages": [{"role": "user", "content": a}]} for a in asks]
     if api == "ainvoke":
         states = await asyncio.gather(*(agent.ainvoke(i, THREAD) for i in inputs))
-    else:
+    elif api == "invoke in threads":
         states = await asyncio.gather(*(asyncio.to_thread(agent.invoke, i, THREAD) for i in inputs))
+    else:
+        runs = [agent.ainvoke(i, THREAD) if k % 2 else asyncio.to_thread(agent.invoke, i, THREAD)
+                for k, i in enumerate(inputs)]  # fmt: skip
+        states = await asyncio.gather(*runs)
     session = await middleware.memory.load("support-1")
     turns: list[list[str]] = []
     for event in session.events():

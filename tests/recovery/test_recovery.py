@@ -27,6 +27,7 @@ from compaction.sessions import hashing
 from compaction.sessions.blocks import Message, TextBlock, ToolCallBlock
 from compaction.sessions.events import (
     AssistantMessage,
+    CommandRun,
     Replace,
     SessionResume,
     StepEnd,
@@ -447,6 +448,24 @@ def test_a_standalone_orphan_is_closed_without_touching_turns(store_url: str) ->
         store.save(session)
         (orphan,) = recover(store, repair()).orphans
         assert orphan.action == "repaired" and orphan.closer_seqs == () and orphan.turn is None
+
+
+def test_a_command_orphan_is_closed_under_its_command_and_still_loads(store_url: str) -> None:
+    with SessionStore.open(store_url) as store:
+        session = store.create(invariants=DEFAULT_INVARIANTS)
+        history(session)
+        end_turn(session)
+        session.append(CommandRun(command_id="cmd-1", name="compact"))
+        start = session.append(
+            CompactStart(compaction_id="c-cmd", turn=None, lease=lease(dead_pid()), source_command_id="cmd-1")
+        )
+        store.save(session)  # the worker died during /compact
+        (orphan,) = recover(store, repair()).orphans
+        assert orphan.action == "repaired"
+        repaired = store.get(session.id, use_snapshots=False)  # the invariant re-checks the end
+        end = repaired.event(orphan.end_seq or -1)
+        assert isinstance(end, CompactEnd) and end.compaction_id == start.compaction_id
+        assert end.source_command_id == "cmd-1" and end.error
 
 
 def test_settle_reports_an_orphan_closed_in_between() -> None:

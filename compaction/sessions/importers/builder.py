@@ -12,6 +12,8 @@ tool results) into session events that satisfy the surface rules and the turn/st
         tool/result synthesized           any call still unanswered when the step closes
       step/end n.s
     turn/end n
+    ...
+    session/invariants                    last: what the library appends later is checked
 
 Tool results that answer no call of the open step are never appended (the surface must stay
 balanced); they are reported in ``skipped``.
@@ -42,6 +44,7 @@ from compaction.sessions.events import (
     ContextMessage,
     RequestHeader,
     SessionEvent,
+    SessionInvariants,
     SteeringMessage,
     StepEnd,
     StepStart,
@@ -57,7 +60,11 @@ from compaction.sessions.events import (
 )
 from compaction.sessions.importers.common import ForeignCompaction, ImportedSession, compaction_handler
 from compaction.sessions.interrupted import interrupted_result
+from compaction.sessions.invariants import DEFAULT_INVARIANTS
 from compaction.sessions.session import Session
+
+IMPORT_BOUNDARY = "import: the events after this are written under the invariants"
+"""The origin of the ``session/invariants`` marker that ends every imported session."""
 
 # ---------------------------------------------------------------- the builder
 
@@ -393,6 +400,10 @@ class SessionBuilder:
         if self._emitted is None:
             self.note("no model call in the input: no request/header was emitted")
         self.session.clock = now_utc
+        if len(self.session):
+            # The imported history is the other harness's, as it wrote it: the audit checks it.
+            # What the library writes to the session from here on is checked at append and load.
+            self._append(SessionInvariants(names=DEFAULT_INVARIANTS, origin=IMPORT_BOUNDARY))
         return ImportedSession(
             session=self.session,
             source=self.source,

@@ -171,7 +171,7 @@ def test_a_completed_summary_shows_what_the_model_wrote_apart_from_what_the_comp
     model, added = pre(page, "summary-model"), pre(page, "summary-added")
     assert model == WEAK  # the model's words only: no appendix attributed to it
     assert APPENDIX_TITLE not in model and "src/mod_1_0.py" not in model
-    assert added == record.appendix and "`src/mod_1_0.py`" in added
+    assert added == record.appendix and "src/mod_1_0.py" in added  # inside `cat src/mod_1_0.py`
     assert f"{model}\n\n{added}" == text_of(summary.summary)
     assert page.index('class="summary-model"') < page.index('class="summary-added"')
     assert 'class="summary-text"' not in page and 'class="summary-draft"' not in page

@@ -20,9 +20,11 @@ from compaction.errors import TranscriptError
 from compaction.sessions.blocks import ToolResultBlock, text_of
 from compaction.sessions.events import (
     AssistantMessage,
+    SessionInvariants,
     SteeringMessage,
     ToolCall,
     ToolResult,
+    TurnEnd,
     UserMessage,
 )
 from compaction.sessions.importers import import_path
@@ -67,7 +69,9 @@ def test_the_older_openhands_output_imports_with_actions_paired_to_observations(
     assert text_of(assistants[0].message.content) == "Let me look at the README first."
     assert "task is complete" in text_of(assistants[-1].message.content)  # the finish action
     assert len(second.session) > 0 and second.tool_results == 1
-    assert second.session.event(len(second.session) - 1).reason.kind == "error"  # type: ignore[attr-defined]
+    *_, last_turn_end, marker = second.session.events()  # the import's marker comes last
+    assert isinstance(marker, SessionInvariants) and isinstance(last_turn_end, TurnEnd)
+    assert last_turn_end.reason.kind == "error"
     assert first.session.surface.is_balanced() and second.session.surface.is_balanced()
     assert "line 1: instance example/notes-app#3" in first.notes
 

@@ -5,6 +5,7 @@ on spans over 20k tokens; and section by section it renders what an engineer res
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 from compaction.engine.meters import HeuristicMeter
 from compaction.handover.facts import Retention, retention, span_facts
 from compaction.handover.fidelity import section_bodies
+from compaction.handover.repeats import occurs
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import Message, Source, TextBlock, ToolCallBlock, ToolResultBlock, text_of
 from compaction.sessions.importers import import_path
@@ -68,6 +70,53 @@ def test_the_template_checkpoint_meets_every_target_on_the_public_transcripts(pa
         if result.shadowed_token_count > LARGE_SPAN:
             compression = result.shadowed_token_count / result.summary_token_count
             assert compression >= 10, (path.name, compression)
+
+
+LISTING = re.compile(r"^- (?:Command: )?`` ?(.+?) ?``$|^- (?:Command: )?`([^`]+)`$")
+LISTS = ("- Identifiers: ", "- Error names seen: ")
+
+
+def listed_for_their_own_sake(text: str) -> Iterator[tuple[str, str]]:
+    """``(identifier, line)`` of every bullet that only lists identifiers: a named path, a command,
+    the ids, the error names."""
+    for line in text.splitlines():
+        found = LISTING.match(line)
+        if found:
+            yield found.group(1) or found.group(2), line
+        for lead in LISTS:
+            if line.startswith(lead):
+                yield from ((i.strip("`"), line) for i in line[len(lead) :].split(", "))
+
+
+@pytest.mark.parametrize("path", PUBLIC_TRANSCRIPTS, ids=lambda p: p.name[:24])
+def test_an_identifier_the_checkpoint_quotes_whole_is_not_listed_again(path: Path) -> None:
+    """A path, command, id or error name is listed for its own sake only when nothing else in the
+    checkpoint (a longer path, a failing call, a last step, another listed command) quotes it."""
+    for session in sessions(path):
+        messages = session.derive_messages()
+        text = render_summary(messages)
+        listed = list(listed_for_their_own_sake(text))
+        for ident, line in listed:
+            rest = text.replace(line, "", 1)
+            others = [i for i, _ in listed if i != ident]
+            assert not occurs(ident, rest) and not any(occurs(ident, o) for o in others), (path.name, ident)
+        kept, total = retention(text, span_facts(messages)).identifiers
+        assert total and kept == total, (path.name, kept, total)  # every one still in it, verbatim
+
+
+def test_a_failed_last_step_points_to_errors_and_fixes_without_repeating_the_line() -> None:
+    line = "FAILED tests/test_api.py::test_login - AssertionError: expected 200, got 401"
+    span = [
+        user("Make the login test pass"),
+        *step("c1", "Bash", f"==== 1 failed ====\n{line}\nExit code 1", error=True, command="pytest -q"),
+        agent("The login test still fails; let me look at the handler."),
+    ]
+    text = render_summary(span)
+    body = sections(text)
+    assert body["Errors and Fixes"].splitlines()[0] == f"- Bash `pytest -q`: {line} (unfixed)"
+    assert "Bash `pytest -q` (failed)" in body["Current Work"]  # a last step, the line said once
+    assert text.count(line) == 1
+    assert "Command: `pytest -q`" not in text  # the failing call already names it
 
 
 def test_on_the_span_claude_code_compacted_the_template_keeps_what_claude_codes_summary_keeps() -> None:
@@ -169,7 +218,7 @@ def test_a_long_ask_keeps_its_head_and_tail_with_the_elision_marked() -> None:
 def test_errors_name_the_command_the_first_line_and_the_fix() -> None:
     body = sections(render_summary(work_span()))["Errors and Fixes"]
     assert body.splitlines()[0] == (
-        "- Bash `mix test`: ** (RuntimeError) requires lazy_html (fixed: the same call later succeeded)"
+        "- Bash `mix test`: ** (RuntimeError) requires lazy_html (fixed later)"
     )
 
 

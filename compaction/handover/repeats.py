@@ -1,0 +1,40 @@
+"""Each identifier written once: a checkpoint does not list again what it already quotes.
+
+The template lists the span's named paths, its commands, ids and error names so that each is in the
+checkpoint verbatim; the completion appendix lists those a summary left out. Many are already in
+the checkpoint inside something longer: a directory inside a file's path, a relative path inside
+its absolute one, a path or command inside the failing call of Errors and Fixes, a command inside
+a longer command. Listing them again costs tokens and tells a reader nothing new, so a listed
+identifier that occurs whole elsewhere in the checkpoint is not listed (the identifier is still in
+the checkpoint verbatim, where the fidelity gate and the retention measures find it).
+
+"Whole": not inside a longer word or name. ``view`` is not in ``review``, ``router.ex`` not in
+``router.exs``; a path is in a longer path that ends with it (``lib/router.ex`` in
+``/home/u/p/lib/router.ex``) or starts with it (``/home/u/p`` in ``/home/u/p/lib``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+
+def occurs(ident: str, text: str) -> bool:
+    """Whether ``ident`` occurs whole in ``text`` (see the module)."""
+    if not ident or ident not in text:
+        return False
+    before = "" if ident.startswith("/") else r"(?<![\w.-])"
+    after = r"(?![\w-]|\.\w)" if ident[-1].isalnum() or ident[-1] in "_-" else ""
+    return re.search(before + re.escape(ident) + after, text) is not None
+
+
+def unrepeated(items: Sequence[str], elsewhere: str) -> list[str]:
+    """``items`` (identifiers listed for their own sake) without those that occur whole in
+    ``elsewhere`` (the rest of the checkpoint) or in another item that stays; in their order.
+    Shortest first, so a chain (a directory in a path in a command) keeps only its longest link."""
+    kept = dict.fromkeys(items)
+    for item in sorted(kept, key=len):
+        others = (o for o in kept if o is not item and len(o) >= len(item))
+        if occurs(item, elsewhere) or any(occurs(item, other) for other in others):
+            del kept[item]
+    return list(kept)

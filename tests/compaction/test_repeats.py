@@ -1,0 +1,37 @@
+"""Each identifier written once: what counts as quoted whole, and which listed identifiers stay."""
+
+from __future__ import annotations
+
+import pytest
+
+from compaction.handover.repeats import occurs, unrepeated
+
+
+@pytest.mark.parametrize(
+    ("ident", "text", "whole"),
+    [
+        ("/home/u/p", "- Edited `/home/u/p/lib/router.ex`", True),  # a directory of a longer path
+        ("lib/router.ex", "- Edited `/home/u/p/lib/router.ex`", True),  # a relative path inside it
+        ("/scripts/run.sh", "`/home/u/p/plugin/scripts/run.sh`", True),  # an absolute tail
+        ("make test", "Bash `cd app && make test`: Error 2", True),  # a command inside a longer one
+        ("view", "- Command: `review`", False),  # inside a longer word
+        ("router.ex", "`lib/router.exs`", False),  # a longer name
+        ("lib/router.ex", "`mylib/router.ex`", False),  # another directory
+        ("x.me", "`/w/x.me-next`", False),  # a name with a hyphenated suffix
+        ("build", "`/w/build.d/x`", False),  # a name with an extension
+        ("src/a.py", "nothing here", False),
+    ],
+)
+def test_an_identifier_is_quoted_whole_only_as_itself(ident: str, text: str, whole: bool) -> None:
+    assert occurs(ident, text) is whole
+
+
+def test_a_chain_of_identifiers_keeps_only_its_longest_link() -> None:
+    items = ["/w/p", "/w/p/src", "ls -l /w/p/src", "/w/p/docs/a.md", "view"]
+    assert unrepeated(items, "") == ["ls -l /w/p/src", "/w/p/docs/a.md", "view"]
+
+
+def test_an_identifier_quoted_elsewhere_is_not_listed_and_order_is_kept() -> None:
+    items = ["b.py", "/w/a.py", "make", "/w/c.py", "ls"]
+    elsewhere = "- Bash `make -j2`: Error 2\n- Edited `/w/a.py`\n- Tools used: Bash x2"
+    assert unrepeated(items, elsewhere) == ["b.py", "/w/c.py", "ls"]
