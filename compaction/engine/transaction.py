@@ -24,7 +24,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, cast
 
 from compaction.engine.lock import (
     UnreleasedLeases,
@@ -49,9 +49,10 @@ from compaction.errors import (
     error_chain,
 )
 from compaction.handover.analysis import SpanAnalysis
-from compaction.handover.carried import recall_carried
-from compaction.handover.completion import Completed, complete
+from compaction.handover.carried import carried_hashes, recall_carried
+from compaction.handover.completion import Completed, RendersFacts, SpanReading, complete
 from compaction.handover.facts import read, span_facts
+from compaction.handover.facts_fold import folded_facts
 from compaction.handover.fidelity import fidelity_problems, measure_fidelity
 from compaction.handover.fold import folded_identifiers
 from compaction.handover.identifiers import extract
@@ -199,12 +200,7 @@ class Transaction:
         shadowed = self.span.seqs
         prices = self.meter.prices_for(session, shadowed)
         shadowed_tokens = sum(map(prices.__getitem__, shadowed))
-        session.preload(shadowed)
-        events = list(map(session.event, shadowed))
-        shadowed_messages = [m for m in map(project, events) if m is not None]
-        self._read_span(shadowed, events, shadowed_messages)
-        request = self._request(start.compaction_id, shadowed_messages)
-        output = await self.summarizer.summarize(request)
+        output, span = await self._summarized(start, shadowed)
         self._progress(f"summary received from {output.provider}/{output.model}", "summarized")
         text = output.text.strip()
         if not text:
@@ -212,16 +208,17 @@ class Transaction:
                 f"summarization produced no text summary content ({output.provider}/"
                 f"{output.model}, compaction {start.compaction_id})"
             )
-        identifiers = extract(shadowed_messages)
+        identifiers = span.reading.identifiers if span.reading is not None else extract(span.messages)
         completed = await complete(
             output,
-            request,
-            shadowed_messages,
+            span.request,
+            span.messages,
             self.summarizer,
             self.config.completion,
             identifiers=identifiers,
             required_ratio=self.config.min_identifier_ratio,
             require_sections=self.config.require_sections,
+            reading=span.reading,
         )
         completed, checkpoint, framed_tokens = self._within_span(completed, start, shadowed_tokens)
         text = completed.text
@@ -254,7 +251,7 @@ class Transaction:
             max_tokens=output.max_tokens,
             usage=output.usage,
             fidelity=fidelity,
-            shadowed_hashes=dict(zip(map(str, shadowed), map(self.analysis.event_hash, events), strict=True)),
+            shadowed_hashes=dict(zip(map(str, shadowed), span.hashes, strict=True)),
             meter=self.meter.name,
             summary_token_count=framed_tokens,
             chunks=output.chunks,
@@ -265,6 +262,43 @@ class Transaction:
             source_command_id=start.source_command_id,
         )
         return self._commit(start, summary_event, checkpoint, captured_nodes, output)
+
+    async def _summarized(
+        self, start: CompactStart, shadowed: tuple[int, ...]
+    ) -> tuple[SummaryOutput, _ReadSpan]:
+        """The summarizer's output and the span as read: from the session's folds when they
+        answer the span and the summarizer writes from facts (the span's messages are then never
+        fetched), else from its messages (fetched, read, sent whole)."""
+        folded = self._folded(start, shadowed)
+        if folded is not None and folded.reading is not None:
+            renders = cast(RendersFacts, self.summarizer)
+            output = await renders.summarize_facts(folded.request, folded.reading.facts)
+            if output is not None:
+                return output, folded
+        session = self.session
+        session.preload(shadowed)
+        events = list(map(session.event, shadowed))
+        messages = [m for m in map(project, events) if m is not None]
+        self._read_span(shadowed, events, messages)
+        request = self._request(start.compaction_id, messages)
+        output = await self.summarizer.summarize(request)
+        return output, _ReadSpan(request, messages, [self.analysis.event_hash(e) for e in events])
+
+    def _folded(self, start: CompactStart, shadowed: tuple[int, ...]) -> _ReadSpan | None:
+        """The span as the session's folds and carried readings give it, with no message
+        fetched: its facts and identifiers, each shadowed event's hash, and a request holding the
+        task statement alone; None when they do not answer the span, or the summarizer needs
+        the messages."""
+        if not isinstance(self.summarizer, RendersFacts):
+            return None
+        facts = folded_facts(self.session, shadowed)
+        if facts is None:
+            return None
+        hashes = carried_hashes(self.session, self.analysis, shadowed)
+        if hashes is None:
+            return None
+        reading = SpanReading(facts, facts.identifiers)
+        return _ReadSpan(self._request(start.compaction_id, []), [], hashes, reading)
 
     def _within_span(
         self, completed: Completed, start: CompactStart, shadowed_tokens: int
@@ -312,12 +346,15 @@ class Transaction:
                     read(message)
 
     def _recall_folded(self, shadowed: tuple[int, ...], messages: list[Message]) -> None:
-        """The span's identifiers, when the read-ahead folded them (in this process or in the one
-        that saved the session's snapshot), kept in the analysis for these messages: the facts, the
-        completion and the gate find them without extracting each message's."""
+        """The span's identifiers and facts, when the read-ahead folded them (in this process or
+        in the one that saved the session's snapshot), kept in the analysis for these messages:
+        the template, the completion and the gate find them without reading each message."""
         folded = folded_identifiers(self.session, shadowed)
         if folded is not None:
             self.analysis.unions.remember(messages, folded)
+        facts = folded_facts(self.session, shadowed)
+        if facts is not None:
+            self.analysis.spans.remember(messages, facts)
 
     def _request(self, compaction_id: str, messages: list[Message]) -> SummaryRequest:
         return build_request(
@@ -493,6 +530,17 @@ class _ClosedError(Exception):
     def __init__(self, error: Exception) -> None:
         self.error = error
         super().__init__(str(error))
+
+
+@dataclass(frozen=True)
+class _ReadSpan:
+    """The span as a compaction read it: the request sent, the messages read (none when the
+    folds answered), each shadowed event's hash, and the reading the folds gave (if so)."""
+
+    request: SummaryRequest
+    messages: list[Message]
+    hashes: list[str]
+    reading: SpanReading | None = None
 
 
 def build_request(

@@ -39,7 +39,16 @@ from compaction.sessions.blocks import Block, Message, ToolCallBlock, ToolResult
 from compaction.sessions.events import SessionEvent
 from compaction.sessions.session import Session, project
 
-__all__ = ["READING", "Carried", "FileRecord", "Waiting", "publish_carried", "recall_carried", "record"]
+__all__ = [
+    "READING",
+    "Carried",
+    "FileRecord",
+    "Waiting",
+    "carried_hashes",
+    "publish_carried",
+    "recall_carried",
+    "record",
+]
 
 READING = "handover/hashes-files@1"
 """The carried readings' name among the session's readings. A change of the event hash, of
@@ -138,6 +147,29 @@ def carried(session: Session) -> Carried | None:
     if len(found.seqs) % 8 or len(found.digests) != DIGEST * (len(found.seqs) // 8):
         return None
     return found
+
+
+def carried_hashes(session: Session, analysis: SpanAnalysis, seqs: Sequence[int]) -> list[str] | None:
+    """The hash of each event at ``seqs``, as the analysis keeps it by seq (read ahead in this
+    process) or the session's reading carries it (read ahead by the process that saved the
+    snapshot); None when one of them is in neither."""
+    kept = analysis.digests.kept
+    if all(seq in kept for seq in seqs):
+        return [kept[seq].hex() for seq in seqs]
+    found = carried(session)
+    if found is None:
+        return None
+    stored = array(SEQ_CODE)
+    stored.frombytes(found.seqs)
+    at = {seq: index for index, seq in enumerate(stored)}
+    hexes, width = found.digests.hex(), 2 * DIGEST
+    hashes: list[str] = []
+    for seq in seqs:
+        index = at.get(seq)
+        if index is None:
+            return None
+        hashes.append(hexes[index * width : (index + 1) * width])
+    return hashes
 
 
 def recall_carried(

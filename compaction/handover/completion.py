@@ -21,7 +21,8 @@ import logging
 import math
 import re
 from collections.abc import Container, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 import msgspec
 
@@ -154,6 +155,36 @@ def carried(messages: Sequence[Message]) -> Identifiers:
     prior = [m for m in messages if is_checkpoint(m)]
     agent = extract(msgspec.structs.replace(m, role="assistant") for m in prior)
     return merged(agent, *(listed(text_of(m.content)) for m in prior))
+
+
+@dataclass(frozen=True)
+class SpanReading:
+    """What the completion needs of a span: its handover facts, the identifiers the fidelity gate
+    counts (:func:`extract` of its messages) and those its prior checkpoints carry. Read from the
+    messages (:meth:`of`), or given by the session's folds when the messages were not fetched."""
+
+    facts: SpanFacts
+    identifiers: Identifiers
+    prior: Identifiers = field(default_factory=Identifiers)
+
+    @classmethod
+    def of(cls, messages: Sequence[Message]) -> SpanReading:
+        return cls(span_facts(messages), extract(messages), carried(messages))
+
+    def wanted(self) -> Identifiers:
+        """:func:`span_identifiers` of the span."""
+        return merged(self.identifiers, self.facts.identifiers, self.prior)
+
+
+@runtime_checkable
+class RendersFacts(Protocol):
+    """A summarizer that can write its summary from the span's handover facts alone (the
+    template): a compaction whose span the session's folds answer hands it the request without
+    the span's messages (only the protected task statement leading it) and the span's facts."""
+
+    async def summarize_facts(self, request: SummaryRequest, facts: SpanFacts) -> SummaryOutput | None:
+        """The summary of a span of ``facts`` (``request.messages``: at most the lead); None when
+        the span's messages are needed after all (the request is then sent whole)."""
 
 
 def span_identifiers(messages: Sequence[Message], facts: SpanFacts | None = None) -> Identifiers:
@@ -615,18 +646,21 @@ async def complete(
     required_ratio: float = 0.0,
     require_sections: bool = True,
     budget: int | None = None,
+    reading: SpanReading | None = None,
 ) -> Completed:
     """Complete ``output`` against the ``shadowed`` messages as ``mode`` says (see the module).
     ``identifiers``: the ones the gate will count (default: the span's own); ``budget``: the
-    appendix's characters (default :func:`appendix_budget`)."""
+    appendix's characters (default :func:`appendix_budget`); ``reading``: the span as read
+    already (then ``shadowed`` is not read)."""
     text = output.text.strip()
     if mode == "off":
         return Completed(text, text, None, output)
     echo = without_echo(text)
     text = echo.text
-    facts = span_facts(shadowed)
-    counted = identifiers if identifiers is not None else extract(shadowed)
-    wanted = merged(counted, span_identifiers(shadowed, facts))
+    reading = reading if reading is not None else SpanReading.of(shadowed)
+    facts = reading.facts
+    counted = identifiers if identifiers is not None else reading.identifiers
+    wanted = merged(counted, reading.wanted())
     model_fidelity = measure_fidelity(text, counted, required_ratio)
     found = gaps(text, facts, wanted)
     draft: str | None = None

@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+
+import msgspec
 
 from compaction.handover.analysis import active_analysis
 from compaction.handover.identifiers import (
@@ -56,6 +58,7 @@ from compaction.handover.outcomes import (
 )
 from compaction.sessions.blocks import (
     Message,
+    OpaqueBlock,
     TextBlock,
     ToolCallBlock,
     ToolResultBlock,
@@ -115,6 +118,9 @@ class SpanFacts:
     context: tuple[str, ...] = ()
     """What the harness wrote in the user's role, as notes ("skill X loaded with: ARGS"): context,
     never an ask."""
+    opaque_items: tuple[tuple[str, str], ...] = ()
+    """The span's framework items (opaque blocks: encrypted reasoning, hosted tool calls, audio,
+    ...) in order, each its kind and what a reader may see of it."""
 
 
 @dataclass(frozen=True)
@@ -330,12 +336,17 @@ def harness_feedback(text: str, previous: Message | None = None) -> bool:
     """Whether a user-role message is the harness's feedback on the agent's tool use rather than
     something the user asked: it has the shape of :data:`FEEDBACK_RE` and arrives while the agent
     works (``previous``, the message before it, is not the agent's own words awaiting a reply)."""
-    awaits_reply = (
-        previous is not None
-        and previous.role == "assistant"
-        and not any(isinstance(b, ToolCallBlock) for b in previous.content)
-    )
-    return not awaits_reply and bool(FEEDBACK_RE.match(text.lstrip()))
+    return not (previous is not None and awaits_reply(previous)) and feedback_shaped(text)
+
+
+def awaits_reply(message: Message) -> bool:
+    """Whether ``message`` is the agent's own words awaiting a reply (no tool call in it)."""
+    return message.role == "assistant" and not any(isinstance(b, ToolCallBlock) for b in message.content)
+
+
+def feedback_shaped(text: str) -> bool:
+    """Whether a user-role text has the shape of the harness's feedback (:data:`FEEDBACK_RE`)."""
+    return bool(FEEDBACK_RE.match(text.lstrip()))
 
 
 # ---------------------------------------------------------------- tool calls
@@ -538,6 +549,9 @@ class Read:
     """The agent's text (stripped), or the user's or the harness's (as written); empty otherwise."""
     chars: int
     """Characters of the message's text blocks, tool calls (name and arguments) and results."""
+    opaque: tuple[tuple[str, str], ...] = ()
+    """The message's framework items (:class:`~compaction.sessions.blocks.OpaqueBlock`): kind
+    and what a reader may see of each, whitespace collapsed."""
 
 
 def read(message: Message) -> Read:
@@ -552,6 +566,7 @@ def _read(message: Message) -> Read:
     """One message read for the walk (its calls' keys and todo items, its results' outcomes, its
     text)."""
     items: list[Call | Result] = []
+    opaque: list[tuple[str, str]] = []
     chars = 0
     for block in message.content:
         if isinstance(block, ToolCallBlock):
@@ -569,6 +584,8 @@ def _read(message: Message) -> Read:
             chars += len(text_of(block.content))
         elif isinstance(block, TextBlock):
             chars += len(block.text)
+        elif isinstance(block, OpaqueBlock):
+            opaque.append((block.kind, " ".join(block.text.split())))
     from_user = message.role == "user" and message.source.kind in ("user", HARNESS_SOURCE)
     text = ""
     if message.role == "assistant":
@@ -584,6 +601,7 @@ def _read(message: Message) -> Read:
         has_call=any(type(i) is Call for i in items),
         text=text,
         chars=chars,
+        opaque=tuple(opaque),
     )
 
 
@@ -707,20 +725,32 @@ def span_facts(messages: Sequence[Message]) -> SpanFacts:
 def led_span_facts(lead: Message, span: Sequence[Message]) -> SpanFacts:
     """``span_facts([lead, *span])`` for a user message leading the span (the protected task
     statement a summary request starts with), built from the span's own facts, which the
-    completion of the same compaction asks for too (so they are found once), and the lead's.
+    completion of the same compaction asks for too (so they are found once), and the lead's
+    (:func:`led_facts`)."""
+    if not leads_apart(lead):
+        return span_facts([lead, *span])
+    return _led(lead, span_facts(span))
 
-    Exact, not an approximation: a user message changes nothing of how the messages after it are
-    read (no call of its own, no result a later call could claim, and as ``previous`` it reads as
-    no message at all). Its asks, commands, interruptions and identifiers come first; its ask ends
-    the span when the span itself has no ask, no agent text, no checkpoint and no open call. A lead
-    that reads as the harness's feedback (an error fixed or not by the span's first step) or is a
-    checkpoint is computed with the span instead."""
-    if lead.role != "user" or framed_summary(lead) is not None:
-        return span_facts([lead, *span])
+
+def leads_apart(lead: Message) -> bool:
+    """Whether the facts of ``[lead, *span]`` are the lead's and the span's, joined
+    (:func:`led_facts`). Exact, not an approximation: a user message changes nothing of how the
+    messages after it are read (no call of its own, no result a later call could claim, and as
+    ``previous`` it reads as no message at all). A lead that reads as the harness's feedback (an
+    error fixed or not by the span's first step) or is a checkpoint is read with the span."""
+    return lead.role == "user" and framed_summary(lead) is None and not span_facts([lead]).errors
+
+
+def led_facts(lead: Message, facts: SpanFacts) -> SpanFacts | None:
+    """``span_facts([lead, *span])`` from the span's ``facts`` and the lead's own: its asks,
+    commands, interruptions and identifiers come first; its ask ends the span when the span
+    itself has no ask, no agent text, no checkpoint and no open call. None when the lead must be
+    read with the span's messages (:func:`leads_apart`)."""
+    return _led(lead, facts) if leads_apart(lead) else None
+
+
+def _led(lead: Message, facts: SpanFacts) -> SpanFacts:
     head = span_facts([lead])
-    if head.errors:
-        return span_facts([lead, *span])
-    facts = span_facts(span)
     open_ask = (
         bool(head.user_asks)
         and not facts.user_asks
@@ -734,6 +764,7 @@ def led_span_facts(lead: Message, span: Sequence[Message]) -> SpanFacts:
         identifiers=merged(head.identifiers, facts.identifiers),
         slash_commands=tuple(dict.fromkeys(head.slash_commands + facts.slash_commands)),
         context=tuple(dict.fromkeys(head.context + facts.context)),
+        opaque_items=head.opaque_items + facts.opaque_items,
         interruptions=head.interruptions + facts.interruptions,
         ends_with_ask=facts.ends_with_ask or open_ask,
         chars=head.chars + facts.chars,
@@ -769,6 +800,7 @@ def _span_facts(messages: Sequence[Message]) -> SpanFacts:
         identifiers=extract(fresh),
         slash_commands=tuple(dict.fromkeys(walk.slash)),
         context=tuple(dict.fromkeys(walk.context)),
+        opaque_items=tuple(item for r in reads if not r.checkpoint for item in r.opaque),
         interruptions=walk.interruptions,
         active_task=active,
         todo_seen=seen,
@@ -850,6 +882,11 @@ def _observation_failed(text: str) -> bool:
     return "Traceback (most recent call last)" in text or bool(STRONG_RE.search(head))
 
 
+def describe(call: ToolCallBlock, result: ToolResultBlock | None, failed: bool) -> str:
+    """:func:`_describe` of a step: ``call``, its ``result`` if answered, whether that failed."""
+    return _describe(_Step(call, result, key=call_key(call), failed=failed))
+
+
 def _describe(step: _Step) -> str:
     """``Tool `command or path``` and its outcome: failed (with its line), interrupted, ok when
     something says it succeeded, else nothing (a command's silence is no success)."""
@@ -886,26 +923,68 @@ def _succeeded(step: _Step, text: str) -> bool:
 # ---------------------------------------------------------------- todo / plan state
 
 
+class TodoOp(msgspec.Struct, array_like=True, frozen=True):
+    """One change of the agent's todo/plan state: a whole list (``items``), a created task
+    (``text``, with the ``task_id`` its result reported, if any) or an update (``task_id``, the new
+    ``text`` when given, the new ``status`` when given)."""
+
+    kind: str
+    """``items``, ``create`` or ``update``."""
+    items: tuple[tuple[str, str], ...] = ()
+    task_id: str | None = None
+    text: str = ""
+    status: str | None = None
+
+
 def _tasks(steps: list[_Step]) -> tuple[list[str], str | None, bool]:
     """The unfinished items of the agent's latest todo/plan state, the item in progress, and
     whether any todo/plan tool was used."""
-    state: dict[str, tuple[str, str]] = {}  # id -> (text, status)
-    seen = False
+    ops = []
     for step in steps:
         if step.result is not None and step.failed:
             continue
-        name = step.call.name
-        items = step.todo
-        if items is not None:
+        op = todo_op(step.call, step.todo, step.result)
+        if op is not None:
+            ops.append(op)
+    return open_tasks(ops)
+
+
+def todo_op(
+    call: ToolCallBlock, todo: list[tuple[str, str]] | None, result: ToolResultBlock | None
+) -> TodoOp | None:
+    """The todo/plan change a call makes (``todo``: its :func:`_status_list`), None for any other
+    call; a created task's id is read from its ``result`` when there is one."""
+    if todo is not None:
+        return TodoOp("items", tuple(todo))
+    if call.name == "TaskCreate":
+        text = _string(_arguments(call), TASK_TEXT_KEYS)
+        return TodoOp("create", task_id=created_task_id(result), text=text)
+    if call.name == "TaskUpdate":
+        args = _arguments(call)
+        status = args.get("status")
+        return TodoOp(
+            "update",
+            task_id=str(args.get("taskId", args.get("task_id", args.get("id", "")))),
+            text=_string(args, ("subject", "content", "title")),
+            status=status if isinstance(status, str) else None,
+        )
+    return None
+
+
+def open_tasks(ops: Iterable[TodoOp]) -> tuple[list[str], str | None, bool]:
+    """:func:`_tasks` of the todo/plan changes ``ops``, in the order made."""
+    state: dict[str, tuple[str, str]] = {}  # id -> (text, status)
+    seen = False
+    for op in ops:
+        if op.kind == "items":
             seen = True
-            state = {str(i): item for i, item in enumerate(items)}
-        elif name == "TaskCreate":
+            state = {str(i): item for i, item in enumerate(op.items)}
+        elif op.kind == "create":
             seen = True
-            text = _string(_arguments(step.call), TASK_TEXT_KEYS)
-            task_id = _created_task_id(step) or str(len(state) + 1)
-            state[task_id] = (text, "pending")
-        elif name == "TaskUpdate":
-            _update_task(state, _arguments(step.call))
+            state[op.task_id or str(len(state) + 1)] = (op.text, "pending")
+        elif op.task_id in state:
+            text, status = state[op.task_id]
+            state[op.task_id] = (op.text or text, status if op.status is None else op.status)
     open_items = [(text, status) for text, status in state.values() if status.lower() not in DONE_STATUSES]
     active = next((text for text, status in open_items if status.lower() == "in_progress"), None)
     return [text for text, _ in open_items if text], active, seen
@@ -924,34 +1003,32 @@ def _status_list(args: dict[str, object]) -> list[tuple[str, str]] | None:
 TASK_ID_RE = re.compile(r"Task #?(\w+)")
 
 
-def _created_task_id(step: _Step) -> str | None:
-    if step.result is None:
+def created_task_id(result: ToolResultBlock | None) -> str | None:
+    if result is None:
         return None
-    found = TASK_ID_RE.search(result_text(step.result))
+    found = TASK_ID_RE.search(result_text(result))
     return found.group(1) if found else None
-
-
-def _update_task(state: dict[str, tuple[str, str]], args: dict[str, object]) -> None:
-    task_id = str(args.get("taskId", args.get("task_id", args.get("id", ""))))
-    if task_id not in state:
-        return
-    text, status = state[task_id]
-    new_text = _string(args, ("subject", "content", "title")) or text
-    new_status = args.get("status")
-    state[task_id] = (new_text, new_status if isinstance(new_status, str) else status)
 
 
 # ---------------------------------------------------------------- files
 
 
 def _files(steps: list[_Step]) -> tuple[list[str], list[str], list[str]]:
+    return files_of(
+        file_action(step.call, step.result)
+        for step in steps
+        if step.result is not None and not step.failed
+    )
+
+
+def files_of(actions: Iterable[tuple[str, Sequence[str]]]) -> tuple[list[str], list[str], list[str]]:
+    """The files edited, created and read by the file ``actions`` (:func:`file_action` of each
+    answered step that did not fail, in step order): a file read after it was edited or created
+    is not listed as read, one created and then edited stays created."""
     edited: dict[str, None] = {}
     created: dict[str, None] = {}
     read: dict[str, None] = {}
-    for step in steps:
-        if step.result is None or step.failed:
-            continue
-        kind, paths = file_action(step.call, step.result)
+    for kind, paths in actions:
         target = {"edited": edited, "created": created, "read": read}.get(kind)
         if target is None:
             continue
@@ -1037,8 +1114,17 @@ def _intent(walk: _Walk) -> str | None:
     for position, text in reversed(walk.agent_texts):
         if position < walk.last_ask_at:
             break
-        sentences = [s.strip(" -*#") for s in SENTENCE_RE.split(FENCE_RE.sub(" ", text)) if s.strip()]
-        for sentence in reversed(sentences):
-            if INTENT_RE.match(sentence):
-                return _clip(sentence, 300)
+        found = intent_of(text)
+        if found is not None:
+            return found
+    return None
+
+
+def intent_of(text: str) -> str | None:
+    """The last sentence of an agent's text that says what it does next ("Let me ...",
+    "Next, I'll ..."), clipped; None when no sentence does."""
+    sentences = [s.strip(" -*#") for s in SENTENCE_RE.split(FENCE_RE.sub(" ", text)) if s.strip()]
+    for sentence in reversed(sentences):
+        if INTENT_RE.match(sentence):
+            return _clip(sentence, 300)
     return None

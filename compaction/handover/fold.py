@@ -20,6 +20,8 @@ count for the gate but not for the facts), is extracted as before.
 
 from __future__ import annotations
 
+from typing import Self
+
 import msgspec
 
 from compaction.handover.facts import read
@@ -27,7 +29,7 @@ from compaction.handover.identifiers import Identifiers, message_kinds
 from compaction.sessions.blocks import Message
 from compaction.sessions.session import Session, project
 
-__all__ = ["READING", "IdentifierFold", "folded_identifiers"]
+__all__ = ["READING", "IdentifierFold", "SurfaceFold", "folded_identifiers"]
 
 READING = "handover/identifiers@1"
 """The fold's name among the session's readings; a change of what a message's identifiers are
@@ -52,10 +54,12 @@ _ENCODER = msgspec.msgpack.Encoder()
 _DECODER = msgspec.msgpack.Decoder(FoldState)
 
 
-class IdentifierFold:
-    """The identifiers of surface positions ``begin`` to ``stop`` (exclusive), each with the
-    position of the message that brought it first, by kind; ``checkpoint_at``: the position of the
-    first checkpoint met (-1: none), from which nothing more is folded."""
+class SurfaceFold:
+    """A fold of the session's surface from the first compactable node on (``begin``, after the
+    protected task statement) up to ``stop`` (exclusive), named by the surface it was read from
+    (its generation, the seqs at ``begin`` and at ``stop - 1``). ``halt_at``: the first position
+    from which the fold answers no span (a checkpoint met, or what the fold cannot follow; -1:
+    none); nothing is folded from there on. Subclasses fold each message (:meth:`_fold`)."""
 
     def __init__(self, generation: int, begin: int, begin_seq: int) -> None:
         self.generation = generation
@@ -63,11 +67,10 @@ class IdentifierFold:
         self.begin_seq = begin_seq
         self.stop = begin
         self.last_seq = -1
-        self.checkpoint_at = -1
-        self.first_seen: tuple[dict[str, int], ...] = tuple({} for _ in range(KINDS))
+        self.halt_at = -1
 
     @classmethod
-    def start(cls, session: Session) -> IdentifierFold | None:
+    def start(cls, session: Session) -> Self | None:
         """A fold of ``session``'s surface, nothing read yet; None when it has no compactable node."""
         nodes = session.nodes
         begin = 1 if nodes and nodes[0] == session.first_user_seq else 0
@@ -93,16 +96,48 @@ class IdentifierFold:
         nodes = session.nodes
         until = len(nodes) if until is None else until
         for position in range(self.stop, until):
-            if self.checkpoint_at < 0:
+            if self.halt_at < 0:
                 message = project(session.event(nodes[position]))
                 if message is not None:
-                    self._fold(message, position)
+                    self._fold(session, message, position)
         if until > self.stop:
             self.stop, self.last_seq = until, nodes[until - 1]
 
-    def _fold(self, message: Message, position: int) -> None:
+    def _fold(self, session: Session, message: Message, position: int) -> None:
+        raise NotImplementedError
+
+    def encode(self) -> bytes:
+        """The fold's state as the session's reading carries it."""
+        raise NotImplementedError
+
+    def span_stop(self, session: Session, shadowed: tuple[int, ...]) -> int | None:
+        """The position that ends the span ``shadowed`` (surface seqs, in order) when the fold
+        answers it (the span starts at ``begin``, the fold advanced over the nodes it has not
+        read, no halt before the span's end), else None."""
+        nodes = session.nodes
+        stop = self.begin + len(shadowed)
+        if not shadowed or shadowed[0] != self.begin_seq or stop > len(nodes):
+            return None
+        if nodes[stop - 1] != shadowed[-1]:
+            return None
+        if stop > self.stop:
+            self.advance(session, stop)
+        if 0 <= self.halt_at < stop:
+            return None
+        return stop
+
+
+class IdentifierFold(SurfaceFold):
+    """The identifiers of surface positions ``begin`` to ``stop`` (exclusive), each with the
+    position of the message that brought it first, by kind; halted at the first checkpoint met."""
+
+    def __init__(self, generation: int, begin: int, begin_seq: int) -> None:
+        super().__init__(generation, begin, begin_seq)
+        self.first_seen: tuple[dict[str, int], ...] = tuple({} for _ in range(KINDS))
+
+    def _fold(self, session: Session, message: Message, position: int) -> None:
         if read(message).checkpoint:
-            self.checkpoint_at = position
+            self.halt_at = position
             return
         for seen, found in zip(self.first_seen, message_kinds(message), strict=True):
             for identifier in found:
@@ -116,7 +151,7 @@ class IdentifierFold:
     def encode(self) -> bytes:
         first_seen = [list(seen.items()) for seen in self.first_seen]
         state = FoldState(
-            self.generation, self.begin, self.begin_seq, self.stop, self.last_seq, self.checkpoint_at,
+            self.generation, self.begin, self.begin_seq, self.stop, self.last_seq, self.halt_at,
             first_seen,
         )
         return _ENCODER.encode(state)
@@ -131,7 +166,7 @@ class IdentifierFold:
         if len(state.first_seen) != KINDS:
             return None
         fold = cls(state.generation, state.begin, state.begin_seq)
-        fold.stop, fold.last_seq, fold.checkpoint_at = state.stop, state.last_seq, state.checkpoint_at
+        fold.stop, fold.last_seq, fold.halt_at = state.stop, state.last_seq, state.checkpoint_at
         fold.first_seen = tuple(dict(pairs) for pairs in state.first_seen)
         return fold
 
@@ -146,12 +181,5 @@ def folded_identifiers(session: Session, shadowed: tuple[int, ...]) -> Identifie
     fold = IdentifierFold.decode(published())
     if fold is None or not fold.holds(session):
         return None
-    nodes = session.nodes
-    stop = fold.begin + len(shadowed)
-    if shadowed[0] != fold.begin_seq or stop > len(nodes) or nodes[stop - 1] != shadowed[-1]:
-        return None
-    if stop > fold.stop:
-        fold.advance(session, stop)
-    if 0 <= fold.checkpoint_at < stop:
-        return None
-    return fold.identifiers(stop)
+    stop = fold.span_stop(session, shadowed)
+    return None if stop is None else fold.identifiers(stop)

@@ -19,9 +19,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from weakref import WeakKeyDictionary
 
+from compaction.handover import facts_fold, fold
 from compaction.handover.analysis import ANALYSIS_BYTES, SpanAnalysis
 from compaction.handover.carried import publish_carried, record
-from compaction.handover.fold import READING, IdentifierFold
+from compaction.handover.facts_fold import FactsFold
+from compaction.handover.fold import IdentifierFold, SurfaceFold
 from compaction.handover.identifiers import message_kinds
 from compaction.sessions.memo import checked_limit
 from compaction.sessions.session import Session
@@ -39,7 +41,10 @@ class ReadAhead:
     def __init__(self, max_bytes: int = ANALYSIS_BYTES) -> None:
         self.max_bytes = checked_limit(max_bytes)
         self._analyses: WeakKeyDictionary[Session, SpanAnalysis] = WeakKeyDictionary()
-        self._folds: WeakKeyDictionary[Session, IdentifierFold] = WeakKeyDictionary()
+        self._folds: dict[str, WeakKeyDictionary[Session, SurfaceFold]] = {
+            fold.READING: WeakKeyDictionary(),
+            facts_fold.READING: WeakKeyDictionary(),
+        }
 
     def analysis(self, session: Session) -> SpanAnalysis:
         """The analysis of ``session`` (a new, empty one at the first call)."""
@@ -83,16 +88,17 @@ class ReadAhead:
         return count
 
     def _fold(self, session: Session, restart: bool) -> None:
-        """Advance the session's identifier fold over its new nodes (a new fold after a rollback or
-        on a new surface) and publish it."""
-        fold = None if restart else self._folds.get(session)
-        if fold is None or not fold.holds(session):
-            fold = IdentifierFold.start(session)
-            if fold is None:
-                self._folds.pop(session, None)
-                session.readings.pop(READING, None)
-                return
-            self._folds[session] = fold
-        fold.advance(session)
-        session.readings[READING] = fold.encode
-
+        """Advance the session's folds (its identifiers, its facts) over its new nodes (new folds
+        after a rollback or on a new surface) and publish them."""
+        for kind, reading in ((IdentifierFold, fold.READING), (FactsFold, facts_fold.READING)):
+            folds = self._folds[reading]
+            found = None if restart else folds.get(session)
+            if found is None or not found.holds(session):
+                found = kind.start(session)
+                if found is None:
+                    folds.pop(session, None)
+                    session.readings.pop(reading, None)
+                    continue
+                folds[session] = found
+            found.advance(session)
+            session.readings[reading] = found.encode

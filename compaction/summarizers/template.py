@@ -21,6 +21,7 @@ from compaction.errors import EmptySummaryError
 from compaction.handover.facts import (
     ErrorFact,
     SpanFacts,
+    led_facts,
     led_span_facts,
     mentions,
     normalized,
@@ -30,7 +31,7 @@ from compaction.handover.facts import (
 from compaction.handover.fidelity import section_bodies
 from compaction.handover.identifiers import ELLIPSIS, clip_words, word_head, word_tail
 from compaction.handover.repeats import unrepeated
-from compaction.sessions.blocks import Message, OpaqueBlock, text_of
+from compaction.sessions.blocks import Message, text_of
 from compaction.vocabulary.checkpoint import framed_summary, is_checkpoint
 from compaction.vocabulary.instruction import CLOSE_TAG, OPEN_TAG, PREAMBLE, SECTIONS
 from compaction.vocabulary.summarizer import Summarizer, SummaryOutput, SummaryRequest
@@ -76,7 +77,30 @@ class TemplateSummarizer(Summarizer):
     model = "template-v1"
 
     async def summarize(self, request: SummaryRequest) -> SummaryOutput:
-        text = render_summary(request.messages, request.max_tokens)
+        return self._output(request, render_summary(request.messages, request.max_tokens))
+
+    async def summarize_facts(self, request: SummaryRequest, facts: SpanFacts) -> SummaryOutput | None:
+        """The checkpoint of a span of ``facts`` with no prior checkpoint in it, led by
+        ``request.messages`` (the protected task statement, or nothing): the same text
+        :meth:`summarize` writes for the whole request (see
+        :class:`~compaction.handover.completion.RendersFacts`). None for a subclass that
+        overrides :meth:`summarize` (it is sent the whole request)."""
+        overridden = type(self).summarize is not TemplateSummarizer.summarize
+        if overridden or facts.prior_checkpoint or len(request.messages) > 1:
+            return None
+        led = facts
+        span_chars = facts.chars
+        if request.messages:
+            lead = request.messages[0]
+            if not _leads(lead):
+                return None
+            found = led_facts(lead, facts)
+            if found is None:
+                return None
+            led = found
+        return self._output(request, render_facts(led, span_chars, request.max_tokens))
+
+    def _output(self, request: SummaryRequest, text: str) -> SummaryOutput:
         if not text.strip():
             raise EmptySummaryError("template summarizer produced no text (empty span)")
         return SummaryOutput(
@@ -89,23 +113,39 @@ def render_summary(messages: Iterable[Message], max_tokens: int | None = None) -
     size, or when the full rendering exceeds ``max_tokens`` (priced at 4 characters a token), a
     terse one: no last steps or latest agent message, shorter asks; then tighter asks still."""
     messages = list(messages)
-    budget = None if max_tokens is None else max_tokens * CHARS_PER_TOKEN
     # The request leads with the protected task statement, which stays on the surface: the span
     # that shrinks is what follows it (and its facts are the ones the completion checks).
-    lead = 1 if messages and messages[0].role == "user" and messages[0].source.kind == "user" else 0
+    lead = 1 if messages and _leads(messages[0]) else 0
     facts = led_span_facts(messages[0], messages[1:]) if lead else span_facts(messages)
     span_chars = facts.chars - (read(messages[0]).chars if lead else 0)
+    return render_facts(facts, span_chars, max_tokens, _prior_sections(messages))
+
+
+def _leads(message: Message) -> bool:
+    """Whether ``message``, first in a request, is the protected task statement leading it."""
+    return message.role == "user" and message.source.kind == "user"
+
+
+def render_facts(
+    facts: SpanFacts,
+    span_chars: int,
+    max_tokens: int | None = None,
+    prior: dict[str, list[str]] | None = None,
+) -> str:
+    """:func:`render_summary` of a span of ``facts`` (led, if it is, by the task statement) and
+    ``span_chars`` characters (the lead's not counted), the bullets of its ``prior`` checkpoints
+    by section merged in."""
+    budget = None if max_tokens is None else max_tokens * CHARS_PER_TOKEN
     small = TERSE_FRACTION * span_chars - FRAME_CHARS
     text = ""
     for level, (ask_chars, terse) in enumerate(LEVELS):
-        text = _render(messages, facts, ask_chars=ask_chars, terse=terse)
+        text = _render(dict(prior or {}), facts, ask_chars=ask_chars, terse=terse)
         if (level or len(text) <= small) and (budget is None or len(text) <= budget):
             break
     return text
 
 
-def _render(messages: list[Message], facts: SpanFacts, *, ask_chars: int, terse: bool) -> str:
-    prior = _prior_sections(messages)
+def _render(prior: dict[str, list[str]], facts: SpanFacts, *, ask_chars: int, terse: bool) -> str:
     prior_tools = _tool_counts(prior.pop("Key Technical Concepts", []))
     superseded = (TASK_MARK, RESOLVE) if facts.todo_seen else (RESOLVE,)
     # the agent's current todo list supersedes the prior one; the span's latest unfixed errors
@@ -120,7 +160,7 @@ def _render(messages: list[Message], facts: SpanFacts, *, ask_chars: int, terse:
         "Pending Jobs": _pending(facts),
         "Current Work": _current(facts, terse, min(ask_chars, STATE_CHARS)),
         "Next Step": _next_step(facts, min(ask_chars, STATE_CHARS)),
-        "Critical Context": [*_critical(facts), *_framework_items(messages)],
+        "Critical Context": [*_critical(facts), *_framework_items(facts.opaque_items)],
     }
     bodies: dict[str, list[str]] = {}
     for name in SECTIONS:
@@ -423,15 +463,13 @@ def _next_step(facts: SpanFacts, limit: int) -> list[str]:
     return []
 
 
-def _framework_items(messages: list[Message]) -> list[str]:
+def _framework_items(items: tuple[tuple[str, str], ...]) -> list[str]:
     """One bullet naming the items of the span the library does not interpret (opaque blocks:
     reasoning with encrypted content, hosted tool calls, audio, ...): by kind, how many, and what
     a reader may see of the first few. They stay in the log; only their framework can send them."""
     seen: dict[str, list[str]] = {}
-    for message in messages:
-        for block in message.content:
-            if isinstance(block, OpaqueBlock):
-                seen.setdefault(block.kind, []).append(" ".join(block.text.split()))
+    for kind, text in items:
+        seen.setdefault(kind, []).append(text)
     if not seen:
         return []
     kinds = []

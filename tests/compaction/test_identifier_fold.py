@@ -58,7 +58,7 @@ def test_the_fold_equals_the_extraction_at_every_cut(path: Path) -> None:
         for cut in cuts(begin, len(nodes)):
             shadowed = tuple(nodes[begin:cut])
             found = folded_identifiers(session, shadowed)
-            if 0 <= fold.checkpoint_at < cut:
+            if 0 <= fold.halt_at < cut:
                 assert found is None  # a checkpoint in the span: extracted as before
                 continue
             assert found is not None
