@@ -142,7 +142,7 @@ def require_nats() -> None:
 
 
 def delete_nats_streams(base: str, *streams: str) -> None:
-    """Delete the streams (and their key-value buckets) a test created."""
+    """Delete the streams a test created, and their key-value buckets (the streams ``KV_<name>``)."""
     import asyncio
 
     import nats
@@ -153,11 +153,12 @@ def delete_nats_streams(base: str, *streams: str) -> None:
         try:
             js = nc.jetstream()
             for stream in streams:
-                for suffix in ("", "_chunks", "_snapshots"):
+                for name in (
+                    stream, f"{stream}_chunks", f"KV_{stream}_snapshots", f"KV_{stream}_leases",
+                    f"KV_{stream}_tracking",
+                ):  # fmt: skip
                     with contextlib.suppress(nats.js.errors.NotFoundError):
-                        await js.delete_stream(f"{stream}{suffix}")
-                with contextlib.suppress(nats.js.errors.NotFoundError):
-                    await js.delete_stream(f"KV_{stream}_tracking")
+                        await js.delete_stream(name)
         finally:
             await nc.close()
 

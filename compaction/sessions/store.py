@@ -59,6 +59,7 @@ from compaction.errors import (
 )
 from compaction.sessions.collector import collector_paused
 from compaction.sessions.events import SessionEvent
+from compaction.sessions.leases import Closed, CompactionLeases, Grant, LeaseClaim, LogLeases
 from compaction.sessions.mapper import SessionMapper, SnapshotEnvelope, StoredRow
 from compaction.sessions.polling import (
     POLLING_SQLITE_RECORDER_TOPIC,
@@ -397,6 +398,28 @@ class SessionStore:
 
     def close(self) -> None:
         self.application.close()
+
+    # ------------------------------------------------------------ compaction leases
+
+    @property
+    def compaction_leases(self) -> CompactionLeases:
+        """Where the store keeps compaction leases besides the log (:mod:`compaction.sessions.leases`):
+        JetStream's ``<stream>_leases`` bucket, or none (SQLite, PostgreSQL and memory stores, where
+        the log's ``compact/start`` alone arbitrates)."""
+        make = getattr(self.application.factory, "compaction_leases", None)
+        leases: CompactionLeases = make() if callable(make) else _LOG_LEASES
+        return leases
+
+    def acquire_lease(self, claim: LeaseClaim, *, replaces: str | None, closed: Closed) -> Grant | None:
+        """:meth:`CompactionLeases.acquire`, a database failure raised as :class:`StoreError`."""
+        with database_errors(f"session {claim.session_id}: claiming its compaction lease"):
+            return self.compaction_leases.acquire(claim, replaces=replaces, closed=closed)
+
+    def confirm_lease(self, grant: Grant, start_seq: int) -> Grant:
+        return self.compaction_leases.confirm(grant, start_seq)
+
+    def release_lease(self, grant: Grant) -> None:
+        self.compaction_leases.release(grant)
 
     def __enter__(self) -> SessionStore:
         return self
@@ -800,6 +823,7 @@ class SessionStore:
             yield self.get(session_id)
 
 
+_LOG_LEASES = LogLeases()
 _ES_KEYS = ("PERSISTENCE_MODULE", "SQLITE_", "POSTGRES_", "NATS_", "IS_SNAPSHOTTING", "SESSIONSTORE_")
 
 
