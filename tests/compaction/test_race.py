@@ -1,10 +1,11 @@
-"""Two real processes compact one session on SQLite, PostgreSQL and JetStream (tests/compaction/race_child.py).
+"""Two real processes compact one session on SQLite, PostgreSQL and JetStream (race_child.py).
 
 Exactly one wins (a complete bracket); the other reports BusyError (on JetStream refused by the
-lease bucket before it stores anything, elsewhere by the log's conflict on the start's seq); nothing is lost: every event
-of the original log is still there byte for byte, the surface is valid, and exactly one compaction
-committed. A worker that appends while another summarizes does not lose its event either: the
-manual compaction re-checks its span on a fresh load and commits around it.
+lease bucket before it stores anything, elsewhere by the log's conflict on the start's seq);
+nothing is lost: every event of the original log is still there byte for byte, the surface is
+valid, and exactly one compaction committed. A worker that appends while another summarizes does
+not lose its event either: the manual compaction re-checks its span on a fresh load and commits
+around it.
 """
 
 from __future__ import annotations
