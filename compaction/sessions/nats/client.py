@@ -45,6 +45,9 @@ STREAM_NAME_IN_USE = 10058
 NO_SUITABLE_PEERS = 10005
 WRONG_LAST_SEQUENCE = 10071
 """JetStream's error code for a failed ``Nats-Expected-Last-Subject-Sequence``."""
+STORE_FAILED = 10077
+"""JetStream's error code for a message the stream refused to store (a limit reached, a full
+disk): answered with 503 like a missing leader, but definite, so never retried."""
 
 
 TRANSIENT: tuple[type[Exception], ...] = (
@@ -66,8 +69,8 @@ async def retrying(operation: Callable[[], Awaitable[T]]) -> T:
     while True:
         try:
             return await operation()
-        except TRANSIENT:
-            if time.monotonic() > deadline:
+        except TRANSIENT as e:
+            if time.monotonic() > deadline or getattr(e, "err_code", None) == STORE_FAILED:
                 raise
             await asyncio.sleep(RETRY_PAUSE)
 
