@@ -279,7 +279,7 @@ async def test_a_claim_held_elsewhere_makes_the_compaction_busy_and_stores_nothi
     length = len(session)
     held = store.compaction_leases.acquire(_claim(session.id, pid=4242), replaces=None, closed=_never)
     assert held is not None
-    with pytest.raises(BusyError, match="holds the compaction lease .* pid 4242"):
+    with pytest.raises(BusyError, match=r"holds the compaction lease .* pid 4242"):
         await BasicCompactService(BasicConfig(**RELAXED)).compact_now(session, store=store)
     assert len(store.get(session.id)) == length == len(session)
 
