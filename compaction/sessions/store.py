@@ -634,12 +634,20 @@ class SessionStore:
         )
         return [(n.id, n.originator_id, n.originator_version, n.topic, n.state) for n in found]
 
-    def follow(self, after: int = 0, *, poll_interval: float | None = None) -> NotificationFeed:
-        """Decoded notifications after ``after``, blocking for new ones until stopped. With a
-        ``poll_interval`` (projection runners), a polling subscription on every backend; without
-        one, the recorder's eventsourcing subscription (``LISTEN`` on PostgreSQL, the in-memory
-        recorder's listeners, polling for SQLite and unannounced partitions)."""
+    def follow(
+        self, after: int = 0, *, poll_interval: float | None = None, durable: str | None = None
+    ) -> NotificationFeed:
+        """Decoded notifications after ``after``, blocking for new ones until stopped. With
+        ``durable`` (a follower's name: the projection runner's) on a store whose log has durable
+        consumers (JetStream), that consumer, which the follower acknowledges
+        (:meth:`NotificationFeed.processed`). Else, with a ``poll_interval`` (projection runners),
+        a polling subscription on every backend; without one, the recorder's eventsourcing
+        subscription (``LISTEN`` on PostgreSQL, the in-memory recorder's listeners, polling for
+        SQLite and unannounced partitions)."""
         recorder = self._recorder
+        if durable is not None and isinstance(recorder, DurableLog):
+            with database_errors(f"the notification log: the durable consumer of {durable!r}"):
+                return NotificationFeed(recorder.follow_durably(durable, after), self._notification)
         if poll_interval is not None and isinstance(recorder, PollingRecorder):
             subscription: Subscription[Any] = PollingSubscription(
                 recorder, after, poll_interval=poll_interval
@@ -837,6 +845,13 @@ class OriginatorIndex(Protocol):
     def count_below(self, originator_id: UUID, below: int) -> int: ...
 
 
+@runtime_checkable
+class DurableLog(Protocol):
+    """A recorder whose followers read through durable consumers on the server (JetStream)."""
+
+    def follow_durably(self, name: str, gt: int | None = None) -> Subscription[Any]: ...
+
+
 def _distinct_ids(recorder: Any, kind: str) -> Iterator[UUID]:
     """Session ids in order of their first event: one indexed query per backend (the first event of
     every session is the row with ``originator_version = 0``)."""
@@ -996,6 +1011,16 @@ class NotificationFeed:
         except PersistenceError as e:  # the subscription's connection failed
             raise StoreError(f"following the notification log failed: {_reason(e)}") from e
         return self._decode(n.id, n.originator_id, n.originator_version, n.topic, n.state)
+
+    def processed(self, notification_id: int) -> None:
+        """Every notification up to ``notification_id`` is applied and tracked: a durable consumer
+        acknowledges it (nothing to do for other subscriptions)."""
+        acknowledge = getattr(self.subscription, "acknowledge", None)
+        if acknowledge is not None:
+            try:
+                acknowledge(notification_id)
+            except PersistenceError as e:
+                raise StoreError(f"acknowledging notification {notification_id} failed: {_reason(e)}") from e
 
     def stop(self) -> None:
         self.subscription.stop()

@@ -16,7 +16,8 @@ and waits for it.
 - **Application recorder**: the notification log is the stream's sequence of commit messages,
   each also published with ``Nats-Expected-Last-Sequence``: a commit that raced another session's
   commit is re-read and re-sent (a different session is no conflict), so notification ids are
-  dense and in commit order. A subscription is woken by every commit (:class:`JetStreamSubscription`).
+  dense and in commit order. A subscription is woken by every commit (:class:`JetStreamSubscription`);
+  a named follower reads through a durable consumer (:meth:`JetStreamApplicationRecorder.follow_durably`).
 - **Tracking recorder**: the highest processed notification id per application name, in the
   key-value bucket ``<stream>_tracking``, advanced only by compare-and-set on the key's revision.
 - **Compaction leases**: :meth:`JetStreamFactory.compaction_leases`, the bucket ``<stream>_leases``
@@ -68,6 +69,7 @@ from compaction.sessions.nats.client import (
     JetStreamLog,
     Record,
 )
+from compaction.sessions.nats.follow import DurableFollower
 from compaction.sessions.nats.leases import JetStreamLeases
 from compaction.sessions.nats.loop import LoopThread
 from compaction.sessions.nats.snapshots import JetStreamSnapshotRecorder
@@ -453,6 +455,11 @@ class JetStreamApplicationRecorder(JetStreamAggregateRecorder, ApplicationRecord
         self, gt: int | None = None, topics: Sequence[str] = ()
     ) -> JetStreamSubscription:
         return JetStreamSubscription(self, gt, topics)
+
+    def follow_durably(self, name: str, gt: int | None = None) -> DurableFollower:
+        """The notifications after ``gt`` from the durable consumer ``name``
+        (:mod:`compaction.sessions.nats.follow`), acknowledged by the follower."""
+        return DurableFollower(self, name, gt)
 
     def max_notification_id(self) -> int | None:
         last = self.connection.call(self.log.last(self.prefix + ">"))
