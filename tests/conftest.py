@@ -14,7 +14,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -148,6 +148,19 @@ def delete_nats_streams(base: str, *streams: str) -> None:
     import nats
     import nats.js.errors
 
+    async def delete_one(js: Any, name: str) -> None:
+        """Deleted, or not there; retried while a cluster that just lost a node elects leaders."""
+        for attempt in range(20):
+            try:
+                await js.delete_stream(name)
+                return
+            except nats.js.errors.NotFoundError:
+                return
+            except (nats.errors.TimeoutError, nats.js.errors.ServiceUnavailableError):
+                if attempt == 19:
+                    raise
+                await asyncio.sleep(0.5)
+
     async def delete() -> None:
         nc = await nats.connect(base.split(","), connect_timeout=5)
         try:
@@ -157,8 +170,7 @@ def delete_nats_streams(base: str, *streams: str) -> None:
                     stream, f"{stream}_chunks", f"KV_{stream}_snapshots", f"KV_{stream}_leases",
                     f"KV_{stream}_tracking",
                 ):  # fmt: skip
-                    with contextlib.suppress(nats.js.errors.NotFoundError):
-                        await js.delete_stream(name)
+                    await delete_one(js, name)
         finally:
             await nc.close()
 
