@@ -9,7 +9,6 @@ own, deleted afterwards; the same rule applies when the server is down.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import uuid
 from collections.abc import Iterator
