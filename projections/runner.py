@@ -2,7 +2,9 @@
 
 One :class:`ProjectionRunner` reads the store's notification log in batches, decoded once by the
 store (:meth:`~compaction.sessions.store.SessionStore.notifications`; when following, from
-:meth:`~compaction.sessions.store.SessionStore.follow`, the recorder's eventsourcing subscription),
+:meth:`~compaction.sessions.store.SessionStore.follow`: a durable consumer named
+:attr:`ProjectionRunner.follower_name` on JetStream, acknowledged after each committed batch, else
+the recorder's eventsourcing subscription),
 feeds each event to every selected projection whose tracking position is behind it, and commits
 each projection's rows with its tracking record (one transaction per projection per batch). A
 runner killed at any moment resumes from the tracking records: a batch is either wholly in a view
