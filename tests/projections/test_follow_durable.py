@@ -5,7 +5,9 @@ the durable consumer of that name exists on the server and acknowledges only wha
 tracked. Killed with SIGKILL while events keep coming, then restarted, the follower resumes from
 its tracked position and applies every event exactly once. In process: a feed started at a
 position delivers exactly the events after it, acknowledgements move the consumer's floor, and a
-second follower pulling from the same consumer is refused instead of skipping events.
+second follower pulling from the same consumer is refused instead of skipping events. A JetStream
+server of its own, SIGKILLed under a following process and restarted on its store directory: the
+follower rides it out, its durable consumer survives, and it applies what comes after.
 """
 
 from __future__ import annotations
@@ -13,8 +15,11 @@ from __future__ import annotations
 import asyncio
 import random
 import signal
+import subprocess
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,9 +29,10 @@ from compaction.sessions.nats.follow import consumer_name
 from compaction.sessions.store import SessionStore
 from projections import ALL, PROJECTIONS, ProjectionRunner, ViewDatabase, ViewRecorder
 from tests.builders import wait_until
-from tests.conftest import NATS_BASE
+from tests.conftest import require_nats
 from tests.projections.test_crash import finish, grow, positions, run_cli
 from tests.projections.test_projections import Writer, check_against_aggregate
+from tests.sessions.nats_cluster import SERVER, free_port
 
 
 @pytest.fixture
@@ -50,7 +56,7 @@ def consumer(store: SessionStore, name: str) -> Any:
     import nats.js.errors
 
     async def read() -> Any:
-        nc = await nats.connect(NATS_BASE)
+        nc = await nats.connect(store.settings["NATS_SERVERS"].split(","))
         try:
             return await nc.jetstream().consumer_info(store.settings["NATS_STREAM"], name)
         except nats.js.errors.NotFoundError:
@@ -66,7 +72,7 @@ def last_commit(store: SessionStore) -> int:
     import nats
 
     async def read() -> int:
-        nc = await nats.connect(NATS_BASE)
+        nc = await nats.connect(store.settings["NATS_SERVERS"].split(","))
         try:
             info = await nc.jetstream().stream_info(store.settings["NATS_STREAM"])
             return int(info.state.last_seq)
@@ -181,3 +187,101 @@ def test_a_second_follower_on_the_same_consumer_is_refused(store: SessionStore) 
         Writer(store, random.Random(72)).new_session()
         with pytest.raises(StoreError, match="another follower pulls from the same consumer"):
             next(two)
+
+
+# ---------------------------------------------------------------- a server restart
+
+
+class PrivateServer:
+    """One JetStream server of this test's own (its port, its store directory)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        log = (self.folder / "server.log").open("ab")
+        self.process = subprocess.Popen(
+            [SERVER, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(self.folder / "js")],
+            stdout=log,
+            stderr=log,
+        )
+        log.close()
+        wait_until(self._answers, 30, "the JetStream server")
+
+    def _answers(self) -> bool:
+        import socket
+
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
+                return sock.recv(4096).startswith(b"INFO ")
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+        self.process = None
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+            self.process = None
+
+
+@pytest.fixture
+def private_server(tmp_path: Path) -> Iterator[PrivateServer]:
+    require_nats()
+    if not Path(SERVER).exists():
+        pytest.fail(f"nats-server is not installed ({SERVER}); .ci/run installs it")
+    server = PrivateServer(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_a_follower_rides_out_a_server_restart_on_its_durable_consumer(
+    private_server: PrivateServer, tmp_path: Path
+) -> None:
+    url = f"{private_server.url}?stream=restarts"
+    views = str(tmp_path / "views.db")
+    with SessionStore.open(url) as store:
+        database = ViewDatabase(store, views)
+        try:
+            probe = {name: database.recorder(name, PROJECTIONS[name].tables) for name in ALL}
+            with ProjectionRunner(store, views_path=views) as runner:
+                name = runner.follower_name
+            grow(store, seed=81, sessions=2, operations=6)
+            writer = Writer(store, random.Random(82))
+            session = writer.new_session()
+            first = store.max_notification_id()
+            child = run_cli(url, "rebuild", "--follow", "--poll", "0.05", "--views", views)
+            try:
+                wait_until(lambda: set(positions(store, probe).values()) == {first}, 60, "catch-up")
+                follow_through_the_consumer(store, probe, writer, session, name)
+                private_server.kill()
+                time.sleep(2.0)
+                assert child.poll() is None, child.communicate()
+                private_server.start()
+                latest = follow_through_the_consumer(store, probe, writer, session, name)
+                child.send_signal(signal.SIGTERM)
+                document = finish(child)
+            finally:
+                if child.poll() is None:
+                    child.kill()
+                    child.communicate()
+            assert [(p["name"], p["position"]) for p in document["projections"]] == [
+                (view, latest) for view in ALL
+            ]
+            check_against_aggregate(store, probe)
+        finally:
+            database.close()
