@@ -10,7 +10,10 @@ Three stores, each measured the same way in one run: PostgreSQL (a fresh databas
 - **8 writers**: eight threads, each with its own store handle and session, saving steps at once:
   saves per second of all of them together;
 - **load**: one session of 100,000 events (saved in batches of 1,000), then ``load_events`` of
-  all of it: seconds.
+  all of it: seconds;
+- **snapshot load**: the same session opened by another store handle (``get``: its latest
+  snapshot, taken at 100,000 events, and nothing after it): seconds. On JetStream the snapshot is
+  the ``<stream>_snapshots`` key's pointer and its chunks.
 
 Ratios are JetStream / PostgreSQL of the same run (throughput: higher is better; load time: lower is
 better). Informational: no targets. Not in the default set of ``benchmarks.run`` (it needs both
@@ -109,7 +112,8 @@ def concurrent_saves_per_second(url: str, events: int) -> float:
     return WRITERS * len(batches) / seconds
 
 
-def load_seconds(url: str, events: int) -> float:
+def load_seconds(url: str, events: int) -> tuple[float, float]:
+    """Seconds to read every event of an ``events``-long session, and to open it from its snapshot."""
     with SessionStore.open(url) as store:
         session = store.create()
         for index, event in enumerate(agent_events(events), 1):
@@ -117,25 +121,31 @@ def load_seconds(url: str, events: int) -> float:
             if index % 1000 == 0:
                 store.save(session)
         store.save(session)
+        store.take_session_snapshot(session)  # at its full length, whatever the interval
         start = time.perf_counter()
         loaded = store.load_events(session.id)
         seconds = time.perf_counter() - start
         assert len(loaded) == len(session)
-        return seconds
+    with SessionStore.open(url) as other:
+        start = time.perf_counter()
+        opened = other.get(session.id)
+        from_snapshot = time.perf_counter() - start
+        assert len(opened) == len(session) and other.snapshot_fallbacks == []
+    return seconds, from_snapshot
 
 
-def measure(url: str, events: int, load_events: int) -> tuple[float, float, float]:
+def measure(url: str, events: int, load_events: int) -> tuple[float, float, float, float]:
     return (
         saves_per_second(url, events),
         concurrent_saves_per_second(url, events),
-        load_seconds(url, load_events),
+        *load_seconds(url, load_events),
     )
 
 
 def run(events: int = 2000, load_events: int = 100_000) -> list[Result]:
     from tests.sessions.nats_cluster import LoopbackCluster
 
-    figures: dict[str, tuple[float, float, float]] = {}
+    figures: dict[str, tuple[float, float, float, float]] = {}
     with postgres_url() as url:
         figures["PostgreSQL"] = measure(url, events, load_events)
     with jetstream_url(NATS_BASE, 1) as url:
@@ -151,7 +161,7 @@ def run(events: int = 2000, load_events: int = 100_000) -> list[Result]:
     pg = figures["PostgreSQL"]
     results: list[Result] = []
     for name in ("JetStream R1", "JetStream R3"):
-        one, many, load = figures[name]
+        one, many, load, snapshot = figures[name]
         results += [
             Result(f"{name}: saves/s, 1 writer", f"{one:,.0f}/s", f"PostgreSQL {pg[0]:,.0f}/s",
                    one / pg[0], None, True),
@@ -159,6 +169,8 @@ def run(events: int = 2000, load_events: int = 100_000) -> list[Result]:
                    f"PostgreSQL {pg[1]:,.0f}/s", many / pg[1], None, True),
             Result(f"{name}: load {load_events:,} events", fmt_seconds(load),
                    f"PostgreSQL {fmt_seconds(pg[2])}", load / pg[2], None, False),
+            Result(f"{name}: open {load_events:,} events from the snapshot", fmt_seconds(snapshot),
+                   f"PostgreSQL {fmt_seconds(pg[3])}", snapshot / pg[3], None, False),
         ]  # fmt: skip
     return results
 

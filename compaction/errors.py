@@ -189,6 +189,27 @@ class ConcurrencyError(StoreError):
         )
 
 
+class LeaseTakenError(ConcurrencyError):
+    """Another process holds the compaction lease of the session in a store that keeps leases
+    outside the log (JetStream's ``<stream>_leases`` bucket): this compaction did not start and
+    stored nothing. Names the holder, its compaction and the lease's expiry."""
+
+    def __init__(
+        self, session_id: object, compaction_id: str, host: str, pid: int, expires_at: str
+    ) -> None:
+        StoreError.__init__(
+            self,
+            f"session {session_id}: compaction {compaction_id} holds the compaction lease (held "
+            f"by {host} pid {pid} until {expires_at}); nothing was stored",
+        )
+        self.session_id = session_id
+        self.first_seq = self.last_seq = -1
+        self.compaction_id = compaction_id
+        self.host = host
+        self.pid = pid
+        self.expires_at = expires_at
+
+
 class SessionNotFoundError(StoreError, KeyError):
     """No session with that id exists in the store."""
 

@@ -2,7 +2,9 @@
 
 One :class:`ProjectionRunner` reads the store's notification log in batches, decoded once by the
 store (:meth:`~compaction.sessions.store.SessionStore.notifications`; when following, from
-:meth:`~compaction.sessions.store.SessionStore.follow`, the recorder's eventsourcing subscription),
+:meth:`~compaction.sessions.store.SessionStore.follow`: a durable consumer named
+:attr:`ProjectionRunner.follower_name` on JetStream, acknowledged after each committed batch, else
+the recorder's eventsourcing subscription),
 feeds each event to every selected projection whose tracking position is behind it, and commits
 each projection's rows with its tracking record (one transaction per projection per batch). A
 runner killed at any moment resumes from the tracking records: a batch is either wholly in a view
@@ -20,12 +22,15 @@ follows on. It ends only when stopped, or after :attr:`Reconnect.attempts` faile
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import signal
+import socket
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -177,6 +182,19 @@ class ProjectionRunner:
         """The lowest tracking position among the selected views (0: nothing applied yet)."""
         return min(p.position for p in self.projections)
 
+    @property
+    def follower_name(self) -> str:
+        """The name this runner follows the log by, where the store keeps followers (JetStream's
+        durable consumers): the projections and a digest of the host and the views' location, so
+        runners of other views (another file, another machine) never share a consumer, and a
+        runner restarted on these views resumes the same one."""
+        names = "-".join(p.name for p in self.projections)
+        location = self.database.location
+        if self.database.kind == "sqlite" and "mode=memory" not in location:
+            location = str(Path(location).resolve())
+        where = hashlib.sha256(f"{socket.gethostname()}\n{location}".encode()).hexdigest()[:12]
+        return f"views_{names}_{where}"
+
     def behind(self) -> int:
         """About how many notifications the slowest view has still to apply (ids can skip)."""
         return max(0, self.store.max_notification_id() - self.position)
@@ -234,10 +252,15 @@ class ProjectionRunner:
         if stop.is_set():
             return
         connected(0)
-        feed = self.store.follow(self.position, poll_interval=self.poll_interval)
+        feed = self.store.follow(
+            self.position, poll_interval=self.poll_interval, durable=self.follower_name
+        )
         with feed, _stopped_by(stop, feed):
-            while self._commit(self._gather(feed), connected):
-                pass
+            while True:
+                batch = self._gather(feed)
+                if not self._commit(batch, connected):
+                    break
+                feed.processed(batch[-1].notification_id)  # tracked: a durable consumer acks
 
     def _wait_out(self, error: Exception, failures: int, stop: threading.Event) -> None:
         """Give up after too many failures in a row; else wait (or until stopped)."""

@@ -9,12 +9,11 @@ own, deleted afterwards; the same rule applies when the server is down.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -142,22 +141,35 @@ def require_nats() -> None:
 
 
 def delete_nats_streams(base: str, *streams: str) -> None:
-    """Delete the streams (and their key-value buckets) a test created."""
+    """Delete the streams a test created, and their key-value buckets (the streams ``KV_<name>``)."""
     import asyncio
 
     import nats
     import nats.js.errors
+
+    async def delete_one(js: Any, name: str) -> None:
+        """Deleted, or not there; retried while a cluster that just lost a node elects leaders."""
+        for attempt in range(20):
+            try:
+                await js.delete_stream(name)
+                return
+            except nats.js.errors.NotFoundError:
+                return
+            except (nats.errors.TimeoutError, nats.js.errors.ServiceUnavailableError):
+                if attempt == 19:
+                    raise
+                await asyncio.sleep(0.5)
 
     async def delete() -> None:
         nc = await nats.connect(base.split(","), connect_timeout=5)
         try:
             js = nc.jetstream()
             for stream in streams:
-                for suffix in ("", "_chunks", "_snapshots"):
-                    with contextlib.suppress(nats.js.errors.NotFoundError):
-                        await js.delete_stream(f"{stream}{suffix}")
-                with contextlib.suppress(nats.js.errors.NotFoundError):
-                    await js.delete_stream(f"KV_{stream}_tracking")
+                for name in (
+                    stream, f"{stream}_chunks", f"KV_{stream}_snapshots", f"KV_{stream}_leases",
+                    f"KV_{stream}_tracking",
+                ):  # fmt: skip
+                    await delete_one(js, name)
         finally:
             await nc.close()
 

@@ -30,6 +30,7 @@ from uuid import UUID
 
 from compaction.engine.brackets import open_start
 from compaction.sessions.events import now_utc
+from compaction.sessions.leases import LeaseClaim
 from compaction.sessions.session import Session
 from compaction.vocabulary.events import CompactStart, Lease
 
@@ -50,6 +51,21 @@ def inspect_lock(session: Session) -> LockState:
     assert isinstance(event, CompactStart)
     live = resume is None or resume < start
     return LockState(start, live, event)
+
+
+def closed_in_log(session: Session, claim: LeaseClaim) -> bool:
+    """Does ``session``'s log show the claim's compaction closed? Its start is stored at the
+    claim's seq and is no longer the live lock (ended, or a later ``session/resume``). A claim
+    whose start this session does not hold yet (not stored, or stored after the session was
+    loaded) is not known closed."""
+    seq = claim.start_seq
+    if seq is None or seq >= len(session):
+        return False
+    event = session.event(seq)
+    if not isinstance(event, CompactStart) or event.compaction_id != claim.compaction_id:
+        return True  # the seq holds something else: the claim's start is not the lock
+    lock = inspect_lock(session)
+    return not (lock.live and lock.start_seq == seq)
 
 
 def busy_message(stage: str, session: Session, lock: LockState) -> str:

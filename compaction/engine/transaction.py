@@ -29,6 +29,7 @@ from typing import Literal, cast
 from compaction.engine.lock import (
     UnreleasedLeases,
     clear_failure,
+    closed_in_log,
     inspect_lock,
     new_lease,
     report_failure,
@@ -41,6 +42,7 @@ from compaction.errors import (
     ConcurrencyError,
     EmptySummaryError,
     FidelityError,
+    LeaseTakenError,
     LockHeldError,
     ShrinkError,
     SpanError,
@@ -59,6 +61,7 @@ from compaction.handover.identifiers import extract
 from compaction.sessions.blocks import Message, TextBlock
 from compaction.sessions.collector import collector_paused
 from compaction.sessions.events import Replace, SessionEvent, UserMessage
+from compaction.sessions.leases import Grant, LeaseClaim
 from compaction.sessions.session import Session, project
 from compaction.sessions.store import SessionStore
 from compaction.vocabulary.checkpoint import checkpoint_message, new_compaction_id
@@ -106,6 +109,10 @@ class Transaction:
     takeover: CompactStart | None = None
     """This process's own failed, unclosed start (from ``unreleased``): closed in the new start's save."""
     close_budget: float = CLOSE_BUDGET_SECONDS
+    _grant: Grant | None = field(default=None, init=False, repr=False)
+    """The session's lease where the store keeps one besides the log (JetStream)."""
+    _ended: bool = field(default=False, init=False, repr=False)
+    """The bracket is closed in the log (by this transaction or another process)."""
 
     async def run(self) -> CompactionResult:
         with self.analysis.active():
@@ -113,6 +120,12 @@ class Transaction:
 
     async def _run(self) -> CompactionResult:
         start = self._start()
+        try:
+            return await self._after_start(start)
+        finally:
+            self._release()
+
+    async def _after_start(self, start: CompactStart) -> CompactionResult:
         try:
             return await self._summarize_and_commit(start)
         except asyncio.CancelledError as e:
@@ -147,6 +160,7 @@ class Transaction:
             source_command_id=self.source_command_id,
             focus=self.focus,
         )
+        grant = self._claim(event)
         mark = session.mark()
         taken = self._take_over()
         stamped = session.append(event)
@@ -154,14 +168,18 @@ class Transaction:
             self._save()
         except ConcurrencyError as e:
             session.rollback(mark)
+            self._give_back(grant)
             raise BusyError(
                 f"compaction: another writer appended to session {session.id} first (seq "
                 f"{stamped.seq}); its compaction or its step won the race. Reload and retry."
             ) from e
         except StoreError:
             session.rollback(mark)  # not stored: an in-memory start would block every later attempt
+            self._give_back(grant)
             raise
         assert isinstance(stamped, CompactStart)
+        if grant is not None and self.store is not None:
+            self._grant = self.store.confirm_lease(grant, stamped.seq)
         if taken is not None:
             self.unreleased.forget(session.id)
             clear_failure(taken.compaction_id)
@@ -172,6 +190,37 @@ class Transaction:
             )  # fmt: skip
         self._progress(f"compact/start seq {stamped.seq} ({len(self.span.seqs)} nodes)", "started")
         return stamped
+
+    def _claim(self, event: CompactStart) -> Grant | None:
+        """Claim the session's lease where the store keeps one besides the log (JetStream: the
+        claim, not the append of the start, decides between racing processes); None elsewhere."""
+        if self.store is None:
+            return None
+        session = self.session
+        lease = event.lease
+        claim = LeaseClaim(session.id, event.compaction_id, lease.host, lease.pid, lease.expires_at)
+        replaces = self.takeover.compaction_id if self.takeover is not None else None
+        try:
+            return self.store.acquire_lease(
+                claim, replaces=replaces, closed=lambda held: closed_in_log(session, held)
+            )
+        except LeaseTakenError as e:
+            raise BusyError(
+                f"compaction: another writer holds the compaction lease of session {session.id} "
+                f"(compaction {e.compaction_id}, held by {e.host} pid {e.pid} until "
+                f"{e.expires_at}); its compaction won the race. Reload and retry."
+            ) from e
+
+    def _give_back(self, grant: Grant | None) -> None:
+        if grant is not None and self.store is not None:
+            self.store.release_lease(grant)
+
+    def _release(self) -> None:
+        """Give the lease back once the bracket is closed (committed, failed and ended, or closed
+        by another process); a held lock (:meth:`_hold`) keeps it."""
+        grant, self._grant = self._grant, None
+        if self._ended:
+            self._give_back(grant)
 
     def _take_over(self) -> CompactStart | None:
         """Append (unsaved) the ``compact/end`` of this process's own failed compaction, if the
@@ -418,6 +467,7 @@ class Transaction:
                     f"compaction {start.compaction_id}: the store refused the commit in session "
                     f"{session.id}: {e}"
                 ) from e
+            self._ended = True
             self._progress(f"committed compaction {start.compaction_id}", "committed")
             return _result(start, events, summary)
         raise AssertionError("unreachable")
@@ -429,6 +479,7 @@ class Transaction:
         lock = inspect_lock(fresh)
         if lock.start_seq != start.seq:
             self.session.adopt(fresh)
+            self._ended = True
             raise _ClosedError(
                 CommitError(
                     f"compaction {start.compaction_id}: its compact/start (seq {start.seq}) was closed "
@@ -497,11 +548,13 @@ class Transaction:
         )
         for attempt in (1, 2):
             if inspect_lock(session).start_seq != start.seq:
+                self._ended = True
                 return  # already closed by someone else
             mark = session.mark()
             session.append(end)
             try:
                 self._save()
+                self._ended = True
                 log.warning("compaction %s failed and was closed: %s", start.compaction_id, error)
                 return
             except ConcurrencyError:

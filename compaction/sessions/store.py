@@ -59,6 +59,7 @@ from compaction.errors import (
 )
 from compaction.sessions.collector import collector_paused
 from compaction.sessions.events import SessionEvent
+from compaction.sessions.leases import Closed, CompactionLeases, Grant, LeaseClaim, LogLeases
 from compaction.sessions.mapper import SessionMapper, SnapshotEnvelope, StoredRow
 from compaction.sessions.polling import (
     POLLING_SQLITE_RECORDER_TOPIC,
@@ -398,6 +399,28 @@ class SessionStore:
     def close(self) -> None:
         self.application.close()
 
+    # ------------------------------------------------------------ compaction leases
+
+    @property
+    def compaction_leases(self) -> CompactionLeases:
+        """Where the store keeps compaction leases besides the log (:mod:`compaction.sessions.leases`):
+        JetStream's ``<stream>_leases`` bucket, or none (SQLite, PostgreSQL and memory stores, where
+        the log's ``compact/start`` alone arbitrates)."""
+        make = getattr(self.application.factory, "compaction_leases", None)
+        leases: CompactionLeases = make() if callable(make) else _LOG_LEASES
+        return leases
+
+    def acquire_lease(self, claim: LeaseClaim, *, replaces: str | None, closed: Closed) -> Grant | None:
+        """:meth:`CompactionLeases.acquire`, a database failure raised as :class:`StoreError`."""
+        with database_errors(f"session {claim.session_id}: claiming its compaction lease"):
+            return self.compaction_leases.acquire(claim, replaces=replaces, closed=closed)
+
+    def confirm_lease(self, grant: Grant, start_seq: int) -> Grant:
+        return self.compaction_leases.confirm(grant, start_seq)
+
+    def release_lease(self, grant: Grant) -> None:
+        self.compaction_leases.release(grant)
+
     def __enter__(self) -> SessionStore:
         return self
 
@@ -611,12 +634,20 @@ class SessionStore:
         )
         return [(n.id, n.originator_id, n.originator_version, n.topic, n.state) for n in found]
 
-    def follow(self, after: int = 0, *, poll_interval: float | None = None) -> NotificationFeed:
-        """Decoded notifications after ``after``, blocking for new ones until stopped. With a
-        ``poll_interval`` (projection runners), a polling subscription on every backend; without
-        one, the recorder's eventsourcing subscription (``LISTEN`` on PostgreSQL, the in-memory
-        recorder's listeners, polling for SQLite and unannounced partitions)."""
+    def follow(
+        self, after: int = 0, *, poll_interval: float | None = None, durable: str | None = None
+    ) -> NotificationFeed:
+        """Decoded notifications after ``after``, blocking for new ones until stopped. With
+        ``durable`` (a follower's name: the projection runner's) on a store whose log has durable
+        consumers (JetStream), that consumer, which the follower acknowledges
+        (:meth:`NotificationFeed.processed`). Else, with a ``poll_interval`` (projection runners),
+        a polling subscription on every backend; without one, the recorder's eventsourcing
+        subscription (``LISTEN`` on PostgreSQL, the in-memory recorder's listeners, polling for
+        SQLite and unannounced partitions)."""
         recorder = self._recorder
+        if durable is not None and isinstance(recorder, DurableLog):
+            with database_errors(f"the notification log: the durable consumer of {durable!r}"):
+                return NotificationFeed(recorder.follow_durably(durable, after), self._notification)
         if poll_interval is not None and isinstance(recorder, PollingRecorder):
             subscription: Subscription[Any] = PollingSubscription(
                 recorder, after, poll_interval=poll_interval
@@ -800,6 +831,7 @@ class SessionStore:
             yield self.get(session_id)
 
 
+_LOG_LEASES = LogLeases()
 _ES_KEYS = ("PERSISTENCE_MODULE", "SQLITE_", "POSTGRES_", "NATS_", "IS_SNAPSHOTTING", "SESSIONSTORE_")
 
 
@@ -811,6 +843,13 @@ class OriginatorIndex(Protocol):
     def originator_ids(self, *, first_stored: bool) -> list[UUID]: ...
 
     def count_below(self, originator_id: UUID, below: int) -> int: ...
+
+
+@runtime_checkable
+class DurableLog(Protocol):
+    """A recorder whose followers read through durable consumers on the server (JetStream)."""
+
+    def follow_durably(self, name: str, gt: int | None = None) -> Subscription[Any]: ...
 
 
 def _distinct_ids(recorder: Any, kind: str) -> Iterator[UUID]:
@@ -972,6 +1011,16 @@ class NotificationFeed:
         except PersistenceError as e:  # the subscription's connection failed
             raise StoreError(f"following the notification log failed: {_reason(e)}") from e
         return self._decode(n.id, n.originator_id, n.originator_version, n.topic, n.state)
+
+    def processed(self, notification_id: int) -> None:
+        """Every notification up to ``notification_id`` is applied and tracked: a durable consumer
+        acknowledges it (nothing to do for other subscriptions)."""
+        acknowledge = getattr(self.subscription, "acknowledge", None)
+        if acknowledge is not None:
+            try:
+                acknowledge(notification_id)
+            except PersistenceError as e:
+                raise StoreError(f"acknowledging notification {notification_id} failed: {_reason(e)}") from e
 
     def stop(self) -> None:
         self.subscription.stop()

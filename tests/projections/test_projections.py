@@ -582,6 +582,9 @@ def test_a_follower_wakes_on_appends_and_stops_when_asked(
         def stop(self) -> None:
             self.feed.stop()
 
+        def processed(self, notification_id: int) -> None:
+            self.feed.processed(notification_id)
+
     monkeypatch.setattr(store, "follow", lambda *args, **kwargs: WatchedFeed(follow(*args, **kwargs)))
     writer = Writer(store, random.Random(15))
     session = writer.new_session()

@@ -173,14 +173,14 @@ def test_a_losing_chunked_save_leaves_no_chunks_and_no_events(nats_url: str) -> 
 # ---------------------------------------------------------------- snapshots, tracking
 
 
-def test_snapshots_are_stored_in_their_own_stream_and_used(nats_url: str) -> None:
+def test_snapshots_are_stored_in_their_bucket_and_used(nats_url: str) -> None:
     with SessionStore.open(nats_url, snapshot_interval=10) as store:
         session = store.create()
         for index in range(4):
             turn(session, f"task {index}", steps=2)
             store.save(session)
-        snapshots = _messages(store, f"{_stream(store)}_snapshots")
-        assert snapshots, "no snapshot was stored"
+        bucket = _messages(store, f"KV_{_stream(store)}_snapshots")
+        assert [subject for subject, _ in bucket][-1] == f"$KV.{_stream(store)}_snapshots.{session.id.hex}"
         loaded = store.get(session.id)
         assert list(loaded.events()) == list(session.events())
         assert store.snapshot_fallbacks == []

@@ -45,6 +45,9 @@ STREAM_NAME_IN_USE = 10058
 NO_SUITABLE_PEERS = 10005
 WRONG_LAST_SEQUENCE = 10071
 """JetStream's error code for a failed ``Nats-Expected-Last-Subject-Sequence``."""
+STORE_FAILED = 10077
+"""JetStream's error code for a message the stream refused to store (a limit reached, a full
+disk): answered with 503 like a missing leader, but definite, so never retried."""
 
 
 TRANSIENT: tuple[type[Exception], ...] = (
@@ -66,8 +69,8 @@ async def retrying(operation: Callable[[], Awaitable[T]]) -> T:
     while True:
         try:
             return await operation()
-        except TRANSIENT:
-            if time.monotonic() > deadline:
+        except TRANSIENT as e:
+            if time.monotonic() > deadline or getattr(e, "err_code", None) == STORE_FAILED:
                 raise
             await asyncio.sleep(RETRY_PAUSE)
 
@@ -85,51 +88,60 @@ class Record:
     data: bytes
 
 
+@dataclass(frozen=True)
+class Connected:
+    """What :meth:`JetStreamLog.connect` opened: the connection and its three JetStream contexts,
+    which differ only in how long a request waits for its answer."""
+
+    nc: Client
+    js: JetStreamContext
+    """Requests that are not simply retried (stream and bucket creation): the store's timeout."""
+    ask: JetStreamContext
+    """Retried requests (reads, publishes with their message id): :data:`ASK_TIMEOUT`."""
+    create: JetStreamContext
+    """The creation of short-lived read consumers: :data:`CREATE_TIMEOUT`."""
+
+
 class JetStreamLog:
     """A connection to the servers and the store's streams: ``S`` (the commit messages of the
-    sessions, nothing else, so its sequence counts saves), ``S_chunks`` (the chunks of large
-    saves) and ``S_snapshots`` (snapshots, chunked the same way). Every method takes the stream
-    it works on; the default is ``S``."""
+    sessions, nothing else, so its sequence counts saves) and ``S_chunks`` (the chunks of large
+    saves and of large snapshots). The key-value buckets live beside them
+    (:mod:`compaction.sessions.nats.buckets`). Every method takes the stream it works on; the
+    default is ``S``."""
 
     def __init__(self, servers: list[str], stream: str, replicas: int, timeout: float) -> None:
         self.servers = servers
         self.stream = stream
-        self.streams = (stream, f"{stream}_chunks", f"{stream}_snapshots")
+        self.chunk_stream = f"{stream}_chunks"
+        self.streams = (stream, self.chunk_stream)
         self.replicas = replicas
         self.timeout = timeout
-        self._nc: Client | None = None
-        self._js: JetStreamContext | None = None
-        self._ask: JetStreamContext | None = None
-        self._create: JetStreamContext | None = None
+        self._connected: Connected | None = None
+
+    @property
+    def connected(self) -> Connected:
+        """The connection and its contexts; an :class:`AssertionError` before :meth:`connect`."""
+        assert self._connected is not None, "JetStreamLog used before connect()"
+        return self._connected
 
     @property
     def nc(self) -> Client:
-        assert self._nc is not None, "JetStreamLog used before connect()"
-        return self._nc
+        return self.connected.nc
 
     @property
     def js(self) -> JetStreamContext:
-        assert self._js is not None, "JetStreamLog used before connect()"
-        return self._js
+        return self.connected.js
 
     @property
     def ask(self) -> JetStreamContext:
-        """The JetStream context of retried requests (:data:`ASK_TIMEOUT`)."""
-        assert self._ask is not None, "JetStreamLog used before connect()"
-        return self._ask
-
-    @property
-    def create(self) -> JetStreamContext:
-        """The JetStream context that creates the short-lived read consumers (:data:`CREATE_TIMEOUT`)."""
-        assert self._create is not None, "JetStreamLog used before connect()"
-        return self._create
+        return self.connected.ask
 
     @property
     def max_payload(self) -> int:
         return int(self.nc.max_payload)
 
     async def connect(self) -> None:
-        self._nc = await nats.connect(
+        nc = await nats.connect(
             servers=self.servers,
             connect_timeout=self.timeout,
             allow_reconnect=True,
@@ -138,14 +150,18 @@ class JetStreamLog:
             error_cb=_logged,
         )
         # Once connected, reconnect for as long as it takes (a cluster node restarting).
-        self._nc.options["max_reconnect_attempts"] = -1
-        self._js = self._nc.jetstream(timeout=self.timeout)
-        # Reads and publishes that can simply be retried wait briefly for an answer: a request to
-        # a stream leader that just died is never answered, and a new one is elected in seconds.
-        self._ask = self._nc.jetstream(timeout=min(ASK_TIMEOUT, self.timeout))
-        # nats-server 2.9 may place a new ephemeral consumer on a replica that is down; the
-        # request then goes unanswered, and the next attempt is placed anew.
-        self._create = self._nc.jetstream(timeout=min(CREATE_TIMEOUT, self.timeout))
+        nc.options["max_reconnect_attempts"] = -1
+        self._connected = Connected(
+            nc=nc,
+            js=nc.jetstream(timeout=self.timeout),
+            # Reads and publishes that can simply be retried wait briefly for an answer: a request
+            # to a stream leader that just died is never answered, and a new one is elected in
+            # seconds.
+            ask=nc.jetstream(timeout=min(ASK_TIMEOUT, self.timeout)),
+            # nats-server 2.9 may place a new ephemeral consumer on a replica that is down; the
+            # request then goes unanswered, and the next attempt is placed anew.
+            create=nc.jetstream(timeout=min(CREATE_TIMEOUT, self.timeout)),
+        )
         for stream in self.streams:
             await retrying(lambda stream=stream: self._ensure_stream(stream))  # type: ignore[misc]
 
@@ -172,8 +188,8 @@ class JetStreamLog:
             await self.js.stream_info(stream)  # created by another process meanwhile
 
     async def close(self) -> None:
-        if self._nc is not None and not self._nc.is_closed:
-            await self._nc.close()
+        if self._connected is not None and not self._connected.nc.is_closed:
+            await self._connected.nc.close()
 
     # ------------------------------------------------------------ writing
 
@@ -267,7 +283,7 @@ class JetStreamLog:
             num_replicas=1,
         )
         stream = stream or self.stream
-        sub = await self.create.pull_subscribe(subject, stream=stream, config=config)
+        sub = await self.connected.create.pull_subscribe(subject, stream=stream, config=config)
         name = ""
         try:
             info = await sub.consumer_info()

@@ -10,14 +10,18 @@ and waits for it.
   commit message per save (:mod:`compaction.sessions.nats.frames`), published with
   ``Nats-Expected-Last-Subject-Sequence`` set to the sequence of the session's last commit: a
   writer that lost the race gets eventsourcing's :class:`IntegrityError`, as on PostgreSQL, and
-  nothing of its save is visible. Snapshots use the same recorder on the stream
-  ``<stream>_snapshots``.
+  nothing of its save is visible.
+- **Snapshots recorder**: the latest snapshot of each session in the key-value bucket
+  ``<stream>_snapshots`` (:mod:`compaction.sessions.nats.snapshots`).
 - **Application recorder**: the notification log is the stream's sequence of commit messages,
   each also published with ``Nats-Expected-Last-Sequence``: a commit that raced another session's
   commit is re-read and re-sent (a different session is no conflict), so notification ids are
-  dense and in commit order. A subscription is woken by every commit (:class:`JetStreamSubscription`).
+  dense and in commit order. A subscription is woken by every commit (:class:`JetStreamSubscription`);
+  a named follower reads through a durable consumer (:meth:`JetStreamApplicationRecorder.follow_durably`).
 - **Tracking recorder**: the highest processed notification id per application name, in the
   key-value bucket ``<stream>_tracking``, advanced only by compare-and-set on the key's revision.
+- **Compaction leases**: :meth:`JetStreamFactory.compaction_leases`, the bucket ``<stream>_leases``
+  (:mod:`compaction.sessions.nats.leases`).
 """
 
 from __future__ import annotations
@@ -51,6 +55,13 @@ from nats.js.kv import KeyValue
 
 from compaction.errors import PerhapsStoredError
 from compaction.sessions.nats import frames
+from compaction.sessions.nats.buckets import (
+    TRACKING,
+    bucket_name,
+    compare_and_set,
+    open_bucket,
+    read,
+)
 from compaction.sessions.nats.client import (
     MSG_ID,
     RETRY_FOR,
@@ -58,7 +69,10 @@ from compaction.sessions.nats.client import (
     JetStreamLog,
     Record,
 )
+from compaction.sessions.nats.follow import DurableFollower
+from compaction.sessions.nats.leases import JetStreamLeases
 from compaction.sessions.nats.loop import LoopThread
+from compaction.sessions.nats.snapshots import JetStreamSnapshotRecorder
 
 T = TypeVar("T")
 EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
@@ -107,16 +121,14 @@ def _token(originator_id: UUID | str) -> str:
 class JetStreamAggregateRecorder(AggregateRecorder):
     """Stored events of each originator on its own subject, one commit message per save.
 
-    The events recorder (``ordered``) also serialises its commits on the stream: each carries
-    ``Nats-Expected-Last-Sequence`` and its notification id (``Compaction-Position``). The
-    snapshots recorder only checks the originator's own subject."""
+    The recorder also serialises its commits on the stream: each carries
+    ``Nats-Expected-Last-Sequence`` and its notification id (``Compaction-Position``)."""
 
-    def __init__(self, connection: JetStreamConnection, *, snapshots: bool = False) -> None:
+    def __init__(self, connection: JetStreamConnection) -> None:
         self.connection = connection
         self.log = connection.log
-        _, self.chunk_stream, snapshot_stream = self.log.streams
-        self.stream = snapshot_stream if snapshots else self.log.stream
-        self.ordered = not snapshots
+        self.chunk_stream = self.log.chunk_stream
+        self.stream = self.log.stream
         self.prefix = f"{self.stream}.s."
         self._tails: dict[str, tuple[int, int]] = {}  # subject -> (its last commit's seq, last version)
         self._head: tuple[int, int] | None = None  # (the stream's last seq, the next notification id)
@@ -146,10 +158,8 @@ class JetStreamAggregateRecorder(AggregateRecorder):
         headers = frames.commit_headers(rows[0][0], len(rows), chunked)
         deadline = time.monotonic() + RETRY_FOR
         try:
-            fresh = False
-            if subject not in self._tails or (self.ordered and self._head is None):
+            if subject not in self._tails or self._head is None:
                 await self._refresh(subject)
-                fresh = True
             while True:
                 position = self._expect(subject, rows[0][0], headers)
                 try:
@@ -162,15 +172,12 @@ class JetStreamAggregateRecorder(AggregateRecorder):
                             return position
                     elif e.err_code != WRONG_LAST_SEQUENCE:
                         raise
-                    if fresh and not self.ordered:
-                        raise IntegrityError(f"{subject}: another writer appended first") from e
                     if time.monotonic() > deadline:
                         raise OperationalError(
                             f"{self.connection.where}: {subject}: no append got through in "
                             f"{RETRY_FOR:.0f} s of retries (other writers kept appending first)"
                         ) from e
                     await self._refresh(subject)  # another session's save, or this one's
-                    fresh = True
                     continue
                 self._remember(subject, seq, rows[-1][0], position + len(rows))
                 return position
@@ -201,8 +208,6 @@ class JetStreamAggregateRecorder(AggregateRecorder):
                 f"{subject}: version {first} is taken (the last stored version is {last_version})"
             )
         headers[EXPECTED_LAST_SUBJECT_SEQUENCE] = str(seq)
-        if not self.ordered:
-            return 0
         assert self._head is not None
         head_seq, position = self._head
         headers[EXPECTED_LAST_SEQUENCE] = str(head_seq)
@@ -216,19 +221,17 @@ class JetStreamAggregateRecorder(AggregateRecorder):
         else:
             first, count = frames.header_range(last.headers)
             self._tails[subject] = (last.seq, first + count - 1)
-        if self.ordered:
-            top = await self.log.last(self.prefix + ">", self.stream)
-            if top is None:
-                self._head = (0, 1)
-            else:
-                self._head = (top.seq, frames.position(top.headers) + frames.header_range(top.headers)[1])
+        top = await self.log.last(self.prefix + ">", self.stream)
+        if top is None:
+            self._head = (0, 1)
+        else:
+            self._head = (top.seq, frames.position(top.headers) + frames.header_range(top.headers)[1])
 
     def _remember(self, subject: str, seq: int, version: int, next_position: int) -> None:
         if len(self._tails) > _MAX_TAILS:
             self._tails.clear()
         self._tails[subject] = (seq, version)
-        if self.ordered:
-            self._head = (seq, next_position)
+        self._head = (seq, next_position)
 
     async def _body(self, rows: list[frames.Row], save_id: str) -> tuple[bytes, bool]:
         """The commit message's body: the rows, or the list of the chunks they were cut into."""
@@ -453,6 +456,11 @@ class JetStreamApplicationRecorder(JetStreamAggregateRecorder, ApplicationRecord
     ) -> JetStreamSubscription:
         return JetStreamSubscription(self, gt, topics)
 
+    def follow_durably(self, name: str, gt: int | None = None) -> DurableFollower:
+        """The notifications after ``gt`` from the durable consumer ``name``
+        (:mod:`compaction.sessions.nats.follow`), acknowledged by the follower."""
+        return DurableFollower(self, name, gt)
+
     def max_notification_id(self) -> int | None:
         last = self.connection.call(self.log.last(self.prefix + ">"))
         if last is None:
@@ -466,18 +474,12 @@ class JetStreamTrackingRecorder(TrackingRecorder):
 
     def __init__(self, connection: JetStreamConnection) -> None:
         self.connection = connection
-        self.bucket = f"{connection.log.stream}_tracking"
+        self.bucket = bucket_name(connection.log, TRACKING)
         self._kv: KeyValue | None = None
 
     async def _bucket(self) -> KeyValue:
         if self._kv is None:
-            js = self.connection.log.js
-            try:
-                self._kv = await js.key_value(self.bucket)
-            except nats.js.errors.BucketNotFoundError:
-                self._kv = await js.create_key_value(
-                    bucket=self.bucket, history=1, replicas=self.connection.log.replicas
-                )
+            self._kv = await open_bucket(self.connection.log, TRACKING)
         return self._kv
 
     def insert_tracking(self, tracking: Tracking) -> None:
@@ -486,43 +488,28 @@ class JetStreamTrackingRecorder(TrackingRecorder):
     async def _insert(self, tracking: Tracking) -> None:
         kv = await self._bucket()
         key = _key(tracking.application_name)
-        try:
-            entry = await kv.get(key)
-        except nats.js.errors.KeyNotFoundError:
-            await _create_or_conflict(kv, key, tracking)
-            return
-        current = int(entry.value or b"0")
-        if current >= tracking.notification_id:
+        entry = await read(kv, key)
+        current = int(entry.value or b"0") if entry is not None else None
+        if current is not None and current >= tracking.notification_id:
             raise IntegrityError(
                 f"tracking {tracking.application_name!r}: notification {tracking.notification_id} "
                 f"is not after the recorded position {current}"
             )
+        value = str(tracking.notification_id).encode()
         try:
-            await kv.update(key, str(tracking.notification_id).encode(), last=entry.revision)
+            await compare_and_set(kv, key, value, None if entry is None else entry.revision)
         except nats.js.errors.KeyWrongLastSequenceError as e:
             raise IntegrityError(
-                f"tracking {tracking.application_name!r}: another process moved the position"
+                f"tracking {tracking.application_name!r}: another process "
+                f"{'recorded a position first' if entry is None else 'moved the position'}"
             ) from e
 
     def max_tracking_id(self, application_name: str) -> int | None:
         return self.connection.call(self._max(application_name))
 
     async def _max(self, application_name: str) -> int | None:
-        kv = await self._bucket()
-        try:
-            entry = await kv.get(_key(application_name))
-        except nats.js.errors.KeyNotFoundError:
-            return None
-        return int(entry.value or b"0")
-
-
-async def _create_or_conflict(kv: KeyValue, key: str, tracking: Tracking) -> None:
-    try:
-        await kv.create(key, str(tracking.notification_id).encode())
-    except nats.js.errors.KeyWrongLastSequenceError as e:
-        raise IntegrityError(
-            f"tracking {tracking.application_name!r}: another process recorded a position first"
-        ) from e
+        entry = await read(await self._bucket(), _key(application_name))
+        return None if entry is None else int(entry.value or b"0")
 
 
 def _key(application_name: str) -> str:
@@ -545,9 +532,12 @@ class JetStreamFactory(InfrastructureFactory[JetStreamTrackingRecorder]):
             float(self.env.get("NATS_TIMEOUT") or 5),
         )
         self.connection = JetStreamConnection(log)  # OperationalError when no server answers
+        self._leases: JetStreamLeases | None = None
 
     def aggregate_recorder(self, purpose: str = "events") -> AggregateRecorder:
-        return JetStreamAggregateRecorder(self.connection, snapshots=purpose == "snapshots")
+        if purpose == "snapshots":
+            return JetStreamSnapshotRecorder(self.connection)
+        return JetStreamAggregateRecorder(self.connection)
 
     def application_recorder(self) -> ApplicationRecorder:
         return JetStreamApplicationRecorder(self.connection)
@@ -556,6 +546,12 @@ class JetStreamFactory(InfrastructureFactory[JetStreamTrackingRecorder]):
         self, tracking_recorder_class: type[JetStreamTrackingRecorder] | None = None
     ) -> JetStreamTrackingRecorder:
         return (tracking_recorder_class or JetStreamTrackingRecorder)(self.connection)
+
+    def compaction_leases(self) -> JetStreamLeases:
+        """The sessions' compaction leases, in the bucket ``<stream>_leases``."""
+        if self._leases is None:
+            self._leases = JetStreamLeases(self.connection)
+        return self._leases
 
     def process_recorder(self) -> ProcessRecorder:
         """Not provided: a process application's new events and its tracking record must be
