@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from compaction.sessions.store import SessionStore
-from projections import ALL, PROJECTIONS, ProjectionRunner, ViewDatabase, ViewRecorder
+from projections import ALL, ProjectionRunner, ViewRecorder
 from tests.builders import wait_until
 from tests.projections.test_projections import Writer, check_against_aggregate, dump
 
@@ -31,15 +31,6 @@ def store(durable_store_url: str) -> Iterator[SessionStore]:
     with SessionStore.open(durable_store_url) as opened:
         yield opened
 
-
-@pytest.fixture
-def probe(store: SessionStore) -> Iterator[dict[str, ViewRecorder]]:
-    """The views as another process sees them (tables created before any child starts)."""
-    database = ViewDatabase(store)
-    try:
-        yield {name: database.recorder(name, PROJECTIONS[name].tables) for name in ALL}
-    finally:
-        database.close()
 
 
 def positions(store: SessionStore, views: dict[str, ViewRecorder]) -> dict[str, int]:

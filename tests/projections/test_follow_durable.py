@@ -41,14 +41,6 @@ def store(nats_url: str) -> Iterator[SessionStore]:
         yield opened
 
 
-@pytest.fixture
-def probe(store: SessionStore) -> Iterator[dict[str, ViewRecorder]]:
-    database = ViewDatabase(store)
-    try:
-        yield {name: database.recorder(name, PROJECTIONS[name].tables) for name in ALL}
-    finally:
-        database.close()
-
 
 def consumer(store: SessionStore, name: str) -> Any:
     """The consumer's info, read with a plain connection on a thread of its own; None if none."""

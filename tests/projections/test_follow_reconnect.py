@@ -23,7 +23,7 @@ from contextlib import contextmanager
 import pytest
 
 from compaction.sessions.store import SessionStore
-from projections import ALL, PROJECTIONS, ViewDatabase, ViewRecorder
+from projections import ALL, ViewRecorder
 from tests.builders import run_json, wait_until
 from tests.projections.test_crash import finish, grow, positions
 from tests.projections.test_projections import Writer, check_against_aggregate
@@ -39,14 +39,6 @@ def store(pg_url: str) -> Iterator[SessionStore]:
     with SessionStore.open(pg_url) as opened:
         yield opened
 
-
-@pytest.fixture
-def probe(store: SessionStore) -> Iterator[dict[str, ViewRecorder]]:
-    database = ViewDatabase(store)
-    try:
-        yield {name: database.recorder(name, PROJECTIONS[name].tables) for name in ALL}
-    finally:
-        database.close()
 
 
 def follower(url: str, *arguments: str) -> subprocess.Popen[str]:
