@@ -18,14 +18,38 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+WORDISH = re.compile(r"[\w.-]")
+"""A character that would continue a name before it (a letter, digit, ``_``, ``.`` or ``-``)."""
+WORD = re.compile(r"\w")
+WORD_OR_HYPHEN = re.compile(r"[\w-]")
+
 
 def occurs(ident: str, text: str) -> bool:
-    """Whether ``ident`` occurs whole in ``text`` (see the module)."""
+    """Whether ``ident`` occurs whole in ``text`` (see the module): not preceded by a character
+    that continues a name (unless it starts with ``/``), not followed by one (``\\w``, ``-``, or
+    ``.`` and a word character: an extension) when it ends with one."""
     if not ident or ident not in text:
         return False
-    before = "" if ident.startswith("/") else r"(?<![\w.-])"
-    after = r"(?![\w-]|\.\w)" if ident[-1].isalnum() or ident[-1] in "_-" else ""
-    return re.search(before + re.escape(ident) + after, text) is not None
+    check_before = not ident.startswith("/")
+    check_after = ident[-1].isalnum() or ident[-1] in "_-"
+    at = text.find(ident)
+    while at >= 0:
+        end = at + len(ident)
+        if not (check_before and at and WORDISH.match(text[at - 1])) and not (
+            check_after and _continues(text, end)
+        ):
+            return True
+        at = text.find(ident, at + 1)
+    return False
+
+
+def _continues(text: str, end: int) -> bool:
+    """Whether the text from ``end`` continues the name that ends there."""
+    if end >= len(text):
+        return False
+    if WORD_OR_HYPHEN.match(text[end]):
+        return True
+    return text[end] == "." and end + 1 < len(text) and WORD.match(text[end + 1]) is not None
 
 
 def unrepeated(items: Sequence[str], elsewhere: str) -> list[str]:
@@ -34,7 +58,8 @@ def unrepeated(items: Sequence[str], elsewhere: str) -> list[str]:
     Shortest first, so a chain (a directory in a path in a command) keeps only its longest link."""
     kept = dict.fromkeys(items)
     for item in sorted(kept, key=len):
-        others = (o for o in kept if o is not item and len(o) >= len(item))
-        if occurs(item, elsewhere) or any(occurs(item, other) for other in others):
+        if occurs(item, elsewhere) or any(
+            item in other and other is not item and occurs(item, other) for other in kept
+        ):
             del kept[item]
     return list(kept)

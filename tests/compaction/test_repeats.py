@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from compaction.handover.repeats import occurs, unrepeated
 
@@ -35,3 +39,22 @@ def test_an_identifier_quoted_elsewhere_is_not_listed_and_order_is_kept() -> Non
     items = ["b.py", "/w/a.py", "make", "/w/c.py", "ls"]
     elsewhere = "- Bash `make -j2`: Error 2\n- Edited `/w/a.py`\n- Tools used: Bash x2"
     assert unrepeated(items, elsewhere) == ["b.py", "/w/c.py", "ls"]
+
+
+def _occurs_by_pattern(ident: str, text: str) -> bool:
+    """:func:`occurs` as one regular expression (the rule as first written)."""
+    if not ident or ident not in text:
+        return False
+    before = "" if ident.startswith("/") else r"(?<![\w.-])"
+    after = r"(?![\w-]|\.\w)" if ident[-1].isalnum() or ident[-1] in "_-" else ""
+    return re.search(before + re.escape(ident) + after, text) is not None
+
+
+NAMEISH = st.text(alphabet="ab/._-é1 `", max_size=12)
+
+
+@settings(max_examples=500, deadline=None)
+@given(NAMEISH, NAMEISH, NAMEISH)
+def test_occurs_is_the_pattern(ident: str, head: str, tail: str) -> None:
+    for text in (head + ident + tail, head + tail, ident + head + ident):
+        assert occurs(ident, text) == _occurs_by_pattern(ident, text), (ident, text)
