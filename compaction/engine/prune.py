@@ -17,7 +17,7 @@ import msgspec
 
 from compaction.engine.meters import Meter
 from compaction.errors import CompactionConfigError, CompactionError
-from compaction.sessions.blocks import ImageBlock, Message, TextBlock, ToolResultBlock
+from compaction.sessions.blocks import Message, ResultPart, TextBlock, ToolResultBlock
 from compaction.sessions.events import UNSET_SEQ, UNSET_TIME, Replace, ToolResult
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
@@ -91,14 +91,14 @@ def _is_int(value: object) -> bool:
 
 
 def prune_content(
-    blocks: tuple[TextBlock | ImageBlock, ...], config: PruneConfig
-) -> tuple[TextBlock | ImageBlock, ...] | None:
+    blocks: tuple[ResultPart, ...], config: PruneConfig
+) -> tuple[ResultPart, ...] | None:
     """The pruned content, or None when its text fits ``threshold_chars``."""
     total = sum(len(b.text) for b in blocks if isinstance(b, TextBlock))
     if total <= config.threshold_chars:
         return None
     cut_from, cut_to = config.head_chars, total - config.tail_chars
-    result: list[TextBlock | ImageBlock] = []
+    result: list[ResultPart] = []
     offset = 0
     marked = False
     for block in blocks:
@@ -155,7 +155,7 @@ def _rewrite(
     session: Session,
     meter: Meter,
     original: ToolResult,
-    content: tuple[TextBlock | ImageBlock, ...],
+    content: tuple[ResultPart, ...],
     *,
     store: SessionStore | None,
 ) -> Pruned:

@@ -46,6 +46,7 @@ from compaction.sessions.blocks import (
     Message,
     OpaqueBlock,
     ReasoningBlock,
+    ResultPart,
     Source,
     TextBlock,
     ToolCallBlock,
@@ -393,9 +394,11 @@ def from_langchain(message: BaseMessage) -> Item:
     if isinstance(message, AIMessage):
         return _ai_item(message, message_id)
     if isinstance(message, ToolMessage):
-        return ResultItem(
-            message.tool_call_id, (TextBlock(str(message.text)),), message_id, message.status == "error"
-        )
+        failed = message.status == "error"
+        if isinstance(message.content, list):  # text, image, file and audio blocks, kept block by block
+            parts = tuple(_part(p) for p in message.content)
+            return ResultItem(message.tool_call_id, parts, f"parts:{message_id}", failed)
+        return ResultItem(message.tool_call_id, (TextBlock(str(message.text)),), message_id, failed)
     if isinstance(message, HumanMessage):
         if isinstance(message.content, list):
             parts = tuple(_part(p) for p in message.content)
@@ -479,13 +482,14 @@ def to_langchain(messages: Sequence[Message]) -> list[AnyMessage]:
             continue
         result = next((b for b in message.content if isinstance(b, ToolResultBlock)), None)
         if result is not None:
+            listed = message.id.startswith("parts:")
             out.append(
                 ToolMessage(
-                    content=text_of(result.content),
+                    content=[_part_of(b) for b in result.content] if listed else text_of(result.content),
                     tool_call_id=result.tool_call_id,
                     name=names.get(result.tool_call_id),
                     status="error" if result.is_error else "success",
-                    id=message.id,
+                    id=message.id.removeprefix("parts:"),
                 )
             )
         elif message.id.startswith("parts:"):
@@ -517,7 +521,7 @@ def _ai_content(message: Message) -> list[Any]:
     return content
 
 
-def _part(part: Any) -> Block:
+def _part(part: Any) -> ResultPart:
     """A content part: text; an image by URL or base64 in LangChain's two usual shapes; anything
     else opaque (returned as it came)."""
     if isinstance(part, str):

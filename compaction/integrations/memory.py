@@ -66,7 +66,7 @@ from compaction.errors import (
 )
 from compaction.integrations.runlock import RunLock
 from compaction.service import BasicCompactService, Settings, known_window, load_settings, service_for
-from compaction.sessions.blocks import ImageBlock, Message, Source, TextBlock, ToolCallBlock, tool_calls_of
+from compaction.sessions.blocks import Message, ResultPart, Source, ToolCallBlock, tool_calls_of
 from compaction.sessions.commands import CommandResult, parse_command
 from compaction.sessions.events import (
     AssistantMessage,
@@ -127,7 +127,7 @@ class ResultItem:
     """A tool's answer to ``call_id``."""
 
     call_id: str
-    content: tuple[TextBlock | ImageBlock, ...]
+    content: tuple[ResultPart, ...]
     message_id: str
     is_error: bool = False
 

@@ -44,6 +44,7 @@ from compaction.sessions.blocks import (
     Message,
     OpaqueBlock,
     ReasoningBlock,
+    ResultPart,
     Source,
     TextBlock,
     ToolCallBlock,
@@ -321,10 +322,7 @@ def from_items(items: Sequence[JSON], origin: str) -> list[Item]:
             out.append(_assistant(group))
             group = []
         if kind == "function_call_output":
-            call_id = str(item.get("call_id", ""))
-            out.append(
-                ResultItem(call_id, (TextBlock(_output_text(item.get("output"))),), f"result-{call_id}")
-            )
+            out.append(_result(item, where))
         else:
             out.append(_user(item, where))
     if group:
@@ -395,7 +393,7 @@ def _user(item: JSON, where: str) -> UserItem | ContextItem:
     return ContextItem(message) if role in CONTEXT_ROLES else UserItem(message)
 
 
-def _user_part(part: Any, where: str) -> Block:
+def _user_part(part: Any, where: str) -> ResultPart:
     """An input part: text; an image (URL, ``data:`` URL or file id) as an image block; audio
     (``input_audio``) opaque, priced as audio; anything else (a file) opaque."""
     if not isinstance(part, Mapping):
@@ -424,12 +422,26 @@ def _user_part(part: Any, where: str) -> Block:
     return _opaque(dict(part), str(part.get("filename", "")))
 
 
-def _output_text(output: Any) -> str:
-    if isinstance(output, str):
-        return output
+def _result(item: JSON, where: str) -> ResultItem:
+    """A ``function_call_output``: text output as a text block; a list of content parts (the SDK's
+    ``ToolOutputText`` / ``ToolOutputImage`` / ``ToolOutputFileContent``) part by part, as a
+    user message's parts are (``parts`` in the message id)."""
+    call_id = str(item.get("call_id", ""))
+    output = item.get("output")
     if isinstance(output, list):
-        return "\n".join(str(p.get("text", "")) for p in output if isinstance(p, Mapping))
-    return json.dumps(output)
+        parts = tuple(_result_part(part, where) for part in output)
+        return ResultItem(call_id, parts, f"result-parts-{call_id}")
+    text = output if isinstance(output, str) else json.dumps(output)
+    return ResultItem(call_id, (TextBlock(text),), f"result-{call_id}")
+
+
+def _result_part(part: Any, where: str) -> ResultPart:
+    """A part of a tool's output; one that would not come back as it went in (an image with both
+    a URL and a file id, extra keys) is kept opaque, whole."""
+    block = _user_part(part, where)
+    if isinstance(block, TextBlock | ImageBlock) and _input_part(block) != dict(part):
+        return _opaque(dict(part), block.text if isinstance(block, TextBlock) else "")
+    return block
 
 
 # ---------------------------------------------------------------- events -> SDK items
@@ -444,13 +456,10 @@ def to_items(messages: Sequence[Message]) -> list[JSON]:
             continue
         result = next((b for b in message.content if isinstance(b, ToolResultBlock)), None)
         if result is not None:
-            items.append(
-                {
-                    "call_id": result.tool_call_id,
-                    "output": text_of(result.content),
-                    "type": "function_call_output",
-                }
-            )
+            output: Any = text_of(result.content)
+            if message.id.startswith("result-parts-"):
+                output = [_input_part(b) for b in result.content]
+            items.append({"call_id": result.tool_call_id, "output": output, "type": "function_call_output"})
         else:
             role, _, rest = message.id.partition(":")
             shape = rest.partition(":")[0]

@@ -46,6 +46,7 @@ from compaction.sessions.blocks import (
     Message,
     OpaqueBlock,
     ReasoningBlock,
+    ResultPart,
     Source,
     TextBlock,
     ToolCallBlock,
@@ -210,7 +211,7 @@ def _is_recorded(message: ModelMessage, recorded: AbstractSet[str], added: Abstr
     if isinstance(tagged, list) and tagged and all(known(t) for t in tagged):
         return True
     first = f"{fingerprint(message)}-0"
-    return any(known(f"{prefix}{first}") for prefix in ("", "parts:", "system:", "retry:"))
+    return any(known(f"{prefix}{first}") for prefix in ("", "parts:", "part:", "system:", "retry:"))
 
 
 def command_of(message: ModelMessage) -> str | None:
@@ -306,8 +307,7 @@ def _request_part(part: ModelRequestPart, message_id: str) -> Item:
     if isinstance(part, SystemPromptPart):
         return ContextItem(_user_text(f"system:{message_id}", part.content))
     if isinstance(part, ToolReturnPart):
-        blocks = (TextBlock(part.model_response_str(wrap_if_error=False)),)  # the error flag says it
-        return ResultItem(part.tool_call_id, blocks, message_id, is_error=part.outcome != "success")
+        return _tool_return(part, message_id)
     if isinstance(part, RetryFeedbackPart):
         return ContextItem(_user_text(f"retry:{message_id}", part.model_response()))
     if isinstance(part, RetryPromptPart):  # pydantic-ai 1 histories
@@ -320,7 +320,25 @@ def _request_part(part: ModelRequestPart, message_id: str) -> Item:
     )
 
 
-def _user_content(content: Any) -> Block:
+def _tool_return(part: Any, message_id: str) -> ResultItem:
+    """A tool's return: its text, or, when it holds files (images, documents, audio: a
+    multi-modal return), each of its parts as a user prompt's part is kept (``part:`` before the
+    id for one file, ``parts:`` for a list)."""
+    from pydantic_ai.messages import is_multi_modal_content
+
+    content = part.content
+    failed = part.outcome != "success"
+    if is_multi_modal_content(content):
+        return ResultItem(part.tool_call_id, (_user_content(content),), f"part:{message_id}", failed)
+    if isinstance(content, list) and any(is_multi_modal_content(c) for c in content):
+        blocks = tuple(_user_content(c) for c in content if isinstance(c, str) or is_multi_modal_content(c))
+        if len(blocks) == len(content):
+            return ResultItem(part.tool_call_id, blocks, f"parts:{message_id}", failed)
+    text = TextBlock(part.model_response_str(wrap_if_error=False))  # the error flag says it
+    return ResultItem(part.tool_call_id, (text,), message_id, is_error=failed)
+
+
+def _user_content(content: Any) -> ResultPart:
     """A part of a user prompt: text; an image (URL or bytes) as an image block when it comes
     back equal; anything else (documents, audio, video, images with extra settings) opaque."""
     from pydantic_ai.messages import AudioUrl, BinaryContent, ImageUrl
@@ -439,8 +457,13 @@ def _request_part_of(pai: Any, message: Message, names: dict[str, str]) -> Any:
         return pai.UserPromptPart(content=text_of(message.content))
     name = names.get(result.tool_call_id, "")
     outcome = "failed" if result.is_error else "success"
+    content: Any = text_of(result.content)
+    if message.id.startswith("parts:"):
+        content = [_content_of(pai, b) for b in result.content]
+    elif message.id.startswith("part:") and result.content:
+        content = _content_of(pai, result.content[0])
     return pai.ToolReturnPart(
-        tool_name=name, content=text_of(result.content), tool_call_id=result.tool_call_id, outcome=outcome
+        tool_name=name, content=content, tool_call_id=result.tool_call_id, outcome=outcome
     )
 
 

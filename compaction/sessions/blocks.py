@@ -65,11 +65,16 @@ class ToolCallBlock(msgspec.Struct, frozen=True, gc=False, tag="tool-call", tag_
     arguments: str  # the raw JSON string the model produced
 
 
+ResultPart = TextBlock | ImageBlock | OpaqueBlock
+"""A part of a tool's result: text, an image, or a part the library does not interpret (a file, a
+document, audio), kept as the framework handed it over."""
+
+
 class ToolResultBlock(
     msgspec.Struct, frozen=True, gc=False, tag="tool-result", tag_field="type", omit_defaults=True
 ):
     tool_call_id: str
-    content: tuple[TextBlock | ImageBlock, ...] = ()
+    content: tuple[ResultPart, ...] = ()
     is_error: bool = False
 
 
@@ -100,7 +105,7 @@ class Message(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     source: Source = USER_SOURCE
 
 
-def text_of(blocks: tuple[Block, ...] | tuple[TextBlock | ImageBlock, ...]) -> str:
+def text_of(blocks: tuple[Block, ...] | tuple[ResultPart, ...]) -> str:
     """The concatenated text of the text blocks (reasoning excluded)."""
     return "\n".join(b.text for b in blocks if isinstance(b, TextBlock))
 

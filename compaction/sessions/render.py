@@ -19,6 +19,7 @@ from compaction.sessions.blocks import (
     Message,
     OpaqueBlock,
     ReasoningBlock,
+    ResultPart,
     TextBlock,
     ToolCallBlock,
     ToolResultBlock,
@@ -33,7 +34,7 @@ def image_placeholder(block: ImageBlock) -> str:
     return f"[image {block.attachment_id} {block.media_type}{size}]"
 
 
-def _plain(blocks: tuple[Block, ...] | tuple[TextBlock | ImageBlock, ...]) -> str:
+def _plain(blocks: tuple[Block, ...] | tuple[ResultPart, ...]) -> str:
     parts: list[str] = []
     for block in blocks:
         if isinstance(block, TextBlock):
@@ -178,7 +179,8 @@ def _text_block(block: Block) -> str:
     if isinstance(block, ToolCallBlock):
         return f"[tool-call {block.id}] {block.name}({block.arguments})"
     flag = " error" if block.is_error else ""
-    return f"[tool-result {block.tool_call_id}{flag}] {_plain(block.content)}"
+    parts = "\n".join(_text_block(b) for b in block.content)
+    return f"[tool-result {block.tool_call_id}{flag}] {parts}"
 
 
 def render(messages: list[Message], shape: Shape) -> list[JSON] | str:

@@ -32,10 +32,9 @@ import msgspec
 from compaction.errors import EventRuleError, TranscriptError
 from compaction.sessions.blocks import (
     Block,
-    ImageBlock,
     Message,
+    ResultPart,
     Source,
-    TextBlock,
     ToolCallBlock,
     ToolResultBlock,
 )
@@ -269,7 +268,7 @@ class SessionBuilder:
     def result(
         self,
         call_id: str,
-        content: tuple[TextBlock | ImageBlock, ...],
+        content: tuple[ResultPart, ...],
         origin: str,
         *,
         is_error: bool = False,
