@@ -24,7 +24,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, cast
+from typing import Literal
 
 from compaction.engine.lock import (
     UnreleasedLeases,
@@ -53,7 +53,7 @@ from compaction.errors import (
 from compaction.handover.analysis import SpanAnalysis
 from compaction.handover.carried import carried_hashes, recall_carried
 from compaction.handover.completion import Completed, RendersFacts, SpanReading, complete
-from compaction.handover.facts import read, span_facts
+from compaction.handover.facts import SpanFacts, read, span_facts
 from compaction.handover.facts_fold import folded_facts
 from compaction.handover.fidelity import fidelity_problems, measure_fidelity
 from compaction.handover.fold import folded_identifiers
@@ -315,39 +315,28 @@ class Transaction:
     async def _summarized(
         self, start: CompactStart, shadowed: tuple[int, ...]
     ) -> tuple[SummaryOutput, _ReadSpan]:
-        """The summarizer's output and the span as read: from the session's folds when they
-        answer the span and the summarizer writes from facts (the span's messages are then never
-        fetched), else from its messages (fetched, read, sent whole)."""
-        folded = self._folded(start, shadowed)
-        if folded is not None and folded.reading is not None:
-            renders = cast(RendersFacts, self.summarizer)
-            output = await renders.summarize_facts(folded.request, folded.reading.facts)
-            if output is not None:
-                return output, folded
+        """The summarizer's output and the span as read. When the session's folds answer the span
+        (its facts, its identifiers) and its events' digests are carried, a summarizer that writes
+        from facts (:class:`~compaction.handover.completion.RendersFacts`) is handed them with a
+        request holding the task statement alone: the span's messages are never fetched.
+        Otherwise the messages are fetched, read (the folded facts kept for them, when there are)
+        and sent whole."""
+        known = folded_facts(self.session, shadowed)
+        if known is not None and isinstance(self.summarizer, RendersFacts):
+            hashes = carried_hashes(self.session, self.analysis, shadowed)
+            if hashes is not None:
+                request = self._request(start.compaction_id, [])
+                output = await self.summarizer.summarize_facts(request, known)
+                if output is not None:
+                    return output, _ReadSpan(request, [], hashes, SpanReading(known, known.identifiers))
         session = self.session
         session.preload(shadowed)
         events = list(map(session.event, shadowed))
         messages = [m for m in map(project, events) if m is not None]
-        self._read_span(shadowed, events, messages)
+        self._read_span(shadowed, events, messages, known)
         request = self._request(start.compaction_id, messages)
         output = await self.summarizer.summarize(request)
         return output, _ReadSpan(request, messages, [self.analysis.event_hash(e) for e in events])
-
-    def _folded(self, start: CompactStart, shadowed: tuple[int, ...]) -> _ReadSpan | None:
-        """The span as the session's folds and carried readings give it, with no message
-        fetched: its facts and identifiers, each shadowed event's hash, and a request holding the
-        task statement alone; None when they do not answer the span, or the summarizer needs
-        the messages."""
-        if not isinstance(self.summarizer, RendersFacts):
-            return None
-        facts = folded_facts(self.session, shadowed)
-        if facts is None:
-            return None
-        hashes = carried_hashes(self.session, self.analysis, shadowed)
-        if hashes is None:
-            return None
-        reading = SpanReading(facts, facts.identifiers)
-        return _ReadSpan(self._request(start.compaction_id, []), [], hashes, reading)
 
     def _within_span(
         self, completed: Completed, start: CompactStart, shadowed_tokens: int
@@ -378,7 +367,11 @@ class Transaction:
         return checkpoint, self.meter.message(checkpoint)
 
     def _read_span(
-        self, shadowed: tuple[int, ...], events: list[SessionEvent], messages: list[Message]
+        self,
+        shadowed: tuple[int, ...],
+        events: list[SessionEvent],
+        messages: list[Message],
+        known: SpanFacts | None = None,
     ) -> None:
         """What the handover needs of the span, in the analysis before the summarizer asks, with
         the collector paused (what is read all stays alive): the readings the session carries
@@ -387,23 +380,26 @@ class Transaction:
         that just loaded the session; with the completion off, only that)."""
         with collector_paused():
             recall_carried(self.session, self.analysis, shadowed, events)
-            self._recall_folded(shadowed, messages)
+            self._recall_folded(shadowed, messages, known)
             if self.config.completion != "off":  # the completion checks the span's facts
                 span_facts(messages)
             else:
                 for message in messages:
                     read(message)
 
-    def _recall_folded(self, shadowed: tuple[int, ...], messages: list[Message]) -> None:
+    def _recall_folded(
+        self, shadowed: tuple[int, ...], messages: list[Message], known: SpanFacts | None
+    ) -> None:
         """The span's identifiers and facts, when the read-ahead folded them (in this process or
-        in the one that saved the session's snapshot), kept in the analysis for these messages:
-        the template, the completion and the gate find them without reading each message."""
-        folded = folded_identifiers(self.session, shadowed)
-        if folded is not None:
-            self.analysis.unions.remember(messages, folded)
-        facts = folded_facts(self.session, shadowed)
-        if facts is not None:
-            self.analysis.spans.remember(messages, facts)
+        in the one that saved the session's snapshot; ``known``: the facts taken from the folds,
+        None when they do not answer the span), kept in the analysis for these messages: the
+        template, the completion and the gate find them without reading each message. A span the
+        facts fold answers holds no checkpoint, so its facts' identifiers are the span's own."""
+        if known is not None:
+            self.analysis.spans.remember(messages, known)
+        identifiers = known.identifiers if known is not None else folded_identifiers(self.session, shadowed)
+        if identifiers is not None:
+            self.analysis.unions.remember(messages, identifiers)
 
     def _request(self, compaction_id: str, messages: list[Message]) -> SummaryRequest:
         return build_request(

@@ -36,6 +36,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 from collections import Counter
+from dataclasses import dataclass
 
 import msgspec
 
@@ -64,7 +65,7 @@ from compaction.handover.facts import (
     result_text,
     todo_op,
 )
-from compaction.handover.fold import SurfaceFold, folded_identifiers
+from compaction.handover.fold import SurfaceFold, folded_identifiers, published_fold
 from compaction.handover.identifiers import Identifiers
 from compaction.sessions.blocks import Message, ToolCallBlock, ToolResultBlock, text_of
 from compaction.sessions.session import Session, project
@@ -80,6 +81,16 @@ POSITIONS = "q"
 FAILED, REJECTED = 1, 2
 """Flags of an answered step."""
 TOOL_BLOCKS = (ToolCallBlock, ToolResultBlock)
+
+
+@dataclass(slots=True)
+class _Failure:
+    """A failed step: its call's key, the result's first informative line, and the position of
+    the first later success of the same call (-1: none yet)."""
+
+    key: str
+    line: str
+    fixed_at: int
 
 
 class FactsState(msgspec.Struct, array_like=True):
@@ -144,8 +155,7 @@ class FactsFold(SurfaceFold):
         self.tool, self.flags = _positions(), _positions()
         self.pending: dict[str, tuple[int, str]] = {}
         """The open calls by id: their step and key."""
-        self.failures: dict[int, list[str | int]] = {}
-        """By step: [key, first line, position fixed at (-1: not yet)]."""
+        self.failures: dict[int, _Failure] = {}
         self.open_failures: dict[tuple[int, str], list[int]] = {}
         self.feedback: list[tuple[int, int, str]] = []
         self.todos: list[tuple[int, TodoOp, str | None]] = []
@@ -190,7 +200,7 @@ class FactsFold(SurfaceFold):
         self.tool.append(self.names.setdefault(item.block.name, len(self.names)))
         self.flags.append(0)
         self.pending[item.block.id] = (step, item.key)
-        op = _todo_op_of(item)
+        op = todo_op(item.block, item.todo, None)
         if op is not None:
             self.todos.append((step, op, None))
 
@@ -230,7 +240,7 @@ class FactsFold(SurfaceFold):
                 continue
             if call_key(self._call_block(session, later)) == key and (fixed_at < 0 or at < fixed_at):
                 fixed_at = at
-        self.failures[step] = [key, line, fixed_at]
+        self.failures[step] = _Failure(key, line, fixed_at)
         if fixed_at < 0:
             self.open_failures.setdefault((tool, key), []).append(step)
 
@@ -239,7 +249,7 @@ class FactsFold(SurfaceFold):
         if not waiting:
             return
         for failed in [s for s in waiting if s < step]:
-            self.failures[failed][2] = position
+            self.failures[failed].fixed_at = position
             waiting.remove(failed)
         if not waiting:
             del self.open_failures[(tool, key)]
@@ -330,10 +340,10 @@ class FactsFold(SurfaceFold):
     def _errors(self, stop: int, steps: int, answered: list[bool]) -> list[ErrorFact]:
         found: list[tuple[float, ErrorFact]] = []
         names = list(self.names)
-        for step, (key, line, fixed_at) in self.failures.items():
+        for step, failure in self.failures.items():
             if step < steps and answered[step]:
-                fixed = 0 <= int(fixed_at) < stop
-                found.append((step, ErrorFact(names[self.tool[step]], str(key), str(line), fixed)))
+                fixed = 0 <= failure.fixed_at < stop
+                found.append((step, ErrorFact(names[self.tool[step]], failure.key, failure.line, fixed)))
         for at, step, line in self.feedback:
             if at < stop:
                 fixed = step < steps and answered[step] and not self.flags[step] & FAILED
@@ -375,7 +385,7 @@ class FactsFold(SurfaceFold):
             self.intents, list(self.names),
             [a.tobytes() for a in self._step_arrays()],
             [(id_, step, key) for id_, (step, key) in self.pending.items()],
-            [(step, str(k), str(line), int(at)) for step, (k, line, at) in self.failures.items()],
+            [(step, f.key, f.line, f.fixed_at) for step, f in self.failures.items()],
             self.feedback, self.todos, self.files, self.opaque,
         )
         return _ENCODER.encode(state)
@@ -405,16 +415,12 @@ class FactsFold(SurfaceFold):
         )
         fold.pending = {id_: (step, key) for id_, step, key in state.pending}
         for step, key, line, fixed_at in state.failures:
-            fold.failures[step] = [key, line, fixed_at]
+            fold.failures[step] = _Failure(key, line, fixed_at)
             if fixed_at < 0:
                 fold.open_failures.setdefault((fold.tool[step], key), []).append(step)
         fold.feedback, fold.todos, fold.files = state.feedback, state.todos, state.files
         fold.opaque = state.opaque
         return fold
-
-
-def _todo_op_of(item: Call) -> TodoOp | None:
-    return todo_op(item.block, item.todo, None)
 
 
 def _message_at(session: Session, position: int) -> Message:
@@ -429,12 +435,11 @@ def folded_facts(session: Session, shadowed: tuple[int, ...]) -> SpanFacts | Non
     read); None when there is no usable fold for this span. The fold halts at a checkpoint, so
     a span it answers holds none (ours or an imported one): its facts are all a summary of it
     needs."""
-    published = session.readings.get(READING)
-    if published is None:
+    fold = published_fold(session, READING, FactsFold)
+    if fold is None:
         return None
     identifiers = folded_identifiers(session, shadowed)
-    fold = FactsFold.decode(published())
-    if identifiers is None or fold is None or not fold.holds(session):
+    if identifiers is None:
         return None
     stop = fold.span_stop(session, shadowed)
     return None if stop is None else fold.facts(session, stop, identifiers)

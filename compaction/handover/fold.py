@@ -20,7 +20,7 @@ count for the gate but not for the facts), is extracted as before.
 
 from __future__ import annotations
 
-from typing import Self
+from typing import Self, TypeVar
 
 import msgspec
 
@@ -29,7 +29,7 @@ from compaction.handover.identifiers import Identifiers, message_kinds
 from compaction.sessions.blocks import Message
 from compaction.sessions.session import Session, project
 
-__all__ = ["READING", "IdentifierFold", "SurfaceFold", "folded_identifiers"]
+__all__ = ["READING", "IdentifierFold", "SurfaceFold", "folded_identifiers", "published_fold"]
 
 READING = "handover/identifiers@1"
 """The fold's name among the session's readings; a change of what a message's identifiers are
@@ -110,6 +110,11 @@ class SurfaceFold:
         """The fold's state as the session's reading carries it."""
         raise NotImplementedError
 
+    @classmethod
+    def decode(cls, data: bytes) -> Self | None:
+        """The fold ``data`` encodes, or None when it does not decode (another layout)."""
+        raise NotImplementedError
+
     def span_stop(self, session: Session, shadowed: tuple[int, ...]) -> int | None:
         """The position that ends the span ``shadowed`` (surface seqs, in order) when the fold
         answers it (the span starts at ``begin``, the fold advanced over the nodes it has not
@@ -125,6 +130,9 @@ class SurfaceFold:
         if 0 <= self.halt_at < stop:
             return None
         return stop
+
+
+F = TypeVar("F", bound=SurfaceFold)
 
 
 class IdentifierFold(SurfaceFold):
@@ -175,11 +183,21 @@ def folded_identifiers(session: Session, shadowed: tuple[int, ...]) -> Identifie
     """:func:`~compaction.handover.identifiers.extract` of the messages of ``shadowed`` (surface
     seqs, in order), from the session's published fold (advanced over the nodes it has not read,
     up to the span's end); None when there is no usable fold for this span."""
-    published = session.readings.get(READING)
-    if published is None or not shadowed:
-        return None
-    fold = IdentifierFold.decode(published())
-    if fold is None or not fold.holds(session):
+    fold = published_fold(session, READING, IdentifierFold)
+    if fold is None or not shadowed:
         return None
     stop = fold.span_stop(session, shadowed)
     return None if stop is None else fold.identifiers(stop)
+
+
+def published_fold(session: Session, reading: str, kind: type[F]) -> F | None:
+    """The fold ``session`` publishes as ``reading``, when it still holds the session's surface:
+    the read-ahead's own fold when this process read the session ahead (its reading is the fold's
+    bound :meth:`~SurfaceFold.encode`: nothing is encoded or decoded), else the one its snapshot
+    carried, decoded; None when there is none."""
+    published = session.readings.get(reading)
+    if published is None:
+        return None
+    live = getattr(published, "__self__", None)
+    fold = live if isinstance(live, kind) else kind.decode(published())
+    return fold if fold is not None and fold.holds(session) else None
