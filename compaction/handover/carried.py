@@ -29,7 +29,7 @@ which cost about as much to rebuild as objects as to read again.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import msgspec
 
@@ -159,17 +159,23 @@ def carried_hashes(session: Session, analysis: SpanAnalysis, seqs: Sequence[int]
     found = carried(session)
     if found is None:
         return None
-    stored = array(SEQ_CODE)
-    stored.frombytes(found.seqs)
-    at = {seq: index for index, seq in enumerate(stored)}
-    hexes, width = found.digests.hex(), 2 * DIGEST
+    by_seq = dict(_hex_digests(found))
     hashes: list[str] = []
     for seq in seqs:
-        index = at.get(seq)
-        if index is None:
+        digest = by_seq.get(seq)
+        if digest is None:
             return None
-        hashes.append(hexes[index * width : (index + 1) * width])
+        hashes.append(digest)
     return hashes
+
+
+def _hex_digests(found: Carried) -> Iterator[tuple[int, str]]:
+    """Each carried seq with its digest in hex (the event hash), in the carried order."""
+    stored = array(SEQ_CODE)
+    stored.frombytes(found.seqs)
+    hexes, width = found.digests.hex(), 2 * DIGEST
+    for at, seq in enumerate(stored):
+        yield seq, hexes[at * width : (at + 1) * width]
 
 
 def recall_carried(
@@ -192,18 +198,14 @@ def recall_carried(
 
 
 def _recall_hashes(analysis: SpanAnalysis, found: Carried, by_seq: dict[int, SessionEvent]) -> int:
-    stored = array(SEQ_CODE)
-    stored.frombytes(found.seqs)
-    hexes = found.digests.hex()
-    width = 2 * DIGEST
     unknown = analysis.hashes.recall
     events: list[SessionEvent] = []
     values: list[str] = []
-    for at, seq in enumerate(stored):
+    for seq, digest in _hex_digests(found):
         event = by_seq.get(seq)
         if event is not None and unknown(event) is None:
             events.append(event)
-            values.append(hexes[at * width : (at + 1) * width])
+            values.append(digest)
     analysis.hashes.keep_all(events, values)
     return len(events)
 

@@ -172,7 +172,7 @@ class SpanReading:
         return cls(span_facts(messages), extract(messages), carried(messages))
 
     def wanted(self) -> Identifiers:
-        """:func:`span_identifiers` of the span."""
+        """Every identifier the completion may add for the span (:func:`span_identifiers`)."""
         return merged(self.identifiers, self.facts.identifiers, self.prior)
 
 
@@ -191,7 +191,7 @@ def span_identifiers(messages: Sequence[Message], facts: SpanFacts | None = None
     """Every identifier the completion may add for ``messages``: the gate's (:func:`extract`), the
     span facts', and those prior checkpoints carry. The audit checks appendices against this."""
     found = facts if facts is not None else span_facts(messages)
-    return merged(extract(messages), found.identifiers, carried(messages))
+    return SpanReading(found, extract(messages), carried(messages)).wanted()
 
 
 def gaps(summary: str, facts: SpanFacts, wanted: Identifiers | None = None) -> Gaps:
