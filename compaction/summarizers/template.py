@@ -193,18 +193,14 @@ def _once(bodies: dict[str, list[str]]) -> dict[str, list[str]]:
         name: [FAILED_RE.sub(lambda m: _failed(m, errors), b) if b.startswith(LAST) else b for b in bullets]
         for name, bullets in bodies.items()
     }
-    listed: list[str] = []  # identifiers of the bullets that only list them
-    rest: list[str] = []
-    for bullets in bodies.values():
-        for bullet in bullets:
-            items = _listed_items(bullet)
-            (rest.append(bullet) if items is None else listed.extend(items))
+    parsed = {name: [(b, _listed_items(b)) for b in bullets] for name, bullets in bodies.items()}
+    listed = [i for pairs in parsed.values() for _, items in pairs if items is not None for i in items]
+    rest = [b for pairs in parsed.values() for b, items in pairs if items is None]
     kept = set(unrepeated(listed, "\n".join(rest)))
     out: dict[str, list[str]] = {}
-    for name, bullets in bodies.items():
+    for name, pairs in parsed.items():
         out[name] = []
-        for bullet in bullets:
-            items = _listed_items(bullet)
+        for bullet, items in pairs:
             if items is None:
                 out[name].append(bullet)
             elif any(i in kept for i in items):
