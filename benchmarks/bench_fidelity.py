@@ -61,7 +61,7 @@ from compaction.handover.facts import Retention, retention, span_facts
 from compaction.handover.identifiers import Identifiers, retained
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import Message, TextBlock, text_of, tool_calls_of, tool_result_of
-from compaction.sessions.importers import import_path
+from compaction.importers import import_path
 from compaction.sessions.session import Session, project
 from compaction.summarizers.template import render_summary
 from compaction.vocabulary.checkpoint import checkpoint_message

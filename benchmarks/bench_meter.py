@@ -41,7 +41,7 @@ from compaction.engine.meters import HeuristicMeter
 from compaction.errors import CompactionConfigError
 from compaction.service import BasicCompactService
 from compaction.sessions.events import AssistantMessage, RequestHeader
-from compaction.sessions.importers import import_path
+from compaction.importers import import_path
 from compaction.sessions.session import Session
 from compaction.sessions.surface import Surface
 from compaction.vocabulary.config import BasicConfig

@@ -6,7 +6,8 @@ module directly under it (``compaction.errors``, ``compaction.service``, ``compa
 ``compaction.testing``), the package facade ``compaction/__init__.py`` (the unit ``compaction``),
 or one of the packages above (``projections``, ``recovery``). :data:`LAYERS` stacks them bottom up:
 
-- ``compaction.errors``, the one error tree, imports nothing of ours;
+- ``compaction.errors``, the one error tree, imports nothing of ours; nor does
+  ``compaction.plugins``, the entry-point loader every plugin group uses;
 - ``compaction.sessions``, the log, knows only the errors; ``compaction.terminal`` (tables for
   people) sits beside it;
 - ``compaction.vocabulary``, the words every room above shares (the compact/* events, the service
@@ -14,7 +15,8 @@ or one of the packages above (``projections``, ``recovery``). :data:`LAYERS` sta
   ``compaction.testing`` (scripted models) sits beside it;
 - ``compaction.handover``, what a checkpoint must keep (facts, identifiers, fidelity);
 - ``compaction.engine``, when and where to cut and how to commit, given a summarizer;
-- ``compaction.summarizers``, then ``compaction.strategies``;
+- ``compaction.summarizers`` and ``compaction.importers`` (transcripts into sessions, other
+  harnesses' compactions through the engine), then ``compaction.strategies``;
 - ``compaction.service``, the composition root: the engine with its default summarizer;
 - the facade ``compaction``, ``compaction.audit`` and ``compaction.integrations``;
 - ``compaction.cli``; then ``projections`` and ``recovery``, which never import each other.
@@ -56,12 +58,12 @@ FACADE = "compaction"
 """The unit of the package facade, ``compaction/__init__.py`` alone."""
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("compaction.errors",),
+    ("compaction.errors", "compaction.plugins"),
     ("compaction.sessions", "compaction.terminal"),
     ("compaction.vocabulary", "compaction.testing"),
     ("compaction.handover",),
     ("compaction.engine",),
-    ("compaction.summarizers",),
+    ("compaction.summarizers", "compaction.importers"),
     ("compaction.strategies",),
     ("compaction.service",),
     (FACADE, "compaction.audit", "compaction.integrations"),
@@ -72,10 +74,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 
 ERRORS, SESSIONS, VOCABULARY = "compaction.errors", "compaction.sessions", "compaction.vocabulary"
 HANDOVER, ENGINE = "compaction.handover", "compaction.engine"
+PLUGINS, IMPORTERS = "compaction.plugins", "compaction.importers"
 
 # unit -> the units of ours it may import (besides itself); third-party libraries are not listed.
 ALLOWED: dict[str, set[str]] = {
     ERRORS: set(),
+    # entry-point plugins of any group, generic over the type a group expects
+    PLUGINS: set(),
     SESSIONS: {ERRORS},
     "compaction.terminal": set(),
     VOCABULARY: {ERRORS, SESSIONS},
@@ -86,6 +91,9 @@ ALLOWED: dict[str, set[str]] = {
     # checkpoint must keep
     "compaction.summarizers": {ERRORS, SESSIONS, VOCABULARY, HANDOVER, ENGINE},
     "compaction.strategies": {ERRORS, SESSIONS, VOCABULARY, ENGINE},
+    # transcripts into sessions; other harnesses' compactions become brackets through the engine;
+    # third-party formats come through entry points
+    IMPORTERS: {ERRORS, SESSIONS, ENGINE, PLUGINS},
     # the composition root; it also builds a session's service from the configuration file
     "compaction.service": {SESSIONS, VOCABULARY, ENGINE, "compaction.summarizers"},
     # the homes of the public API, named lazily by the facade's _HOMES table
@@ -107,10 +115,13 @@ ALLOWED: dict[str, set[str]] = {
         "compaction.terminal",
     },
     # the framework adapters record into sessions and compact with the basic service
-    "compaction.integrations": {ERRORS, SESSIONS, VOCABULARY, "compaction.service"},
+    # (and build their sessions with the importers' session builder)
+    "compaction.integrations": {ERRORS, SESSIONS, VOCABULARY, IMPORTERS, "compaction.service"},
     "compaction.cli": {
         ERRORS,
+        PLUGINS,
         SESSIONS,
+        IMPORTERS,
         VOCABULARY,
         ENGINE,
         "compaction.summarizers",
@@ -347,14 +358,13 @@ def test_every_package_and_subpackage_is_pinned() -> None:
     assert units == set(ALLOWED), f"unpinned: {units - set(ALLOWED)}, gone: {set(ALLOWED) - units}"
 
 
-def test_the_log_reaches_up_only_by_the_topics_of_the_vocabulary_and_the_engine() -> None:
+def test_the_log_reaches_up_only_by_the_topics_of_the_vocabulary() -> None:
     """The log names classes above it by topic, resolved on first use, not by import: the topics
-    name the compact/* events of the vocabulary and the engine's foreign-compaction handler."""
+    name the compact/* events of the vocabulary (and nothing else: the importers, which need the
+    engine's foreign-compaction import, live above the engine and import it)."""
     from compaction.sessions.events import EVENT_TOPICS
-    from compaction.sessions.importers.common import FOREIGN_COMPACTION_TOPIC
 
     assert {topic.partition(":")[0] for topic in EVENT_TOPICS.values()} == {"compaction.vocabulary.events"}
-    assert unit_of(FOREIGN_COMPACTION_TOPIC.partition(":")[0]) == ENGINE
 
 
 def test_the_wheel_installs_exactly_the_three_packages() -> None:
@@ -564,7 +574,7 @@ import sys
 from pathlib import Path
 from compaction.service import BasicCompactService
 from compaction.vocabulary.config import BasicConfig
-from compaction.sessions.importers import import_path
+from compaction.importers import import_path
 from compaction.sessions.store import SessionStore
 
 url, transcript = sys.argv[1], Path(sys.argv[2])

@@ -19,7 +19,7 @@ from compaction.handover.readahead import ReadAhead
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import ToolCallBlock, ToolResultBlock
 from compaction.sessions.hashing import event_hash
-from compaction.sessions.importers import import_path
+from compaction.importers import import_path
 from compaction.sessions.session import Session, project
 from compaction.sessions.store import SessionStore
 from compaction.vocabulary.config import BasicConfig

@@ -38,7 +38,7 @@ from compaction.handover.fidelity import missing_sections
 from compaction.handover.identifiers import Identifiers, extract
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import text_of
-from compaction.sessions.importers import import_path
+from compaction.importers import import_path
 from compaction.sessions.session import Session, project
 from compaction.sessions.store import SessionStore
 from compaction.vocabulary.config import BasicConfig

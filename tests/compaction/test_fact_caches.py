@@ -152,7 +152,7 @@ def test_one_compaction_finds_its_span_facts_once(monkeypatch: pytest.MonkeyPatc
 
 
 def _public_spans() -> Iterator[tuple[str, list[Message]]]:
-    from compaction.sessions.importers import import_path
+    from compaction.importers import import_path
     from compaction.sessions.session import project
     from tests.conftest import PUBLIC_TRANSCRIPTS
 

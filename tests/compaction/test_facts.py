@@ -16,7 +16,7 @@ from compaction.handover.facts import (
 from compaction.sessions.blocks import (
     text_of,
 )
-from compaction.sessions.importers import import_path
+from compaction.importers import import_path
 from compaction.sessions.interrupted import NOT_STARTED_TEXT
 from tests.compaction.spans import agent, step, user
 from tests.conftest import TRANSCRIPTS

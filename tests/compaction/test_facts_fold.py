@@ -28,7 +28,7 @@ from compaction.sessions.blocks import (
     ToolResultBlock,
 )
 from compaction.sessions.events import AssistantMessage, StepEnd, StepStart, ToolCall, ToolResult
-from compaction.sessions.importers import import_path
+from compaction.importers import import_path
 from compaction.sessions.session import Session, project
 from compaction.sessions.store import SessionStore
 from compaction.vocabulary.config import BasicConfig

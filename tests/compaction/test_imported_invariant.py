@@ -20,8 +20,8 @@ from compaction.errors import BracketRuleError
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import TextBlock
 from compaction.sessions.events import SessionInvariants, now_utc
-from compaction.sessions.importers import ImportedSession, import_path
-from compaction.sessions.importers.builder import IMPORT_BOUNDARY
+from compaction.importers import ImportedSession, import_path
+from compaction.importers.builder import IMPORT_BOUNDARY
 from compaction.sessions.invariants import DEFAULT_INVARIANTS
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore

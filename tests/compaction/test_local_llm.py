@@ -22,7 +22,7 @@ from compaction.engine.meters import HeuristicMeter
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import text_of
 from compaction.sessions.events import UserMessage
-from compaction.sessions.importers import import_path
+from compaction.importers import import_path
 from compaction.sessions.render import pairing_problems
 from compaction.sessions.store import SessionStore
 from compaction.summarizers.chunking import ChunkingSummarizer

@@ -7,7 +7,7 @@ import asyncio
 
 from compaction.audit.checks import audit_events
 from compaction.service import BasicCompactService
-from compaction.sessions.importers import import_path
+from compaction.importers import import_path
 from compaction.sessions.render import pairing_problems
 from compaction.vocabulary.config import BasicConfig
 from tests.conftest import TRANSCRIPTS

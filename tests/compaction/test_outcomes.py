@@ -23,7 +23,7 @@ from compaction.handover.outcomes import (
 )
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import text_of
-from compaction.sessions.importers import import_path
+from compaction.importers import import_path
 from compaction.sessions.session import Session, project
 from compaction.vocabulary.events import CompactSummary
 

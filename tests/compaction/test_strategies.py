@@ -15,7 +15,7 @@ from compaction.errors import BusyError, CompactionError, ContextLengthError
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import TextBlock, ToolResultBlock, text_of
 from compaction.sessions.events import StepStart, ToolResult
-from compaction.sessions.importers import import_path
+from compaction.importers import import_path
 from compaction.sessions.loop import AgentLoop, ModelRequest, ModelResponse, ToolOutput
 from compaction.sessions.render import pairing_problems
 from compaction.sessions.session import Session

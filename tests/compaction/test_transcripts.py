@@ -1,4 +1,4 @@
-"""Compaction on every public transcript (imported with ``compaction.sessions.importers.import_path``).
+"""Compaction on every public transcript (imported with ``compaction.importers.import_path``).
 
 Manual: head-anchored spans are compacted one after another with ``compact_region`` (each one
 merges the previous checkpoint) until the request fits a small window: a quarter of the session's
@@ -26,7 +26,7 @@ from compaction.engine.selection import protected_position
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import Message
 from compaction.sessions.events import UNSET_SEQ, UNSET_TIME, RequestHeader, TurnStart
-from compaction.sessions.importers import import_path
+from compaction.importers import import_path
 from compaction.sessions.session import Session, project
 from compaction.vocabulary.checkpoint import is_checkpoint
 from compaction.vocabulary.config import BasicConfig

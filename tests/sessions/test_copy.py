@@ -24,7 +24,7 @@ from compaction.cli.main import main
 from compaction.errors import ConfigurationError
 from compaction.sessions.copy import copy_session
 from compaction.sessions.hashing import surface_hash
-from compaction.sessions.importers import import_path
+from compaction.importers import import_path
 from compaction.sessions.partitioned import (
     PartitionedSessionStore,
     UnannouncedPostgresRecorder,

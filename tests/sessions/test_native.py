@@ -25,7 +25,7 @@ from compaction.service import BasicCompactService
 from compaction.sessions.blocks import Message
 from compaction.sessions.events import SessionEvent
 from compaction.sessions.hashing import surface_hash
-from compaction.sessions.importers import import_path
+from compaction.importers import import_path
 from compaction.sessions.native import FORMAT, UPCASTERS, VERSION, import_session
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore

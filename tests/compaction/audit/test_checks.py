@@ -26,7 +26,7 @@ from compaction.service import BasicCompactService
 from compaction.sessions.blocks import TextBlock
 from compaction.sessions.events import Replace, UserMessage
 from compaction.sessions.hashing import event_hash
-from compaction.sessions.importers import import_path
+from compaction.importers import import_path
 from compaction.sessions.session import Session, project
 from compaction.sessions.store import SessionStore
 from compaction.summarizers.template import render_summary

@@ -20,7 +20,7 @@ from compaction.engine.meters import HeuristicMeter
 from compaction.engine.selection import select_span
 from compaction.engine.transaction import build_request
 from compaction.service import BasicCompactService
-from compaction.sessions.importers import import_path
+from compaction.importers import import_path
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
 from compaction.summarizers.anthropic import AnthropicSummarizer

@@ -27,7 +27,7 @@ from compaction.sessions.events import (
     TurnEnd,
     UserMessage,
 )
-from compaction.sessions.importers import import_path
+from compaction.importers import import_path
 from compaction.sessions.store import SessionStore
 from tests.builders import Doc, run_human, run_json
 from tests.conftest import TRANSCRIPTS

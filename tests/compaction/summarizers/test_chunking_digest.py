@@ -27,7 +27,7 @@ from compaction.sessions.blocks import (
     ToolResultBlock,
     text_of,
 )
-from compaction.sessions.importers import import_path
+from compaction.importers import import_path
 from compaction.sessions.render import pairing_problems
 from compaction.sessions.store import SessionStore
 from compaction.summarizers.chunking import ChunkingSummarizer, fit_unit
