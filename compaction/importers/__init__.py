@@ -25,7 +25,7 @@ from compaction.importers.ids import NAMESPACE
 from compaction.importers.json_input import read_bytes
 from compaction.importers.result import ImportedSession
 
-__all__ = ["ImportedSession", "NAMESPACE", "TranscriptFormat", "detect_format", "import_path"]
+__all__ = ["ImportedSession", "NAMESPACE", "TranscriptFormat", "detect_format", "import_path"]  # noqa: RUF022 (sorted())
 
 
 def import_path(path: Path, format: str = "auto") -> list[ImportedSession]:

@@ -71,7 +71,7 @@ def recognised(value: Any) -> str | None:
 
 def expected() -> str:
     """What the formats look like, for errors about a file none of them recognises."""
-    looks = [f.looks_like for f in formats()]
+    looks = [f.looks_like for f in formats() if f.looks_like]
     return "expected " + (", ".join(looks[:-1]) + " or " + looks[-1] if len(looks) > 1 else looks[0])
 
 
@@ -85,7 +85,7 @@ def _broken(plugin: Plugin[TranscriptFormat]) -> TranscriptFormat:
     return TranscriptFormat(
         plugin.name,
         title=f"(unavailable: {plugin.problem})",
-        looks_like=f"{plugin.name} (unavailable)",
+        looks_like="",
         recognises=lambda value: False,
         import_file=refuse,
     )
