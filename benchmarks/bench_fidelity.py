@@ -59,9 +59,9 @@ from benchmarks.common import Result
 from compaction.engine.meters import HeuristicMeter
 from compaction.handover.facts import Retention, retention, span_facts
 from compaction.handover.identifiers import Identifiers, retained
+from compaction.importers import import_path
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import Message, TextBlock, text_of, tool_calls_of, tool_result_of
-from compaction.importers import import_path
 from compaction.sessions.session import Session, project
 from compaction.summarizers.template import render_summary
 from compaction.vocabulary.checkpoint import checkpoint_message

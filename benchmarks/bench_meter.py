@@ -39,9 +39,9 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 from benchmarks.common import Result
 from compaction.engine.meters import HeuristicMeter
 from compaction.errors import CompactionConfigError
+from compaction.importers import import_path
 from compaction.service import BasicCompactService
 from compaction.sessions.events import AssistantMessage, RequestHeader
-from compaction.importers import import_path
 from compaction.sessions.session import Session
 from compaction.sessions.surface import Surface
 from compaction.vocabulary.config import BasicConfig

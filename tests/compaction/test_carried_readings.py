@@ -16,10 +16,10 @@ from compaction.handover.analysis import SpanAnalysis
 from compaction.handover.carried import READING, SEQ_CODE, carried, recall_carried
 from compaction.handover.facts import file_action
 from compaction.handover.readahead import ReadAhead
+from compaction.importers import import_path
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import ToolCallBlock, ToolResultBlock
 from compaction.sessions.hashing import event_hash
-from compaction.importers import import_path
 from compaction.sessions.session import Session, project
 from compaction.sessions.store import SessionStore
 from compaction.vocabulary.config import BasicConfig

@@ -36,9 +36,9 @@ from compaction.handover.completion import (
 from compaction.handover.facts import ErrorFact, Retention, SpanFacts, retention, span_facts
 from compaction.handover.fidelity import missing_sections
 from compaction.handover.identifiers import Identifiers, extract
+from compaction.importers import import_path
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import text_of
-from compaction.importers import import_path
 from compaction.sessions.session import Session, project
 from compaction.sessions.store import SessionStore
 from compaction.vocabulary.config import BasicConfig

@@ -13,10 +13,10 @@ from compaction.handover.facts import (
     retention,
     span_facts,
 )
+from compaction.importers import import_path
 from compaction.sessions.blocks import (
     text_of,
 )
-from compaction.importers import import_path
 from compaction.sessions.interrupted import NOT_STARTED_TEXT
 from tests.compaction.spans import agent, step, user
 from tests.conftest import TRANSCRIPTS

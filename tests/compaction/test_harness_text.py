@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from compaction.handover.facts import clean_user_text, span_facts
+from compaction.importers import import_path
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import text_of
-from compaction.importers import import_path
 from compaction.sessions.session import Session, project
 from compaction.summarizers.template import render_summary
 from compaction.vocabulary.events import CompactSummary

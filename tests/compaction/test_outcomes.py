@@ -21,9 +21,9 @@ from compaction.handover.outcomes import (
     output_failed,
     output_succeeded,
 )
+from compaction.importers import import_path
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import text_of
-from compaction.importers import import_path
 from compaction.sessions.session import Session, project
 from compaction.vocabulary.events import CompactSummary
 

@@ -23,10 +23,10 @@ import pytest
 
 from compaction.engine.meters import HeuristicMeter
 from compaction.engine.selection import protected_position
+from compaction.importers import import_path
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import Message
 from compaction.sessions.events import UNSET_SEQ, UNSET_TIME, RequestHeader, TurnStart
-from compaction.importers import import_path
 from compaction.sessions.session import Session, project
 from compaction.vocabulary.checkpoint import is_checkpoint
 from compaction.vocabulary.config import BasicConfig

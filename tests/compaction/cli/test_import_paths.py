@@ -17,6 +17,7 @@ import pytest
 
 from compaction.cli.cmd_import import _save_first, save_imported
 from compaction.errors import TranscriptError
+from compaction.importers import import_path
 from compaction.sessions.blocks import ToolResultBlock, text_of
 from compaction.sessions.events import (
     AssistantMessage,
@@ -27,7 +28,6 @@ from compaction.sessions.events import (
     TurnEnd,
     UserMessage,
 )
-from compaction.importers import import_path
 from compaction.sessions.store import SessionStore
 from tests.builders import Doc, run_human, run_json
 from tests.conftest import TRANSCRIPTS

@@ -15,9 +15,9 @@ from compaction.engine.meters import HeuristicMeter
 from compaction.handover.facts import Retention, retention, span_facts
 from compaction.handover.fidelity import section_bodies
 from compaction.handover.repeats import occurs
+from compaction.importers import import_path
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import Message, Source, TextBlock, ToolCallBlock, ToolResultBlock, text_of
-from compaction.importers import import_path
 from compaction.sessions.session import Session, project
 from compaction.summarizers.template import ASK_CHARS, render_summary
 from compaction.vocabulary.checkpoint import checkpoint_message
