@@ -13,7 +13,7 @@ from functools import cache
 from typing import Any
 
 from compaction.errors import ConfigurationError, PluginError
-from compaction.importers import claude_code, codex, openai_chat, openhands, pi
+from compaction.importers import claude_code, codex, gemini, openai_chat, openhands, pi
 from compaction.importers.format import TranscriptFormat
 from compaction.plugins import Plugin, load_plugins
 
@@ -22,6 +22,7 @@ BUILT_IN: tuple[TranscriptFormat, ...] = (
     openhands.FORMAT,
     claude_code.FORMAT,
     pi.FORMAT,
+    gemini.FORMAT,  # before openai: a list of {role: user | model, parts} is Gemini's
     openai_chat.FORMAT,  # last: it claims any object with a `role`, `messages` or chat `history`
 )
 """The built-in formats in detection order: the first whose ``recognises`` says yes wins."""
