@@ -57,8 +57,9 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 
 from benchmarks.common import Result
 from compaction.engine.meters import HeuristicMeter
-from compaction.handover.facts import Retention, retention, span_facts
+from compaction.handover.facts import span_facts
 from compaction.handover.identifiers import Identifiers, retained
+from compaction.handover.retention import Retention, retention
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import Message, TextBlock, text_of, tool_calls_of, tool_result_of
 from compaction.sessions.importers import import_path

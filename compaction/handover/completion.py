@@ -27,12 +27,8 @@ from typing import Protocol, runtime_checkable
 import msgspec
 
 from compaction.errors import SummarizerError, error_chain
-from compaction.handover.facts import (
-    ErrorFact,
-    SpanFacts,
-    missing_from,
-    span_facts,
-)
+from compaction.handover.facts import SpanFacts, span_facts
+from compaction.handover.failures import ErrorFact
 from compaction.handover.fidelity import (
     echoes_instruction,
     heading_section,
@@ -49,6 +45,7 @@ from compaction.handover.identifiers import (
     word_tail,
 )
 from compaction.handover.repeats import unrepeated
+from compaction.handover.retention import missing_from
 from compaction.sessions.blocks import Message, Source, TextBlock, text_of
 from compaction.vocabulary.checkpoint import is_checkpoint
 from compaction.vocabulary.config import CompletionMode

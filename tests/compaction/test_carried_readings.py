@@ -14,7 +14,7 @@ import pytest
 
 from compaction.handover.analysis import SpanAnalysis
 from compaction.handover.carried import READING, SEQ_CODE, carried, recall_carried
-from compaction.handover.facts import file_action
+from compaction.handover.files import file_action
 from compaction.handover.readahead import ReadAhead
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import ToolCallBlock, ToolResultBlock

@@ -33,9 +33,11 @@ from compaction.handover.completion import (
     repair_request,
     without_echo,
 )
-from compaction.handover.facts import ErrorFact, Retention, SpanFacts, retention, span_facts
+from compaction.handover.facts import SpanFacts, span_facts
+from compaction.handover.failures import ErrorFact
 from compaction.handover.fidelity import missing_sections
 from compaction.handover.identifiers import Identifiers, extract
+from compaction.handover.retention import Retention, retention
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import text_of
 from compaction.sessions.importers import import_path

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from compaction.engine.meters import HeuristicMeter
-from compaction.handover.facts import Retention, retention, span_facts
+from compaction.handover.facts import span_facts
 from compaction.handover.fidelity import section_bodies
 from compaction.handover.repeats import occurs
+from compaction.handover.retention import Retention, retention
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import Message, Source, TextBlock, ToolCallBlock, ToolResultBlock, text_of
 from compaction.sessions.importers import import_path
