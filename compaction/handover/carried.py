@@ -42,9 +42,9 @@ from compaction.sessions.memo import ENTRY_BYTES, STRING_BYTES, ValueMemo
 from compaction.sessions.session import Session, project
 
 __all__ = [
-    "READING",
     "DIGESTS",
     "FILES",
+    "READING",
     "Carried",
     "FileRecord",
     "Waiting",

@@ -138,9 +138,7 @@ def _tasks(steps: list[Step]) -> tuple[list[str], str | None, bool]:
 
 def _files(steps: list[Step]) -> tuple[list[str], list[str], list[str]]:
     return files_of(
-        file_action(step.call, step.result)
-        for step in steps
-        if step.result is not None and not step.failed
+        file_action(step.call, step.result) for step in steps if step.result is not None and not step.failed
     )
 
 

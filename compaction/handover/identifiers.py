@@ -37,9 +37,7 @@ ERROR_LINE_RE = re.compile(
     r"^[^\S\n]*(?:E[^\S\n]+)?([A-Z][A-Za-z0-9]*(?:Error|Exception)(?::[^\n]{0,140})?)[^\S\n]*$",
     re.MULTILINE,
 )
-ID_RE = re.compile(
-    r"\b(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{12,40})\b"
-)
+ID_RE = re.compile(r"\b(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{12,40})\b")
 # Faster equivalents, the same matches in the same order (tests/compaction/test_fact_caches.py checks
 # them against the patterns above): an error name is found from its suffix and extended back over
 # its word; a path is searched for only inside a run of path characters that holds a slash.
@@ -94,11 +92,17 @@ def extract(messages: Iterable[Message]) -> Identifiers:
 def _union(messages: Iterable[Message]) -> Identifiers:
     found = Identifiers()
     paths, commands, errors, lines, ids = (
-        found.paths, found.commands, found.errors, found.error_lines, found.ids,
+        found.paths,
+        found.commands,
+        found.errors,
+        found.error_lines,
+        found.ids,
     )
     analysis = active_analysis()
     compute = message_kinds.compute
-    found_kinds = compute if analysis is None else functools.partial(message_kinds.memo(analysis).get, compute=compute)
+    found_kinds = (
+        compute if analysis is None else functools.partial(message_kinds.memo(analysis).get, compute=compute)
+    )
     for kinds in map(found_kinds, messages):
         if kinds is _NONE:
             continue
@@ -128,6 +132,7 @@ def span_unions(analysis: SpanAnalysis) -> SequenceMemo[Identifiers]:
     """``analysis``'s unions of spans (:func:`extract` of a list or tuple), where a span's
     identifiers found another way (the read-ahead's fold) are kept for its messages."""
     return _span_union.memo(analysis)
+
 
 IDENTIFIER_BYTES = 128
 """One identifier of a message, approximately: its string (most are paths and commands of a few dozen
@@ -332,4 +337,3 @@ def whole_words(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return word_head(text, limit).removesuffix(" " + ELLIPSIS)
-

@@ -18,7 +18,6 @@ INTENT_RE = re.compile(
 SENTENCE_RE = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
-
 def span_intent(walk: Walk) -> str | None:
     """The agent's latest statement of what it does next, from its texts after the last ask."""
     for position, text in reversed(walk.agent_texts):
