@@ -192,7 +192,7 @@ def span_identifiers(messages: Sequence[Message], facts: SpanFacts | None = None
 def gaps(summary: str, facts: SpanFacts, wanted: Identifiers | None = None) -> Gaps:
     """What ``summary`` misses: sections (by the gate's tolerant reading), identifiers (verbatim, as
     the gate counts them: ``wanted``, default the span facts'), and the user asks, open tasks and
-    errors :func:`~compaction.handover.facts.missing_from` reports."""
+    errors :func:`~compaction.handover.retention.missing_from` reports."""
     missing = missing_from(summary, facts)
     _, lost = retained((wanted if wanted is not None else facts.identifiers).all(), summary)
     identifiers = tuple(dict.fromkeys([*missing.identifiers, *lost]))

@@ -1,7 +1,7 @@
 """The span's handover facts folded as the messages arrive, and carried by the session's snapshot.
 
 :func:`~compaction.handover.facts.span_facts` walks a span's messages once, reading each
-(:func:`~compaction.handover.facts.read`: its calls' keys, its results' outcomes, its text). A
+(:func:`~compaction.handover.reading.read`: its calls' keys, its results' outcomes, its text). A
 process that loaded the session from its snapshot has read none of them, so its first compaction
 used to read the whole span (about 40 us a message, most of it deciding from a tool's output
 whether it failed). :class:`FactsFold` keeps, for the surface from the first compactable node on,
