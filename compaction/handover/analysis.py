@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from compaction.sessions.blocks import ToolCallBlock
 from compaction.sessions.events import SessionEvent
@@ -118,7 +118,8 @@ class SpanAnalysis:
         self.budget = Budget(max_bytes)
         self.hashes: IdentityMemo[SessionEvent, str] = IdentityMemo(self.budget, HASH_BYTES)
         self.progress = ReadProgress()
-        self._memos: dict[Slot[Any], Any] = {}
+        self.memos: dict[Slot[Any], Any] = {}
+        """The memos made so far, by slot (:meth:`memo`)."""
 
     @property
     def max_bytes(self) -> int:
@@ -131,9 +132,9 @@ class SpanAnalysis:
 
     def memo(self, slot: Slot[M]) -> M:
         """This analysis's memo of ``slot`` (made on first use, charged to this analysis's budget)."""
-        memo = self._memos.get(slot)
+        memo = self.memos.get(slot)
         if memo is None:
-            memo = self._memos[slot] = slot.make(self.budget)
+            memo = self.memos[slot] = slot.make(self.budget)
         return memo
 
     def event_hash(self, event: SessionEvent) -> str:
@@ -163,27 +164,21 @@ class Memo(Protocol[K, T]):
     def get(self, key: K, /, compute: Callable[[K], T]) -> T: ...
 
 
-class Remembered(Generic[K, T, R]):
+class Remembered(Protocol[K, T, R]):
     """A reader of the handover, written once as :attr:`compute` (a function of one key): without
     an active analysis it computes, with one it asks the analysis's memo (:attr:`slot`), which
-    computes only what it does not keep. The reader keeps nothing itself."""
+    computes only what it does not keep. The reader keeps nothing itself. (:attr:`compute` is
+    looked up at each call: a test may replace it to count what is computed.)"""
 
-    def __init__(self, compute: Callable[[K], T], memo: Callable[[Budget], R]) -> None:
-        self.compute = compute
-        self.slot: Slot[R] = Slot(memo)
-        functools.update_wrapper(self, compute)
+    compute: Callable[[K], T]
+    slot: Slot[R]
 
-    def __call__(self, key: K) -> T:
-        analysis = _ACTIVE.get()
-        if analysis is None:
-            return self.compute(key)
-        value: T = analysis.memo(self.slot).get(key, self.compute)
-        return value
+    def __call__(self, key: K, /) -> T: ...
 
-    def memo(self, analysis: SpanAnalysis) -> R:
+    def memo(self, analysis: SpanAnalysis, /) -> R:
         """``analysis``'s memo of this reader (to read it in a loop, to keep a value found another
         way, or to count what it computed)."""
-        return analysis.memo(self.slot)
+        ...
 
 
 def remembered(memo: Callable[[Budget], R]) -> Callable[[Callable[[K], T]], Remembered[K, T, R]]:
@@ -191,12 +186,39 @@ def remembered(memo: Callable[[Budget], R]) -> Callable[[Callable[[K], T]], Reme
     its values (an :class:`~compaction.sessions.memo.IdentityMemo` for a value per object, a
     :class:`~compaction.sessions.memo.ValueMemo` per equal key, a
     :class:`~compaction.sessions.memo.SequenceMemo` per message sequence, a
-    :class:`~compaction.sessions.memo.LatestOnly` for the latest key)."""
+    :class:`~compaction.sessions.memo.LatestOnly` for the latest key). The reader is a plain
+    function (a call costs one context lookup and one table lookup more than ``compute``)."""
 
     def decorate(compute: Callable[[K], T]) -> Remembered[K, T, R]:
-        return Remembered(compute, memo)
+        slot: Slot[R] = Slot(memo)
+
+        def reader(key: K) -> T:
+            analysis = _ACTIVE.get()
+            if analysis is None:
+                return holder.compute(key)
+            kept = analysis.memos.get(slot)
+            if kept is None:
+                kept = analysis.memo(slot)
+            value: T = kept.get(key, holder.compute)
+            return value
+
+        functools.update_wrapper(reader, compute)
+        holder = cast("Remembered[K, T, R]", reader)
+        holder.compute = compute
+        holder.slot = slot
+        holder.memo = analysis_memo(slot)  # type: ignore[method-assign]
+        return holder
 
     return decorate
+
+
+def analysis_memo(slot: Slot[M]) -> Callable[[SpanAnalysis], M]:
+    """The memo of ``slot`` in an analysis, as a function of the analysis."""
+
+    def memo_of(analysis: SpanAnalysis) -> M:
+        return analysis.memo(slot)
+
+    return memo_of
 
 
 # ---------------------------------------------------------------- approximate sizes
