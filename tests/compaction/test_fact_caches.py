@@ -414,3 +414,32 @@ def test_a_second_reader_of_the_span_reuses_the_block_facts(analysis: SpanAnalys
     assert all(computed)
     facts.span_facts(messages[1:])  # the completion: the shadowed span without the task statement
     assert [memo.computed for memo in memos] == computed
+
+
+# ---------------------------------------------------------------- one decorator for every reader
+
+
+def test_a_remembered_reader_computes_once_per_analysis_and_keeps_nothing_without_one() -> None:
+    from compaction.handover.analysis import remembered
+    from compaction.sessions.memo import ENTRY_BYTES, ValueMemo
+
+    computed: list[str] = []
+
+    @remembered(lambda budget: ValueMemo(budget, lambda key, value: ENTRY_BYTES + len(value)))
+    def shout(text: str) -> str:
+        computed.append(text)
+        return text.upper()
+
+    assert [shout("a"), shout("a")] == ["A", "A"] and computed == ["a", "a"]  # no analysis: no memo
+    first, second = SpanAnalysis(), SpanAnalysis()
+    with first.active():
+        assert [shout("b"), shout("b"), shout("c")] == ["B", "B", "C"]
+    with second.active():
+        assert shout("b") == "B"  # another session's analysis keeps its own
+    assert computed == ["a", "a", "b", "c", "b"]
+    assert shout.memo(first).computed == 2 and shout.memo(second).computed == 1
+    assert first.bytes == 2 * ENTRY_BYTES + 2
+    first.budget.start_over()  # the analysis's bound reached: every memo starts over
+    with first.active():
+        shout("b")
+    assert computed[-1] == "b" and shout.memo(first).computed == 3
