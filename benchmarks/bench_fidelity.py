@@ -5,7 +5,7 @@ Per imported session: one manual compaction (``compact_now``: everything but the
 the newest unit) with the template summarizer and the fidelity gate set to record, not to refuse
 (``min_identifier_ratio=0``). The handover facts of the shadowed span
 (:func:`compaction.handover.facts.span_facts`)
-are scored against the summary by :func:`compaction.handover.facts.retention`:
+are scored against the summary by :func:`compaction.handover.retention.retention`:
 
 - identifiers: verbatim paths, commands, error names, ids (as the fidelity gate counts them);
 - user messages: the span's natural-language user messages (harness wrappers, slash commands,
@@ -57,8 +57,9 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 
 from benchmarks.common import Result
 from compaction.engine.meters import HeuristicMeter
-from compaction.handover.facts import Retention, retention, span_facts
+from compaction.handover.facts import span_facts
 from compaction.handover.identifiers import Identifiers, retained
+from compaction.handover.retention import Retention, retention
 from compaction.importers import import_path
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import Message, TextBlock, text_of, tool_calls_of, tool_result_of

@@ -32,9 +32,12 @@ frameworks to their adapters.
 The reader (``tests/import_reader.py``) sees every import statement, relative ones included, the
 ``importlib.import_module`` and ``__import__`` calls with literal names, and the facade's table; an
 import of a computed name is refused unless :data:`COMPUTED_IMPORTS` allows it. The unit graph
-built from those imports must have no cycle. At run time, a fresh interpreter per unit imports
-every module of the unit and may find loaded only modules of the unit and of the units it may
-import, directly or through them (plus the ``compaction`` package, which Python imports first).
+built from those imports must have no cycle, and neither may the modules of the handover (its
+readers, the analysis that keeps what they read, the facts and the fidelity measures), every
+import counted, a ``TYPE_CHECKING`` block's and a function body's too. At run time, a fresh
+interpreter per unit imports every module of the unit and may find loaded only modules of the unit
+and of the units it may import, directly or through them (plus the ``compaction`` package, which
+Python imports first).
 The self-tests plant violations in a fake tree and check that each one is caught.
 """
 
@@ -256,6 +259,24 @@ def unit_graph() -> UnitGraph:
     return graph
 
 
+def module_graph(package: str) -> UnitGraph:
+    """module -> imported module -> import sites, among the modules of ``package`` (every import the
+    reader sees: at module level, in a ``TYPE_CHECKING`` block, in a function body)."""
+    inside = f"{package}."
+    graph: UnitGraph = {}
+    for path in modules():
+        module = module_name(path)
+        if not module.startswith(inside):
+            continue
+        for found in ours(reading(path).imports):
+            if found.module.startswith(inside) and found.module != module:
+                sites = graph.setdefault(module, {}).setdefault(found.module, [])
+                site = f"{path.relative_to(ROOT)}:{found.line}"
+                if site not in sites:
+                    sites.append(site)
+    return graph
+
+
 def cycles(graph: UnitGraph) -> list[list[str]]:
     """A shortest cycle through each group of units that reach each other, as ``[a, b, ..., a]``."""
     found: list[list[str]] = []
@@ -349,6 +370,16 @@ def test_no_cycle_between_units() -> None:
     assert graph, "the reader found no import between units"
     found = cycles(graph)
     assert not found, "import cycles between units: " + " | ".join(describe(c, graph) for c in found)
+
+
+def test_no_cycle_between_the_modules_of_the_handover() -> None:
+    """The handover's modules form a graph without a cycle: none imports a module that imports it
+    back, not even from a function body or a ``TYPE_CHECKING`` block (the readers name the
+    analysis that keeps what they read, never the reverse)."""
+    graph = module_graph(HANDOVER)
+    assert len(graph) > 10, "the reader found too few imports between the handover's modules"
+    found = cycles(graph)
+    assert not found, "import cycles in the handover: " + " | ".join(describe(c, graph) for c in found)
 
 
 def test_every_package_and_subpackage_is_pinned() -> None:
@@ -515,6 +546,27 @@ def test_a_cycle_between_two_units_is_reported(fake_tree: Path) -> None:
     assert describe(cycles(graph)[0], graph) == (
         "compaction.engine -> compaction.strategies (compaction/engine/windows.py:1); "
         "compaction.strategies -> compaction.engine (compaction/strategies/overflow.py:3)"
+    )
+
+
+def test_a_cycle_through_a_function_level_import_is_reported(fake_tree: Path) -> None:
+    plant(
+        fake_tree,
+        "compaction/handover/facts.py",
+        "from compaction.handover.analysis import active_analysis\n",
+    )
+    plant(
+        fake_tree,
+        "compaction/handover/analysis.py",
+        "def active_analysis():\n    from compaction.handover import facts\n",
+    )
+    plant(fake_tree, "compaction/handover/walk.py", "from compaction.handover import facts\n")
+    graph = module_graph(HANDOVER)
+    analysis, facts = "compaction.handover.analysis", "compaction.handover.facts"
+    assert cycles(graph) == [[analysis, facts, analysis]]
+    assert describe(cycles(graph)[0], graph) == (
+        f"{analysis} -> {facts} (compaction/handover/analysis.py:2); "
+        f"{facts} -> {analysis} (compaction/handover/facts.py:1)"
     )
 
 

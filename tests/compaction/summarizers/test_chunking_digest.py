@@ -18,7 +18,8 @@ import pytest
 
 from compaction.engine.meters import HeuristicMeter
 from compaction.errors import CompactionConfigError, ContextLengthError
-from compaction.handover.facts import normalized, span_facts
+from compaction.handover.facts import span_facts
+from compaction.handover.matching import normalized
 from compaction.importers import import_path
 from compaction.sessions.blocks import (
     Message,
