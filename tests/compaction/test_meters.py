@@ -363,7 +363,7 @@ def test_the_surface_is_priced_at_the_ratio_the_provider_counted() -> None:
 
 
 async def test_a_compaction_removes_the_shadowed_text_at_the_providers_price() -> None:
-    """Issue 12: after a compaction the estimate is overhead + the surface left, at the provider's
+    """After a compaction the estimate is overhead + the surface left, at the provider's
     ratio; the 0.1 meter subtracted the shadowed text at the heuristic's price and kept the rest of
     the provider's count as phantom overhead."""
     from compaction.service import BasicCompactService
