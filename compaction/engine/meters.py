@@ -22,7 +22,7 @@ import json
 import math
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
@@ -158,10 +158,11 @@ class Meter(ABC):
     # ------------------------------------------------------------ pricing
 
     def block(self, block: Block) -> int:
-        return self.content_prices(((block,),), 0)[0]
+        alone = Message(id="", role="user", content=(block,))
+        return self.message_prices((alone,), 0)[0]
 
     def message(self, message: Message) -> int:
-        return self.content_prices((message,), ROLE_OVERHEAD)[0]
+        return self.message_prices((message,), ROLE_OVERHEAD)[0]
 
     def messages(self, messages: Iterable[Message]) -> int:
         return sum(self.message(m) for m in messages)
@@ -171,26 +172,24 @@ class Meter(ABC):
         message = project(event)
         return 0 if message is None else self.message(message)
 
-    def content_prices(
-        self, contents: Iterable[Message | Sequence[Block] | None], overhead: int
-    ) -> list[int]:
-        """The one pricing path: the price of each content (a message's blocks, or bare blocks,
-        plus ``overhead``), 0 for None (a node that projects to nothing). A meter that counts
-        differently overrides :meth:`text_tokens`; one that prices by UTF-16 length
-        (:attr:`length_priced`) has its strings priced inline, without a call per string."""
+    def message_prices(self, messages: Iterable[Message | None], overhead: int) -> list[int]:
+        """The one pricing path: the price of each message (its blocks plus ``overhead``), 0 for
+        None (a node that projects to nothing). A meter that counts differently overrides
+        :meth:`text_tokens`; one that prices by UTF-16 length (:attr:`length_priced`) has its
+        strings priced inline, without a call per string."""
         cpt = self.length_priced
         tokens = self.text_tokens
         ceil = math.ceil
         prices: list[int] = []
         append = prices.append
-        for content in contents:
-            if content is None:
+        for message in messages:
+            if message is None:
                 append(0)
                 continue
             total = overhead
-            blocks: Sequence[Block] | None = content.content if isinstance(content, Message) else content
+            blocks: tuple[Block, ...] = message.content
             while blocks:
-                nested: Sequence[Block] | None = None  # the parts of the tool results (never nested)
+                nested: tuple[Block, ...] = ()  # the parts of its tool results (they never nest)
                 for block in blocks:
                     kind = type(block)
                     if kind is TextBlock or kind is ReasoningBlock:
@@ -208,8 +207,7 @@ class Meter(ABC):
                             n = len(arguments) if arguments.isascii() else utf16_length(arguments)
                             total += ceil(utf16_length(name) / cpt) + ceil(n / cpt) + BLOCK_OVERHEAD
                     elif kind is ToolResultBlock:
-                        parts = block.content  # type: ignore[union-attr]
-                        nested = (*nested, *parts) if nested else parts
+                        nested += block.content  # type: ignore[union-attr]
                         total += BLOCK_OVERHEAD
                     else:
                         total += self._rare_block(block)
@@ -319,7 +317,7 @@ class Meter(ABC):
         cls = type(self)
         if cls.event is not Meter.event or cls.message is not Meter.message:
             return [self.event(e) for e in events]
-        return self.content_prices(map(project, events), ROLE_OVERHEAD)
+        return self.message_prices(map(project, events), ROLE_OVERHEAD)
 
     def surface_tokens(self, session: Session) -> int:
         return self._column(session).surface_tokens
