@@ -149,13 +149,16 @@ class Meter(ABC):
     def text_tokens(self, text: str) -> int:
         """Tokens of a bare string (no overhead)."""
 
-    length_priced: float | None = None
-    """Set by a meter whose :meth:`text_tokens` is ``ceil(UTF-16 length / length_priced)``."""
-
     def __init__(self) -> None:
         self._sessions: weakref.WeakKeyDictionary[Session, _SessionPrices] = weakref.WeakKeyDictionary()
 
     # ------------------------------------------------------------ pricing
+
+    @property
+    def length_priced(self) -> float | None:
+        """The characters per token of a meter whose :meth:`text_tokens` is ``ceil(UTF-16 length /
+        length_priced)``, so its strings are priced inline; None for a meter that counts its way."""
+        return None
 
     def block(self, block: Block) -> int:
         alone = Message(id="", role="user", content=(block,))
@@ -489,8 +492,6 @@ class HeuristicMeter(Meter):
             raise CompactionConfigError(f"chars_per_token must be a positive number; got {chars_per_token!r}")
         super().__init__()
         self.chars_per_token = chars_per_token
-        if type(self).text_tokens is HeuristicMeter.text_tokens:  # else a subclass counts its way
-            self.length_priced = chars_per_token
 
     @property
     def name(self) -> str:
@@ -504,6 +505,11 @@ class HeuristicMeter(Meter):
 
     def text_tokens(self, text: str) -> int:
         return math.ceil(utf16_length(text) / self.chars_per_token)
+
+    @property
+    def length_priced(self) -> float | None:
+        """``chars_per_token``, unless a subclass counts text its own way."""
+        return self.chars_per_token if type(self).text_tokens is HeuristicMeter.text_tokens else None
 
 
 class TiktokenMeter(Meter):
