@@ -21,8 +21,8 @@ Claude Code: the spotter transcript holds one automatic Claude Code compaction (
 surface before the boundary. The same span is rendered by the template summarizer, and both texts
 are scored by the same functions.
 
-Model summaries completed by :mod:`compaction.handover.completion` (issue 12, item 2), on the template's
-spans and by the same functions, each in two tables: *as written* (the summarizer's own text, read
+Model summaries completed by :mod:`compaction.handover.completion` (before the fidelity gate), on the
+template's spans and by the same functions, each in two tables: *as written* (the summarizer's own text, read
 back from ``compact/summary.completion``) and *completed* (the checkpoint committed: that text plus
 the appendix of what it missed, the default completion):
 
@@ -72,7 +72,7 @@ from compaction.vocabulary.instruction import SECTIONS
 from compaction.vocabulary.summarizer import Summarizer, SummaryOutput, SummaryRequest
 
 TARGETS = {"identifiers": 0.9, "user messages": 0.9, "errors": 0.8, "open tasks": 1.0}
-"""The template checkpoint's targets (issue 12), compression >= 10x on spans over 20k tokens."""
+"""The template checkpoint's targets: compression >= 10x on spans over 20k tokens."""
 LARGE_SPAN = 20_000
 MIN_COMPRESSION = 10.0
 

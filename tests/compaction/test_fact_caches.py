@@ -1,4 +1,4 @@
-"""Per-message facts found once (issue 13): the identifiers of a message are extracted once and
+"""Per-message facts found once: the identifiers of a message are extracted once and
 shared by the template summarizer, the completion and the fidelity gate; a span's error facts
 parse each tool call once; a cold meter prices the surface in one batch, with the same figures.
 What is found once is kept by the session's analysis (:class:`SpanAnalysis`), active while a
@@ -294,7 +294,7 @@ def test_a_cold_measure_prices_the_surface_in_one_batch(monkeypatch: pytest.Monk
 
 
 def reference_paths(text: str) -> list[str]:
-    """The path search before issue 13: ``PATH_RE`` over the whole text."""
+    """The path search before the per-message facts were cached: ``PATH_RE`` over the whole text."""
     found = []
     for match in identifiers.PATH_RE.finditer(text):
         path = match.group(0).rstrip(".,:;")

@@ -1,4 +1,4 @@
-"""The read-ahead (issue 13): what a compaction needs of each message is read once, as the events
+"""The read-ahead: what a compaction needs of each message is read once, as the events
 arrive (the pressure check, from half the threshold), so the compaction itself reads nothing anew
 and produces the same checkpoint as one that reads everything itself."""
 

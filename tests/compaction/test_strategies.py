@@ -1,4 +1,4 @@
-"""The other operations (issue 7): tool-result pruning, overflow recovery, checkpoint rebuild."""
+"""The other operations: tool-result pruning, overflow recovery, checkpoint rebuild."""
 
 from __future__ import annotations
 

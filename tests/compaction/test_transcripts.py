@@ -35,7 +35,7 @@ from tests.compaction.test_support import assert_committed, bracket, checkpoints
 from tests.conftest import PUBLIC_TRANSCRIPTS
 
 ALLOWANCE = 1600  # room for the checkpoint when choosing the smallest window that can fit
-# (the handover checkpoint of issue 12 lists every error and user message: ~1,450 tokens after the
+# (the handover checkpoint lists every error and user message: ~1,450 tokens after the
 # seven merged compactions of the third OpenHands session)
 RATIOS: dict[str, list[float]] = {}
 

@@ -1,7 +1,6 @@
-"""``compaction import`` on what users actually point it at (issue 14 items 4-9 and 12, issue 15
-items 5 and 8-10): older OpenHands output, pi bash executions, Claude Code queued messages, forced
-formats, counts that agree across formats, directories, FIFOs, byte order marks, deep JSON, empty
-sessions and concurrent imports of one file."""
+"""``compaction import`` on what users actually point it at: older OpenHands output, pi bash executions,
+Claude Code queued messages, forced formats, counts that agree across formats, directories, FIFOs, byte
+order marks, deep JSON, empty sessions and concurrent imports of one file."""
 
 from __future__ import annotations
 
