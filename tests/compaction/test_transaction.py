@@ -565,3 +565,34 @@ async def test_the_template_summarizer_passes_its_own_gate() -> None:
     assert summary.fidelity.retention_ratio == 1.0
     assert summary.fidelity.sections_missing == ()
     assert TASK in summary.summary[0].text
+
+
+class DictStore:
+    """A store of one's own, duck-typed: ``save`` and ``get`` over a dict of sessions, with no
+    lease of its own (``acquire_lease`` and the rest absent): the log's ``compact/start`` alone
+    arbitrates, as in the SQLite, PostgreSQL and memory stores."""
+
+    def __init__(self) -> None:
+        self.saved: dict[object, list[bytes]] = {}
+        self.saves = 0
+
+    def save(self, session: Session) -> None:
+        rows = self.saved.setdefault(session.id, [])
+        rows += [encode_event(e) for e in session.pending]
+        session.mark_saved()
+        self.saves += 1
+
+    def get(self, session_id: object) -> Session:
+        raise AssertionError("a compaction that no one raced never reloads the session")
+
+
+async def test_a_duck_typed_store_without_leases_compacts_under_the_logs_lock() -> None:
+    store = DictStore()
+    session = working_session(close_turn=True)
+    store.save(session)
+    length = len(session)
+    result = await service(**RELAXED).compact_now(session, store=store)  # type: ignore[arg-type]
+    assert result is not None
+    assert log_types(session, length) == ["compact/start", "compact/summary", "user/message", "compact/end"]
+    assert store.saves == 3 and len(store.saved[session.id]) == len(session)  # the start, then the commit
+    assert not inspect_lock(session).live and session.pending == []
