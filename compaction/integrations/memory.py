@@ -48,7 +48,7 @@ import logging
 import threading
 import uuid
 import weakref
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -255,6 +255,9 @@ class CompactingMemory:
     and ``summarizer`` (default: the template). ``retries``: how many times a save refused by a
     concurrent writer is reloaded and retried. ``allow_foreign``: open a session another
     framework made (by its UUID) instead of raising :class:`ForeignSessionError`.
+    ``keep_sessions``: how many recently used sessions stay loaded; ``keep_compactions``: how many
+    of the latest :class:`CompactionResult` ``compactions`` keeps (the log keeps every compaction).
+    A key's locks are weakly held, so the state kept per key is bounded however many keys pass.
     ``custom_instructions``: ``/compact <text>`` takes ``<text>`` as the summary's focus (else
     it is refused with the usage line). ``config``: a ``compaction.toml`` (its path, or the
     loaded :class:`~compaction.service.Settings`): its store URL when neither ``url`` nor ``store``
@@ -297,6 +300,7 @@ class CompactingMemory:
         retries: int = 1,
         allow_foreign: bool = False,
         keep_sessions: int = 256,
+        keep_compactions: int = 256,
         custom_instructions: bool = False,
         config: str | Path | Settings | None = None,
     ) -> None:
@@ -327,9 +331,10 @@ class CompactingMemory:
         )
         self.store = store if store is not None else SessionStore.open(url)
         self._owns_store = store is None
-        self.compactions: list[CompactionResult] = []
-        self._locks: dict[str, asyncio.Lock] = {}
-        self._run_locks: dict[str, RunLock] = {}
+        self.compactions: deque[CompactionResult] = deque(maxlen=max(keep_compactions, 0))
+        # a key's locks live while a caller holds or waits for them: then no one can tell a new one
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._run_locks: weakref.WeakValueDictionary[str, RunLock] = weakref.WeakValueDictionary()
         self._kept: OrderedDict[str, Session] = OrderedDict()
         self._guard = threading.Lock()
         self._indexes: weakref.WeakKeyDictionary[Session, Recorded] = weakref.WeakKeyDictionary()
@@ -389,14 +394,21 @@ class CompactingMemory:
 
     def lock(self, key: str) -> asyncio.Lock:
         """The lock that serializes this process's reads and writes of ``key``'s session."""
-        return self._locks.setdefault(key, asyncio.Lock())
+        with self._guard:
+            found = self._locks.get(key)
+            if found is None:
+                found = self._locks[key] = asyncio.Lock()
+            return found
 
     def run_lock(self, key: str) -> RunLock:
         """The lock an adapter holds for a whole run of ``key``'s conversation, so concurrent runs
         of one conversation in this process follow each other, each run's items together: sync
         and async runs alike, on any event loop (:class:`RunLock`)."""
         with self._guard:
-            return self._run_locks.setdefault(key, RunLock())
+            found = self._run_locks.get(key)
+            if found is None:
+                found = self._run_locks[key] = RunLock()
+            return found
 
     async def _off_loop(self, key: str, work: Callable[[], T], worker: WorkerLoop | None = None) -> T:
         """``work`` (store calls) in a worker thread, under ``key``'s lock. With ``worker`` (the
