@@ -84,7 +84,7 @@ from compaction.sessions.interrupted import open_turn
 from compaction.sessions.invariants import DEFAULT_INVARIANTS
 from compaction.sessions.retry import save_retrying
 from compaction.sessions.session import Session, project
-from compaction.sessions.store import SessionStore
+from compaction.sessions.store import SessionStore, default_url, parse_store_url
 from compaction.vocabulary.command import NAME as COMPACT
 from compaction.vocabulary.command import handle_compact
 from compaction.vocabulary.config import BasicConfig
@@ -329,7 +329,12 @@ class CompactingMemory:
         self.service = (
             service if service is not None or settings is not None else self._service(context_window)
         )
-        self.store = store if store is not None else SessionStore.open(url)
+        if store is None:  # a malformed URL is refused here; the store opens on first use
+            url = url or default_url()
+            parse_store_url(url)
+        self._url = url
+        self._store = store
+        self._opening = threading.Lock()
         self._owns_store = store is None
         self.compactions: deque[CompactionResult] = deque(maxlen=max(keep_compactions, 0))
         # a key's locks live while a caller holds or waits for them: then no one can tell a new one
@@ -343,6 +348,22 @@ class CompactingMemory:
     @property
     def provider(self) -> str:
         return self.framework
+
+    @property
+    def store(self) -> SessionStore:
+        """The store, opened on first use: by an async adapter in its worker thread, so opening
+        it (importing its driver, opening a pool, creating tables) never blocks the event loop."""
+        found = self._store
+        if found is None:
+            with self._opening:  # not _guard: the loop takes that one
+                found = self._store
+                if found is None:
+                    found = self._store = SessionStore.open(self._url)
+        return found
+
+    @store.setter
+    def store(self, store: SessionStore) -> None:
+        self._store = store
 
     def _service(self, context_window: int | None) -> BasicCompactService:
         window = context_window if context_window is not None else known_window(self.model)
@@ -374,8 +395,8 @@ class CompactingMemory:
         return found
 
     def close(self) -> None:
-        if self._owns_store:
-            self.store.close()
+        if self._owns_store and self._store is not None:
+            self._store.close()
 
     # ------------------------------------------------------------ keys, generations, locks
 
