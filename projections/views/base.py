@@ -25,6 +25,10 @@ class ViewRecorder(TrackingRecorder, ABC):
     projection_name: str
     tables: tuple[Table, ...]
 
+    def drop_broken_connections(self) -> None:
+        """After a lost connection: replace the view database's broken pooled connections
+        (PostgreSQL); nothing for the other backends."""
+
     def table(self, name: str) -> Table:
         for candidate in self.tables:
             if candidate.name == name:
@@ -79,8 +83,7 @@ SQL_TYPES = {
 def create_statement(table: Table, dialect: str, qualified: str) -> str:
     types = SQL_TYPES[dialect]
     columns = ", ".join(
-        f"{c.name} {types[c.kind]}{' NOT NULL' if c.name in table.key else ''}"
-        for c in table.columns
+        f"{c.name} {types[c.kind]}{' NOT NULL' if c.name in table.key else ''}" for c in table.columns
     )
     key = ", ".join(table.key)
     return f"CREATE TABLE IF NOT EXISTS {qualified} ({columns}, PRIMARY KEY ({key}))"

@@ -15,6 +15,7 @@ from eventsourcing.postgres import PostgresDatastore, PostgresTrackingRecorder
 from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Composed, Identifier
 
+from compaction.sessions.store import drop_broken_connections
 from projections.tables import Changes, Row, Table
 from projections.views.base import (
     ViewRecorder,
@@ -25,9 +26,7 @@ from projections.views.base import (
 
 
 class PostgresView(PostgresTrackingRecorder, ViewRecorder):
-    def __init__(
-        self, datastore: PostgresDatastore, *, projection: str, tables: tuple[Table, ...]
-    ) -> None:
+    def __init__(self, datastore: PostgresDatastore, *, projection: str, tables: tuple[Table, ...]) -> None:
         super().__init__(datastore, tracking_table_name=f"{projection}_tracking")
         self.projection_name = projection
         self.tables = tables
@@ -39,6 +38,9 @@ class PostgresView(PostgresTrackingRecorder, ViewRecorder):
         self._upserts = {
             t.name: self._sql(upsert_statement(t, self._qualified[t.name], "%s")) for t in tables
         }
+
+    def drop_broken_connections(self) -> None:
+        drop_broken_connections(self.datastore)
 
     @staticmethod
     def _sql(text: str) -> Composed:
@@ -77,7 +79,11 @@ class PostgresView(PostgresTrackingRecorder, ViewRecorder):
     ) -> list[Row]:
         table = self.table(table_name)
         statement, params = select_statement(
-            table, self._qualified[table_name], columns, where or {}, order_by=order_by,
+            table,
+            self._qualified[table_name],
+            columns,
+            where or {},
+            order_by=order_by,
             placeholder="%s",
         )
         with self.datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row) as cursor:
