@@ -19,6 +19,7 @@
     ├── SessionStateError (ValueError)         a rollback past saved events, adopting another session
     ├── StoreError                             the event store failed
     │   ├── StoreNotFoundError                 a read-only open found no store at the URL
+    │   ├── StoreDriverMissingError (ImportError)  the store's client package is not installed
     │   ├── SaveError                          a save failed; ``stored`` says whether its events are stored
     │   ├── ConcurrencyError                   another writer appended to the same session first
     │   ├── SessionNotFoundError (KeyError)    no such session in the store
@@ -174,6 +175,10 @@ class StoreNotFoundError(StoreError):
     """A read-only open found no store where the URL points (a SQLite file that does not exist)."""
 
 
+class StoreDriverMissingError(StoreError, ImportError):
+    """A store URL needs a client package that is not installed; the message names the extra."""
+
+
 class ConcurrencyError(StoreError):
     """Another writer appended to the same session first; nothing of this save was stored."""
 
@@ -194,9 +199,7 @@ class LeaseTakenError(ConcurrencyError):
     outside the log (JetStream's ``<stream>_leases`` bucket): this compaction did not start and
     stored nothing. Names the holder, its compaction and the lease's expiry."""
 
-    def __init__(
-        self, session_id: object, compaction_id: str, host: str, pid: int, expires_at: str
-    ) -> None:
+    def __init__(self, session_id: object, compaction_id: str, host: str, pid: int, expires_at: str) -> None:
         StoreError.__init__(
             self,
             f"session {session_id}: compaction {compaction_id} holds the compaction lease (held "

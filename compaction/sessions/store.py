@@ -53,6 +53,7 @@ from compaction.errors import (
     EventCompactionError,
     SaveError,
     SessionNotFoundError,
+    StoreDriverMissingError,
     StoreError,
     StoreNotFoundError,
     UnreadableRowError,
@@ -166,6 +167,17 @@ def parse_store_url(url: str, *, create: bool = True) -> StoreLocation:
         f"unsupported store URL {_redacted(url)!r}: expected sqlite:///PATH, "
         "postgresql://USER@HOST:PORT/DB, nats://HOST:PORT or memory://"
     )
+
+
+def _require_nats(display: str) -> None:
+    """Refuse a ``nats://`` store, naming the extra, when the NATS client is not installed."""
+    try:
+        import nats  # noqa: F401  (the JetStream recorder's client)
+    except ImportError as e:
+        raise StoreDriverMissingError(
+            f"store {display}: a nats:// store needs the NATS client, which is not installed "
+            f"({e}); install the nats extra: pip install 'event-compaction[nats]'"
+        ) from e
 
 
 def drop_broken_connections(datastore: object) -> None:
@@ -357,6 +369,8 @@ class SessionStore:
         elif module == "eventsourcing.postgres":
             merged.setdefault("APPLICATION_RECORDER_TOPIC", POSTGRES_RECORDER_TOPIC)
             _probe_postgres(self.location.display, merged)
+        elif self.location.kind == "nats":
+            _require_nats(self.location.display)
         self.settings: Mapping[str, str] = MappingProxyType(merged)
         try:
             self.application = _open_application(self.name, merged)
@@ -869,7 +883,7 @@ def _distinct_ids(recorder: Any, kind: str) -> Iterator[UUID]:
     if isinstance(recorder, OriginatorIndex):  # nats://
         yield from recorder.originator_ids(first_stored=True)
         return
-    table = getattr(recorder, "events_table_name", None)
+    table = _events_table(recorder)
     if table is None:  # memory://
         for stored in recorder._stored_events:
             if stored.originator_version == 0:
@@ -888,7 +902,7 @@ def _all_ids(recorder: Any, kind: str) -> Iterator[UUID]:
     if isinstance(recorder, OriginatorIndex):  # nats://
         yield from recorder.originator_ids(first_stored=False)
         return
-    table = getattr(recorder, "events_table_name", None)
+    table = _events_table(recorder)
     if table is None:  # memory://
         seen: dict[UUID, None] = {}
         for stored in recorder._stored_events:
@@ -902,6 +916,24 @@ def _all_ids(recorder: Any, kind: str) -> Iterator[UUID]:
         rows = cursor.fetchall()
     for row in rows:
         yield _uuid(row["originator_id"])
+
+
+def _events_table(recorder: Any) -> str | None:
+    """The events table of a SQL recorder as a statement names it (PostgreSQL: qualified by its
+    quoted schema, ``?schema=``); None for the in-memory recorder."""
+    table = getattr(recorder, "events_table_name", None)
+    schema = getattr(getattr(recorder, "datastore", None), "schema", None)
+    if table is None or not isinstance(schema, str):
+        return table
+    return f"{quoted_identifier(schema)}.{quoted_identifier(table)}"
+
+
+def quoted_identifier(name: str) -> str:
+    """``name`` as a PostgreSQL quoted identifier: in double quotes, each double quote doubled, so
+    any name (``x"; DROP TABLE t; --``) is only ever a name."""
+    if "\x00" in name:
+        raise ConfigurationError(f"a PostgreSQL identifier cannot hold a NUL byte; found {name!r}")
+    return '"' + name.replace('"', '""') + '"'
 
 
 def _uuid(value: object) -> UUID:
