@@ -11,6 +11,7 @@ notes, hints), so ``> file`` keeps only the data. To add a command, write a
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -23,6 +24,25 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from compaction.engine.settings import Settings
 from compaction.errors import AmbiguousSessionError, SessionNotFoundError, UsageError
 from compaction.sessions.store import SessionStore
+
+PIPED_WIDTH = 200
+"""Columns of a console that is not a terminal (unless ``COLUMNS`` is set)."""
+
+
+def console_for(*, stderr: bool) -> Console:
+    """A console on stdout or stderr. Not a terminal (a pipe, a file): lines are never wrapped (a
+    suggested command stays on one line, whole) and tables get wide lines instead of squeezed
+    columns, unless ``COLUMNS`` says how wide."""
+    console = Console(stderr=stderr)
+    if console.is_terminal or os.environ.get("COLUMNS", "").isdecimal():
+        return console
+    return Console(stderr=stderr, width=PIPED_WIDTH, soft_wrap=True)
+
+
+def stderr_console() -> Console:
+    """The console for commentary and errors (:func:`console_for`)."""
+    return console_for(stderr=True)
+
 
 Document = dict[str, Any]
 """A command's result: JSON-ready values only (str, int, float, bool, None, list, dict)."""
@@ -61,7 +81,7 @@ class Context:
 
     store_url: str
     json: bool
-    err: Console = field(default_factory=lambda: Console(stderr=True))
+    err: Console = field(default_factory=stderr_console)
     read_only: bool = False  # the command only reads: a SQLite store must exist already
     settings: Settings | None = None  # the --config file (or ./compaction.toml), when there is one
     _store: SessionStore | None = None
