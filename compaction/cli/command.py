@@ -11,11 +11,14 @@ notes, hints), so ``> file`` keeps only the data. To add a command, write a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 from uuid import UUID
 
 from rich.console import Console
@@ -85,6 +88,7 @@ class Context:
     read_only: bool = False  # the command only reads: a SQLite store must exist already
     settings: Settings | None = None  # the --config file (or ./compaction.toml), when there is one
     _store: SessionStore | None = None
+    _created: list[Path] = field(default_factory=list)  # what opening the store created, deepest first
 
     @property
     def store(self) -> SessionStore:
@@ -92,8 +96,27 @@ class Context:
         does not exist (:class:`~compaction.errors.StoreNotFoundError`) instead of creating its
         folders and an empty database."""
         if self._store is None:
+            missing = _missing_sqlite_paths(self.store_url)
             self._store = SessionStore.open(self.store_url, create=not self.read_only)
+            self._created = [p for p in missing if p.exists()]
         return self._store
+
+    def discard_new_store(self) -> None:
+        """Close the store and remove what opening it created (the SQLite file, its journal files,
+        the folders made for it), when this command created it and nothing is stored in it: a
+        command that stored nothing leaves no empty store behind."""
+        if self._store is None or not self._created or self._store.max_notification_id() > 0:
+            return
+        self.close()
+        database = self._created[0]
+        for suffix in ("-wal", "-shm", "-journal"):
+            database.with_name(database.name + suffix).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            database.unlink()
+        for folder in self._created[1:]:
+            with contextlib.suppress(OSError):  # a folder something else wrote into stays
+                folder.rmdir()
+        self._created = []
 
     def close(self) -> None:
         if self._store is not None:
@@ -118,6 +141,22 @@ class Context:
         ) as bar:
             task = bar.add_task(description, total=total)
             yield lambda: bar.advance(task)
+
+
+def _missing_sqlite_paths(url: str) -> list[Path]:
+    """For a ``sqlite:///PATH`` store that does not exist yet: PATH and each of its folders that
+    does not exist, deepest first; else nothing."""
+    if not url.startswith("sqlite:///"):
+        return []
+    raw = unquote(url[len("sqlite:///") :].partition("?")[0])
+    if not raw or raw == ":memory:":
+        return []
+    path = Path(raw)
+    missing: list[Path] = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return missing
 
 
 def resolve_session(store: SessionStore, text: str) -> UUID:

@@ -217,3 +217,27 @@ def test_piped_messages_are_never_wrapped(tmp_path: Path) -> None:
     assert piped.returncode == 0, piped.stdout
     assert f"try `{script} demo`" in piped.stdout, piped.stdout
     assert all(line.count("`") % 2 == 0 for line in piped.stdout.splitlines()), piped.stdout
+
+
+@pytest.mark.parametrize("store", [None, "sqlite:///nested/folder/sessions.db"])
+def test_a_failed_import_leaves_no_store_behind(
+    store: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("COMPACTION_STORE", raising=False)
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("this is not a transcript\n", encoding="utf-8")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    code, document = run_json(*(["--store", store] if store else []), "import", str(broken))
+    assert code == 1 and "error" in document, document
+    assert sorted(p.name for p in tmp_path.iterdir()) == before, "the failed import left files"
+
+
+def test_a_failed_import_keeps_a_store_that_was_there(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'sessions.db'}"
+    assert run_json("--store", url, "demo")[0] == 0
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("this is not a transcript\n", encoding="utf-8")
+    assert run_json("--store", url, "import", str(broken))[0] == 1
+    code, listed = run_json("--store", url, "sessions")
+    assert code == 0 and listed["sessions"]
