@@ -156,6 +156,8 @@ def run(context: Context, args: argparse.Namespace) -> Document:
 def _window_source(session: Session, args: argparse.Namespace, meter: Meter) -> str | None:
     """Where the window came from (``--window``, the session's header, the model's known window);
     None when none is known."""
+    if args.window is not None:
+        return "given with --window"
     try:
         return BasicCompactService(_config(args), meter=meter).window_and_source(session)[1]
     except CompactionConfigError:
@@ -225,16 +227,20 @@ async def _compact(
     if args.strategy == "prune":
         pruner = context.settings.pruner if context.settings is not None else PruneConfig()
         report = prune_session(session, meter, pruner, store=store)
-        return [], [
-            {
-                "original_seq": p.original_seq,
-                "replacement_seq": p.replacement_seq,
-                "call_id": p.call_id,
-                "chars_before": p.chars_before,
-                "chars_after": p.chars_after,
-            }
-            for p in report.pruned
-        ], None
+        return (
+            [],
+            [
+                {
+                    "original_seq": p.original_seq,
+                    "replacement_seq": p.replacement_seq,
+                    "call_id": p.call_id,
+                    "chars_before": p.chars_before,
+                    "chars_after": p.chars_after,
+                }
+                for p in report.pruned
+            ],
+            None,
+        )
     config = _config(args, base)
     if args.strategy == "checkpoint":
         result = await CheckpointCompactService(config, meter=meter).compact_now(

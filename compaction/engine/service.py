@@ -29,7 +29,7 @@ from compaction.engine.meters import HeuristicMeter, Measurement, Meter
 from compaction.engine.prune import PruneConfig, prune_session
 from compaction.engine.selection import Span, head_before_task, select_span, span_for
 from compaction.engine.transaction import CLOSE_BUDGET_SECONDS, Stability, Transaction
-from compaction.engine.windows import DEFAULT_WINDOWS, WindowTable, header_window
+from compaction.engine.windows import DEFAULT_WINDOWS, WindowTable, header_window, model_name
 from compaction.errors import (
     BusyError,
     CompactionConfigError,
@@ -125,16 +125,17 @@ class CompactionEngine(CompactService):
         """:meth:`context_window` and where it comes from (``--window``, the header, the table),
         for a report to name the window it assumed."""
         if self.config.context_window is not None:
-            return self.config.context_window, "configured (--window / BasicConfig.context_window)"
+            return self.config.context_window, "configured"
         header = session.latest_header()
         found = header_window(header, self.windows)
         if found is not None:
             return found
-        target = f"{header.provider}/{header.model}" if header is not None else "this session"
+        target = model_name(header) if header is not None else "this session"
         raise CompactionConfigError(
-            f"compaction-basic: no context capacity for {target}; configure context_window "
-            "(BasicConfig.context_window or --window), record it on request/header, or add the "
-            "model to the window table (WindowTable.with_overrides, compaction.engine.windows)"
+            f"no context window known for {target}: the session records none and the model is not "
+            "one whose window is known; give the window in tokens with --window N on the command "
+            "line, context_window=N in code, or context_window in a [policies] entry of "
+            "compaction.toml"
         )
 
     def _retain_units(self, retain: int, measurement: Measurement) -> int:
@@ -196,9 +197,7 @@ class CompactionEngine(CompactService):
             )
         return list(report.compactions)
 
-    async def compact_to_fit(
-        self, session: Session, *, store: SessionStore | None = None
-    ) -> FitReport:
+    async def compact_to_fit(self, session: Session, *, store: SessionStore | None = None) -> FitReport:
         """Offline compaction between turns (the CLI): standalone brackets until the request total
         is under the threshold or nothing more can be compacted, then where it ended and why.
 
@@ -267,7 +266,9 @@ class CompactionEngine(CompactService):
         status: FitStatus = (
             "under_threshold"
             if total < threshold
-            else "above_threshold" if total < window else "above_window"
+            else "above_threshold"
+            if total < window
+            else "above_window"
         )
         shortfall = None
         if status != "under_threshold":
@@ -280,8 +281,7 @@ class CompactionEngine(CompactService):
                 limit_text=(
                     f"the context window ({window:,})"
                     if above_window
-                    else f"the threshold ({threshold:,} = {self.config.threshold_ratio:g} x "
-                    f"{window:,})"
+                    else f"the threshold ({threshold:,} = {self.config.threshold_ratio:g} x {window:,})"
                 ),
                 retained=retained,
                 failure=failure,
@@ -305,9 +305,7 @@ class CompactionEngine(CompactService):
         assert self.pruner is not None
         report = prune_session(session, self.meter, self.pruner, store=store)
         if report.pruned:
-            log.info(
-                "pruned %d tool results (%d chars removed)", len(report.pruned), report.chars_removed
-            )
+            log.info("pruned %d tool results (%d chars removed)", len(report.pruned), report.chars_removed)
         return bool(report.pruned)
 
     async def _overflow(self, session: Session, store: SessionStore | None) -> CompactionResult | None:
@@ -365,9 +363,7 @@ class CompactionEngine(CompactService):
     ) -> CompactionResult:
         lock = self._lock_free("compaction", session)
         if manual and session.open_turn is not None:
-            raise BusyError(
-                f"manual compaction: the session already has an open turn ({session.open_turn})"
-            )
+            raise BusyError(f"manual compaction: the session already has an open turn ({session.open_turn})")
         if not manual and session.open_turn is None:
             raise SpanError(
                 "compactRegion: no open turn — automatic compaction events must be enclosed in a turn"
@@ -448,8 +444,8 @@ def _refuse_below_overhead(session: Session, window: int, ratio: float, reading:
         raise CompactionConfigError(
             f"context window {window:,} is not above the fixed overhead of session {session.id}'s "
             f"requests: {overhead:,} tokens ({overhead_source(session, reading)}); "
-            "no compaction can fit it. Use a window above the overhead (--window / "
-            "BasicConfig.context_window)."
+            "no compaction can fit it. Use a window above the overhead: --window N on the command "
+            "line, context_window=N in code."
         )
     if threshold <= overhead:
         needed = math.ceil((overhead + 1) / ratio)
@@ -459,8 +455,9 @@ def _refuse_below_overhead(session: Session, window: int, ratio: float, reading:
             f"the threshold {threshold:,} ({ratio:g} x the context window {window:,}) is not above the fixed "
             f"overhead of session {session.id}'s requests: {overhead:,} tokens "
             f"({overhead_source(session, reading)}); no compaction can bring the request under "
-            f"it, so nothing was compacted. Use a window of at least {needed:,} (--window / "
-            "BasicConfig.context_window) or a higher threshold ratio (--threshold)."
+            f"it, so nothing was compacted. Use a window of at least {needed:,} or a higher "
+            "threshold ratio: --window N and --threshold R on the command line, context_window and "
+            "threshold_ratio in code."
         )
 
 
