@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shlex
 import threading
 import time
 from collections.abc import Callable, Container, Iterator, Mapping, Sequence
@@ -1094,8 +1095,74 @@ def _probe_postgres(display: str, env: Mapping[str, str]) -> None:
         )
     except psycopg.Error as e:
         reason = " ".join(str(e).split())
+        if _database_exists(env) is False:
+            reason += f"; {_how_to_create(env)}"
         raise StoreError(f"cannot open store {display}: {reason}") from e
     connection.close()
+
+
+def create_postgres_database(url: str) -> bool:
+    """Create the database a ``postgresql://`` store URL names when its server does not have it
+    (the target of ``compaction copy``, a new store as a new SQLite path is); True when this call
+    created it. Any other URL, a reachable database, or a server this cannot ask: False (opening
+    the store then reports what is wrong)."""
+    location = parse_store_url(url)
+    if location.kind != "postgresql" or _database_exists(location.env) is not False:
+        return False
+    import psycopg
+    from psycopg import sql
+
+    name = location.env["POSTGRES_DBNAME"]
+    try:
+        with _maintenance_connection(location.env) as admin:
+            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    except psycopg.errors.DuplicateDatabase:
+        return False  # another process created it first
+    except psycopg.Error as e:
+        raise StoreError(
+            f"cannot create the database {name!r} for store {location.display}: "
+            f"{' '.join(str(e).split())}; {_how_to_create(location.env)}"
+        ) from e
+    return True
+
+
+def _database_exists(env: Mapping[str, str]) -> bool | None:
+    """Whether the server of a PostgreSQL store has its database (asked of the ``postgres``
+    maintenance database); None when that cannot be asked."""
+    import psycopg
+
+    try:
+        with _maintenance_connection(env) as admin:
+            found = admin.execute(
+                "SELECT 1 FROM pg_database WHERE datname = %s", (env["POSTGRES_DBNAME"],)
+            ).fetchone()
+    except psycopg.Error:
+        return None
+    return found is not None
+
+
+def _maintenance_connection(env: Mapping[str, str]) -> Any:
+    import psycopg
+
+    return psycopg.connect(
+        dbname="postgres",
+        host=env["POSTGRES_HOST"],
+        port=env["POSTGRES_PORT"],
+        user=env["POSTGRES_USER"],
+        password=env.get("POSTGRES_PASSWORD") or None,
+        connect_timeout=max(1, int(env.get("POSTGRES_CONNECT_TIMEOUT") or 5)),
+        autocommit=True,
+    )
+
+
+def _how_to_create(env: Mapping[str, str]) -> str:
+    host, port, user, name = (
+        env[k] for k in ("POSTGRES_HOST", "POSTGRES_PORT", "POSTGRES_USER", "POSTGRES_DBNAME")
+    )
+    return (
+        f"create it with `createdb -h {host} -p {port} -U {user} {shlex.quote(name)}`, or copy "
+        "sessions into it with `compaction copy --to URL`, which creates it"
+    )
 
 
 def _open_application(name: str, env: dict[str, str]) -> SessionApplication:
