@@ -9,12 +9,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from tests.integrations.support import (
-    audit_passes,
-    every_call_answered_in_order,
-    require_framework,
-    surface_here,
-)
+from tests.integrations import support
+from tests.integrations.support import require_framework, runs_of
 
 require_framework("agents", "openai-agents")
 
@@ -53,15 +49,7 @@ def agent(model: Model) -> Agent[Any]:
 
 
 async def runs_in_the_log(session: CompactingSession) -> list[list[Any]]:
-    """The logged messages grouped by user prompt."""
-    logged = await session.memory.load(session.session_id)
-    runs: list[list[Any]] = []
-    for event in logged.events():
-        if event.type == "user/message":
-            runs.append([])
-        if runs and getattr(event, "message", None) is not None:
-            runs[-1].append(event)
-    return runs
+    return runs_of(await session.memory.load(session.session_id))
 
 
 def prompts_sent(model: LongRunModel) -> list[list[str]]:
@@ -98,8 +86,8 @@ async def test_concurrent_streamed_runs_follow_each_other(url: str) -> None:
         assert [e.type for e in run].count("tool/result") == 2
         assert run[-1].message.content[0].text == f"done with {prompt}"
     assert not session.memory.run_lock("fixer").locked()
-    every_call_answered_in_order(surface_here(url, (await session.memory.load("fixer")).id))
-    audit_passes(url)
+    support.every_call_answered_in_order(support.surface_here(url, (await session.memory.load("fixer")).id))
+    support.audit_passes(url)
 
 
 def await_later(work: Any) -> asyncio.Task[Any]:

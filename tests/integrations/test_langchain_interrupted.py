@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from tests.conftest import ROOT
 from tests.integrations.support import require_framework
@@ -19,39 +18,14 @@ from tests.integrations.support import require_framework
 require_framework("langchain.agents", "langchain")
 
 from langchain.agents import create_agent  # noqa: E402
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel  # noqa: E402
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage  # noqa: E402
-from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage  # noqa: E402
 from langchain_core.tools import tool  # noqa: E402
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 
 from compaction.integrations.langchain import CompactionMiddleware  # noqa: E402
+from tests.integrations.test_langchain_runs import ReadingModel  # noqa: E402
 
 THREAD = {"configurable": {"thread_id": "crash-1"}}
-
-
-class CallingModel(GenericFakeChatModel):
-    """Calls ``tool_name`` once after each human message (call id ``call_p<prompt>_<request>``),
-    then answers; keeps every request it was sent."""
-
-    sent: list[list[BaseMessage]] = []  # noqa: RUF012 - a pydantic field, one list per instance
-    tool_name: str = "work"
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
-        return self
-
-    def _generate(
-        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
-    ) -> ChatResult:
-        self.sent.append(list(messages))
-        prompts = sum(isinstance(m, HumanMessage) for m in messages)
-        if isinstance(messages[-1], HumanMessage):
-            call_id = f"call_p{prompts}_{len(self.sent)}"
-            call = {"name": self.tool_name, "args": {"step": prompts}, "id": call_id, "type": "tool_call"}
-            message = AIMessage(content="", tool_calls=[call])
-        else:
-            message = AIMessage(content=f"answer {len(self.sent)}")
-        return ChatResult(generations=[ChatGeneration(message=message)])
 
 
 def unanswered(messages: list[BaseMessage]) -> list[str]:
@@ -75,22 +49,23 @@ from langchain.agents import create_agent
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from compaction.integrations.langchain import CompactionMiddleware
-from tests.integrations.test_langchain_interrupted import CallingModel, THREAD
+from tests.integrations.test_langchain_interrupted import THREAD
+from tests.integrations.test_langchain_runs import ReadingModel
 
 url, marker = sys.argv[1], pathlib.Path(sys.argv[2])
 
 @tool
-def work(step: int) -> str:
-    "Work on a step (hangs: the parent kills this process here)."
+def read_file(path: str) -> str:
+    "Read a file (hangs: the parent kills this process here)."
     marker.write_text("in the tool")
     time.sleep(120)
     return "never"
 
 agent = create_agent(
-    CallingModel(messages=iter(()), sent=[]), tools=[work],
+    ReadingModel(messages=iter(()), sent=[]), tools=[read_file],
     middleware=[CompactionMiddleware(url, context_window=100_000)], checkpointer=InMemorySaver(),
 )
-agent.invoke({"messages": [{"role": "user", "content": "task 1: run the step"}]}, THREAD)
+agent.invoke({"messages": [{"role": "user", "content": "task 1: read the file"}]}, THREAD)
 """
 
 
@@ -112,13 +87,13 @@ def test_a_process_killed_inside_a_tool_leaves_a_request_with_every_call_answere
     assert child.returncode == -signal.SIGKILL
 
     @tool
-    def work(step: int) -> str:
-        """Work on a step."""
-        return f"step {step} done"
+    def read_file(path: str) -> str:
+        """Read a file."""
+        return f"{path}: 80 lines"
 
-    model = CallingModel(messages=iter(()), sent=[])
+    model = ReadingModel(messages=iter(()), sent=[])
     middleware = CompactionMiddleware(url, context_window=100_000)
-    agent = create_agent(model, tools=[work], middleware=[middleware], checkpointer=InMemorySaver())
+    agent = create_agent(model, tools=[read_file], middleware=[middleware], checkpointer=InMemorySaver())
     try:
         state = agent.invoke({"messages": [{"role": "user", "content": "task 2: go on"}]}, THREAD)
     finally:
@@ -126,28 +101,31 @@ def test_a_process_killed_inside_a_tool_leaves_a_request_with_every_call_answere
     assert model.sent and all(unanswered(request) == [] for request in model.sent), [
         unanswered(r) for r in model.sent
     ]
-    interrupted = [m for m in model.sent[0] if isinstance(m, ToolMessage) and m.tool_call_id == "call_p1_1"]
+    interrupted = [m for m in model.sent[0] if isinstance(m, ToolMessage) and m.tool_call_id == "call_1"]
     assert len(interrupted) == 1 and "interrupted" in str(interrupted[0].content)
     assert unanswered(state["messages"]) == []
 
 
 async def test_a_tool_that_raised_is_answered_in_the_next_request(url: str) -> None:
-    @tool
-    def work(step: int) -> str:
-        """Work on a step (the first one fails)."""
-        if step == 1:
-            raise RuntimeError("the disk is gone (the test)")
-        return f"step {step} done"
+    calls: list[str] = []
 
-    model = CallingModel(messages=iter(()), sent=[])
+    @tool
+    def read_file(path: str) -> str:
+        """Read a file (the first read fails)."""
+        calls.append(path)
+        if len(calls) == 1:
+            raise RuntimeError("the disk is gone (the test)")
+        return f"{path}: 80 lines"
+
+    model = ReadingModel(messages=iter(()), sent=[])
     middleware = CompactionMiddleware(url, context_window=100_000)
-    agent = create_agent(model, tools=[work], middleware=[middleware], checkpointer=InMemorySaver())
+    agent = create_agent(model, tools=[read_file], middleware=[middleware], checkpointer=InMemorySaver())
     try:
         try:
-            await agent.ainvoke({"messages": [{"role": "user", "content": "task 1: run"}]}, THREAD)
+            await agent.ainvoke({"messages": [{"role": "user", "content": "task 1: read"}]}, THREAD)
         except RuntimeError as e:
             assert "the disk is gone" in str(e)
-        state = await agent.ainvoke({"messages": [{"role": "user", "content": "task 2: again"}]}, THREAD)
+        state = await agent.ainvoke({"messages": [{"role": "user", "content": "task 2: read again"}]}, THREAD)
     finally:
         middleware.close()
     assert all(unanswered(request) == [] for request in model.sent), [unanswered(r) for r in model.sent]
