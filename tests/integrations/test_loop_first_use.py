@@ -5,8 +5,10 @@ constructor on the loop.
 
 A correctness bound on blocking, not a benchmark: a beat's lag counts against the loop only for the
 part of it a plain thread of the same process did not lag too (when the machine or the interpreter
-did not run this process at all, no loop code is to blame). The framework is imported before the
-loop starts, as an application does; the library's own first-use work is inside the measurement."""
+did not run this process at all, no loop code is to blame), and at most for the longest single loop
+callback that ran within it (a lag without one is the loop waiting for its turn, not blocked). The
+framework is imported before the loop starts, as an application does; the library's own first-use
+work is inside the measurement."""
 
 from __future__ import annotations
 
@@ -59,6 +61,13 @@ class Ticks:
         return worst
 
 
+def longest_within(callbacks: list[tuple[float, float, str]], start: float, end: float) -> float:
+    """The longest part of ``start``..``end`` one loop callback ran for: a beat lags through a
+    callback that blocks; a lag with no long callback in it is the loop waiting for its turn to run
+    (the interpreter lock, the machine), not loop code blocking."""
+    return max((min(s + d, end) - max(s, start) for d, s, _ in callbacks), default=0.0)
+
+
 async def heartbeat(beats: list[tuple[float, float]], stop: asyncio.Event) -> None:
     """Sleep ``BEAT`` at a time; keep (asked at, woke at) of each beat."""
     while not stop.is_set():
@@ -89,7 +98,7 @@ async def test_twenty_conversations_never_block_the_loop(
             original_run(handle)
         finally:
             end = time.perf_counter()
-            if end - start > 0.01:
+            if end - start > 0.005:
                 callbacks.append((end - start, start, repr(handle)[:300]))
 
     monkeypatch.setattr(asyncio.events.Handle, "_run", timed)
@@ -100,12 +109,13 @@ async def test_twenty_conversations_never_block_the_loop(
     beats: list[tuple[float, float]] = []
     stop = asyncio.Event()
     beating = asyncio.create_task(heartbeat(beats, stop))
+    agents = [agent(LongRunModel(reads=8)) for _ in range(20)]  # the application's own objects
     await asyncio.sleep(0.05)  # the heartbeat runs before the first use
     try:
         memory = CompactingMemory(pg_url, context_window=6000, framework="openai-agents")
         sessions = [CompactingSession(f"user-{k}", memory=memory) for k in range(20)]
-        runs = (s.run(agent(LongRunModel(reads=8)), f"task {k}") for k, s in enumerate(sessions))
-        await asyncio.gather(*runs)
+        pairs = enumerate(zip(sessions, agents, strict=True))
+        await asyncio.gather(*(s.run(a, f"task {k}") for k, (s, a) in pairs))
     finally:
         stop.set()
         await beating
@@ -114,7 +124,10 @@ async def test_twenty_conversations_never_block_the_loop(
     memory.close()
     assert memory.compactions, "the runs never compacted"
     lags = [(woke - asked - BEAT, asked, woke) for asked, woke in beats]
-    blocked = [(lag - ticks.lag_within(asked, woke), lag, asked) for lag, asked, woke in lags]
+    blocked = [
+        (min(lag - ticks.lag_within(asked, woke), longest_within(callbacks, asked, woke)), lag, asked)
+        for lag, asked, woke in lags
+    ]
     worst = max(blocked)
     first = beats[0][0]
     longest = [f"{d * 1000:.0f} ms at {(t - first) * 1000:.0f} ms: {r}" for d, t, r in sorted(callbacks)[-3:]]
