@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from compaction.handover.analysis import active_analysis
+from compaction.handover.starts import Starts
 from compaction.sessions.blocks import Message, TextBlock, ToolCallBlock, ToolResultBlock
 
 PATH_RE = re.compile(
@@ -29,9 +30,7 @@ ERROR_LINE_RE = re.compile(
     r"^[^\S\n]*(?:E[^\S\n]+)?([A-Z][A-Za-z0-9]*(?:Error|Exception)(?::[^\n]{0,140})?)[^\S\n]*$",
     re.MULTILINE,
 )
-ID_RE = re.compile(
-    r"\b(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{12,40})\b"
-)
+ID_RE = re.compile(r"\b(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{12,40})\b")
 # Faster equivalents, the same matches in the same order (tests/compaction/test_fact_caches.py checks
 # them against the patterns above): an error name is found from its suffix and extended back over
 # its word; a path is searched for only inside a run of path characters that holds a slash.
@@ -84,7 +83,11 @@ def extract(messages: Iterable[Message]) -> Identifiers:
 def _union(messages: Iterable[Message]) -> Identifiers:
     found = Identifiers()
     paths, commands, errors, lines, ids = (
-        found.paths, found.commands, found.errors, found.error_lines, found.ids,
+        found.paths,
+        found.commands,
+        found.errors,
+        found.error_lines,
+        found.ids,
     )
     analysis = active_analysis()
     found_kinds = _kinds_of if analysis is None else functools.partial(analysis.kinds.get, compute=_kinds_of)
@@ -236,16 +239,31 @@ def retained(identifiers: Iterable[str], summary: str) -> tuple[list[str], list[
     wanted = list(identifiers)
     analysis = active_analysis()
     found = {} if analysis is None else analysis.found_in.get(summary, _nothing_found)
-    for ident in wanted:
-        if ident not in found:
-            # From the end: a checkpoint lists its references in its later sections, so the
-            # search stops after a fraction of the text (half the time of ``in`` on the template's)
-            found[ident] = summary.rfind(ident) >= 0
+    _search([ident for ident in dict.fromkeys(wanted) if ident not in found], summary, found)
     kept: list[str] = []
     missing: list[str] = []
     for ident in wanted:
         (kept if found[ident] else missing).append(ident)
     return kept, missing
+
+
+SEARCHED_ONE_BY_ONE = 64
+"""Up to this many identifiers are each searched in the summary on their own; more are looked up
+among the places of the summary where one of them may start (:class:`Starts`), so a checkpoint
+that lists tens of thousands of identifiers is not scanned once per identifier."""
+
+
+def _search(pending: list[str], summary: str, found: dict[str, bool]) -> None:
+    """Record in ``found`` whether each of ``pending`` is in ``summary``."""
+    if len(pending) <= SEARCHED_ONE_BY_ONE:
+        for ident in pending:
+            # From the end: a checkpoint lists its references in its later sections, so the
+            # search stops after a fraction of the text (half the time of ``in`` on the template's)
+            found[ident] = summary.rfind(ident) >= 0
+        return
+    starts = Starts([summary], pending)
+    for ident in pending:
+        found[ident] = next(starts.where(ident), None) is not None
 
 
 def _nothing_found(summary: str) -> dict[str, bool]:
@@ -300,4 +318,3 @@ def whole_words(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return word_head(text, limit).removesuffix(" " + ELLIPSIS)
-
