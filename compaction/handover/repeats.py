@@ -61,29 +61,43 @@ def unrepeated(items: Sequence[str], elsewhere: str) -> list[str]:
 
     An item can only occur whole in a longer one, so whether it is left out does not depend on
     which others are left out: each item is looked up once among the places where any item may
-    start whole (:class:`~compaction.handover.starts.Starts`), not compared with every other."""
+    start whole (:class:`~compaction.handover.starts.Starts`), not compared with every other. The
+    items are read as one text, joined by a character none of them holds (it continues no name,
+    so each item's edges are edges there too)."""
     kept = list(dict.fromkeys(items))
-    texts = [*kept, elsewhere]
+    if any(SEPARATOR in item for item in kept):
+        texts, own = [*kept, elsewhere], [(index, 0) for index in range(len(kept))]
+    else:
+        texts, own = [SEPARATOR.join(kept), elsewhere], [(0, at) for at in _offsets(kept)]
     starts = Starts(texts, kept, allowed=_starts)
-    return [item for index, item in enumerate(kept) if not _quoted(item, index, starts)]
+    return [item for item, place in zip(kept, own, strict=True) if not _quoted(item, place, starts)]
 
 
+SEPARATOR = "\x00"
 START = re.compile(r"(?<![\w.-])|(?=/)")
 """A place where an identifier may start whole: after a character that does not continue a name,
 or at a ``/`` (a path's tail may start anywhere)."""
+
+
+def _offsets(items: list[str]) -> Iterator[int]:
+    """Where each of ``items`` starts in their join by :data:`SEPARATOR`."""
+    at = 0
+    for item in items:
+        yield at
+        at += len(item) + len(SEPARATOR)
 
 
 def _starts(text: str) -> Iterator[int]:
     return (found.start() for found in START.finditer(text))
 
 
-def _quoted(item: str, index: int, starts: Starts) -> bool:
-    """Whether ``item`` (text ``index`` of ``starts``) occurs whole in another of its texts."""
+def _quoted(item: str, own: tuple[int, int], starts: Starts) -> bool:
+    """Whether ``item``, at place ``own`` of ``starts``, also occurs whole at another place."""
     check_before = not item.startswith("/")
     check_after = bool(item) and (item[-1].isalnum() or item[-1] in "_-")
     for owner, at in starts.where(item):
-        if owner == index:
-            continue  # itself: an item occurs in no other place of its own text
+        if (owner, at) == own:
+            continue
         text = starts.texts[owner]
         if (check_before and at and WORDISH.match(text[at - 1])) or (
             check_after and _continues(text, at + len(item))

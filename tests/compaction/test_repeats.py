@@ -73,10 +73,14 @@ def _unrepeated_pairwise(items: list[str], elsewhere: str) -> list[str]:
 
 
 @settings(max_examples=500, deadline=None)
-@given(st.lists(NAMEISH, max_size=12), NAMEISH, st.lists(NAMEISH, max_size=4))
-def test_unrepeated_is_the_pairwise_rule(items: list[str], elsewhere: str, copies: list[str]) -> None:
+@given(st.lists(NAMEISH, max_size=12), NAMEISH, st.lists(NAMEISH, max_size=4), st.booleans())
+def test_unrepeated_is_the_pairwise_rule(
+    items: list[str], elsewhere: str, copies: list[str], separated: bool
+) -> None:
     # items that extend each other (a directory and its paths, a name and its longer names)
     items = items + [a + b for a, b in zip(items, copies, strict=False)]
+    if separated:  # an item holding the joining character: each item is read as its own text
+        items.append(f"a\x00{items[0] if items else ''}")
     assert unrepeated(items, elsewhere) == _unrepeated_pairwise(items, elsewhere)
 
 
