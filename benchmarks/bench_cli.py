@@ -10,7 +10,8 @@ PostgreSQL ``CREATE DATABASE ... TEMPLATE``) before each compaction, so every ru
 imported, never compacted session, from its snapshot:
 
 - **CLI**: ``python -m compaction.cli.main compact SID --window 200000`` in a new process, wall
-  time from the process's start to its exit (imports, store open, load, compaction, save, output);
+  time from the process's start to its exit (imports, store open, load, compaction, save, output),
+  and the CPU it used (user + system: what a machine shared with other work does not inflate);
 - **in-process**: the same compaction (the same configuration) as a library call in this process,
   the session loaded from a fresh store handle: the baseline that shows what the process costs;
 - **small**: the CLI on the same transcript at ``--small`` messages (default 10,000), so the ratio
@@ -27,6 +28,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -65,14 +67,23 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 def measure_cli_compact(store_url: str, session_id: str, window: int = WINDOW) -> float:
     """Seconds from the start of a ``compaction compact SESSION --window W`` process to its exit.
     Raises when the command fails or leaves the session above its window."""
+    return cli_compact_times(store_url, session_id, window)[0]
+
+
+def cli_compact_times(store_url: str, session_id: str, window: int = WINDOW) -> tuple[float, float]:
+    """``(wall, cpu)`` seconds of a ``compaction compact`` process: wall from its start to its
+    exit, and the CPU it used (user + system; what a busy machine does not inflate)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = cli("compact", session_id, "--window", str(window), "--store", store_url, "--json")
     seconds = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
     if done.returncode != 0:
         raise RuntimeError(f"compact exited {done.returncode}: {done.stderr[-2000:] or done.stdout[-2000:]}")
     if not json.loads(done.stdout)["compactions"]:
         raise RuntimeError(f"compact committed nothing: {done.stdout[-2000:]}")
-    return seconds
+    return seconds, cpu
 
 
 def audited(store_url: str, session_id: str) -> None:
@@ -159,8 +170,12 @@ def stores() -> Iterator[Stores]:
             held.drop()
 
 
-def measure(kind: str, messages: int, small: int, held: Stores) -> tuple[float, float, float]:
-    """``(CLI at messages, in-process at messages, CLI at small)`` seconds on one kind of store."""
+Figures = tuple[tuple[float, float], float, tuple[float, float]]
+"""``((wall, cpu) of the CLI at messages, in-process seconds, (wall, cpu) of the CLI at small)``."""
+
+
+def measure(kind: str, messages: int, small: int, held: Stores) -> Figures:
+    """The figures of one kind of store."""
     figures: dict[int, tuple[str, str]] = {}
     for count in (small, messages):
         transcript = write_transcript(held.folder / f"session-{count}.jsonl", count)
@@ -168,12 +183,12 @@ def measure(kind: str, messages: int, small: int, held: Stores) -> tuple[float, 
         figures[count] = (url, imported(url, transcript))
     url, sid = figures[messages]
     copy = held.copy(kind, url)
-    large = measure_cli_compact(copy, sid)
+    large = cli_compact_times(copy, sid)
     audited(copy, sid)
     library = in_process_compact(held.copy(kind, url), sid)
     small_url, small_sid = figures[small]
     copy = held.copy(kind, small_url)
-    little = measure_cli_compact(copy, small_sid)
+    little = cli_compact_times(copy, small_sid)
     audited(copy, small_sid)
     return large, library, little
 
@@ -181,17 +196,22 @@ def measure(kind: str, messages: int, small: int, held: Stores) -> tuple[float, 
 NAMES = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
 
 
-def results(kind: str, messages: int, small: int, figures: tuple[float, float, float]) -> list[Result]:
-    large, library, little = figures
+def results(kind: str, messages: int, small: int, figures: Figures) -> list[Result]:
+    (large, large_cpu), library, (little, little_cpu) = figures
     name = NAMES[kind]
     target = SQLITE_TARGET * (PG_FACTOR if kind == "postgresql" else 1.0)
     what = f"CLI compact --window {WINDOW:,} of {messages:,} messages ({name}), from process start"
     return [
-        Result(what, fmt_seconds(large), f"target {target:g} s", large / target, 1.0, False),
+        Result(what, f"{fmt_seconds(large)} (CPU {fmt_seconds(large_cpu)})", f"target {target:g} s",
+               large / target, 1.0, False),
+        Result(f"{what}, CPU (user + system)", fmt_seconds(large_cpu), f"target {target:g} s",
+               large_cpu / target, None, False),
         Result(f"{what} / in-process compaction", fmt_seconds(large),
                f"in-process {fmt_seconds(library)}", large / library, None, False),
         Result(f"{what} / the same at {small:,} messages", fmt_seconds(large),
                f"{small:,} messages {fmt_seconds(little)}", large / little, messages / small, False),
+        Result(f"{what}, CPU / the same at {small:,} messages", fmt_seconds(large_cpu),
+               f"{small:,} messages {fmt_seconds(little_cpu)}", large_cpu / little_cpu, None, False),
     ]  # fmt: skip
 
 
