@@ -68,8 +68,9 @@ class Starts:
         return bool(self.short) and any(text.startswith(s, at) for s in self.short)
 
     def where(self, needle: str) -> Iterator[tuple[int, int]]:
-        """``(text index, position)`` of each kept place where ``needle`` occurs (every place of a
-        needle longer than the kept width, found with ``str.find``)."""
+        """``(text index, position)`` of each kept place where ``needle`` (one of the wanted
+        strings: only their heads' places are kept) occurs; every place of a needle longer than
+        the kept width, found with ``str.find``."""
         if not needle:
             return
         if len(needle) > self.width:
