@@ -27,12 +27,8 @@ from typing import Protocol, runtime_checkable
 import msgspec
 
 from compaction.errors import SummarizerError, error_chain
-from compaction.handover.facts import (
-    ErrorFact,
-    SpanFacts,
-    missing_from,
-    span_facts,
-)
+from compaction.handover.facts import SpanFacts, span_facts
+from compaction.handover.failures import ErrorFact
 from compaction.handover.fidelity import (
     echoes_instruction,
     heading_section,
@@ -49,6 +45,7 @@ from compaction.handover.identifiers import (
     word_tail,
 )
 from compaction.handover.repeats import unrepeated
+from compaction.handover.retention import missing_from
 from compaction.sessions.blocks import Message, Source, TextBlock, text_of
 from compaction.vocabulary.checkpoint import is_checkpoint
 from compaction.vocabulary.config import CompletionMode
@@ -83,9 +80,7 @@ class Gaps:
     errors: tuple[ErrorFact, ...] = ()
 
     def __bool__(self) -> bool:
-        return bool(
-            self.sections or self.identifiers or self.user_asks or self.open_tasks or self.errors
-        )
+        return bool(self.sections or self.identifiers or self.user_asks or self.open_tasks or self.errors)
 
 
 @dataclass(frozen=True)
@@ -197,7 +192,7 @@ def span_identifiers(messages: Sequence[Message], facts: SpanFacts | None = None
 def gaps(summary: str, facts: SpanFacts, wanted: Identifiers | None = None) -> Gaps:
     """What ``summary`` misses: sections (by the gate's tolerant reading), identifiers (verbatim, as
     the gate counts them: ``wanted``, default the span facts'), and the user asks, open tasks and
-    errors :func:`~compaction.handover.facts.missing_from` reports."""
+    errors :func:`~compaction.handover.retention.missing_from` reports."""
     missing = missing_from(summary, facts)
     _, lost = retained((wanted if wanted is not None else facts.identifiers).all(), summary)
     identifiers = tuple(dict.fromkeys([*missing.identifiers, *lost]))
@@ -239,9 +234,7 @@ def _call_line(lines: Sequence[tuple[ErrorFact, int]], commands: Container[str] 
         where = f"{first.tool} {_code(first.command)}"
     else:
         where = f"{first.tool}: {clip(first.command, ERROR_COMMAND_CHARS)}"
-    said = [
-        f"{clip(e.first_line)}{f' ×{times}' if times > 1 else ''} ({_state(e)})" for e, times in lines
-    ]
+    said = [f"{clip(e.first_line)}{f' ×{times}' if times > 1 else ''} ({_state(e)})" for e, times in lines]
     return f"{where} -> " + "; ".join(said)
 
 
@@ -624,9 +617,7 @@ def appendix_budget(facts: SpanFacts) -> int:
     return max(MIN_APPENDIX_CHARS, int(APPENDIX_SHARE * facts.chars))
 
 
-def gate_needs(
-    text: str, counted: Identifiers, required_ratio: float, *, require_sections: bool
-) -> Needs:
+def gate_needs(text: str, counted: Identifiers, required_ratio: float, *, require_sections: bool) -> Needs:
     """What the gate needs added to ``text``: its missing sections (when required) and the first
     missing counted identifiers, as many as lift it to ``required_ratio``."""
     wanted = counted.all()

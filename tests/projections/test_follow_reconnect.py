@@ -1,4 +1,4 @@
-"""``compaction rebuild --follow`` rides out a lost PostgreSQL connection (issue 23).
+"""``compaction rebuild --follow`` rides out a lost PostgreSQL connection.
 
 The follower runs as its own process, its connections named by ``PGAPPNAME``; the test ends them
 (``pg_terminate_backend``, what a restart or a failover does to them) while the database refuses
@@ -38,7 +38,6 @@ FOLLOWER = "compaction-follower-under-test"
 def store(pg_url: str) -> Iterator[SessionStore]:
     with SessionStore.open(pg_url) as opened:
         yield opened
-
 
 
 def follower(url: str, *arguments: str) -> subprocess.Popen[str]:
@@ -103,9 +102,7 @@ def test_a_follower_reconnects_and_catches_up_after_its_connections_are_ended(
         if child.poll() is None:
             child.kill()
             child.communicate()
-    assert [(p["name"], p["position"]) for p in document["projections"]] == [
-        (name, second) for name in ALL
-    ]
+    assert [(p["name"], p["position"]) for p in document["projections"]] == [(name, second) for name in ALL]
     check_against_aggregate(store, probe)
     code, resumed = run_json("--store", pg_url, "rebuild", "--resume")
     assert code == 0
