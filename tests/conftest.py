@@ -25,14 +25,18 @@ ROOT = Path(__file__).resolve().parents[1]
 TRANSCRIPTS = ROOT / "tests" / "data" / "transcripts"
 """Public agent transcripts (MIT), kept in the repository with their licences: see SOURCES.md there."""
 
+LICENSED = {p.name.split(".")[0] for p in (TRANSCRIPTS / "LICENSES").iterdir()}
+"""The directories of TRANSCRIPTS holding public transcripts (each has its licence in LICENSES);
+the others hold fixtures written by hand (a README there says so)."""
 PUBLIC_TRANSCRIPTS: list[Path] = sorted(
     p
     for p in TRANSCRIPTS.rglob("*")
     if p.is_file()
     and p.suffix in {".jsonl", ".traj", ".json"}
+    and p.relative_to(TRANSCRIPTS).parts[0] in LICENSED
     and "subagents" not in p.parts
-    and "LICENSES" not in p.parts
 )
+
 
 @pytest.fixture(autouse=True)
 def _terminal_size_unset(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -40,7 +44,6 @@ def _terminal_size_unset(monkeypatch: pytest.MonkeyPatch) -> None:
     (80), a plain pytest run does not. Tests that want a width set it themselves."""
     monkeypatch.delenv("COLUMNS", raising=False)
     monkeypatch.delenv("LINES", raising=False)
-
 
 
 PG_BASE = os.environ.get("COMPACTION_TEST_PG", "postgresql://postgres@127.0.0.1:5432")
@@ -78,9 +81,7 @@ def require_pg() -> None:
     if reason is None:
         return
     if os.environ.get("CI") == "true":
-        pytest.fail(
-            f"PostgreSQL is required under CI=true but is unreachable at {PG_BASE}: {reason}"
-        )
+        pytest.fail(f"PostgreSQL is required under CI=true but is unreachable at {PG_BASE}: {reason}")
     pytest.skip(f"PostgreSQL unreachable at {PG_BASE}: {reason}")
 
 
@@ -121,8 +122,10 @@ def nats_available(base: str = NATS_BASE) -> str | None:
             greeting = sock.recv(4096)
     except OSError as e:
         return str(e)
-    return None if greeting.startswith(b"INFO ") and b'"jetstream":true' in greeting else (
-        f"the server at {base} did not announce JetStream"
+    return (
+        None
+        if greeting.startswith(b"INFO ") and b'"jetstream":true' in greeting
+        else (f"the server at {base} did not announce JetStream")
     )
 
 

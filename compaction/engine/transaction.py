@@ -53,11 +53,12 @@ from compaction.errors import (
 from compaction.handover.analysis import SpanAnalysis
 from compaction.handover.carried import carried_hashes, recall_carried
 from compaction.handover.completion import Completed, RendersFacts, SpanReading, complete
-from compaction.handover.facts import SpanFacts, read, span_facts
+from compaction.handover.facts import SpanFacts, span_facts
 from compaction.handover.facts_fold import folded_facts
 from compaction.handover.fidelity import fidelity_problems, measure_fidelity
 from compaction.handover.fold import folded_identifiers
-from compaction.handover.identifiers import extract
+from compaction.handover.identifiers import extract, span_unions
+from compaction.handover.reading import read
 from compaction.sessions.blocks import Message, TextBlock
 from compaction.sessions.collector import collector_paused
 from compaction.sessions.events import Replace, SessionEvent, UserMessage
@@ -135,8 +136,7 @@ class Transaction:
             except Exception as close_error:  # cancellation wins; the unclosed start is kept
                 self._hold(start, f"cancelled: {reason}", close_error)
                 log.error(
-                    "compaction %s was cancelled and its compact/start (seq %d) could not be "
-                    "closed: %s",
+                    "compaction %s was cancelled and its compact/start (seq %d) could not be closed: %s",
                     start.compaction_id,
                     start.seq,
                     error_chain(close_error),
@@ -396,10 +396,10 @@ class Transaction:
         template, the completion and the gate find them without reading each message. A span the
         facts fold answers holds no checkpoint, so its facts' identifiers are the span's own."""
         if known is not None:
-            self.analysis.spans.remember(messages, known)
+            span_facts.memo(self.analysis).remember(messages, known)
         identifiers = known.identifiers if known is not None else folded_identifiers(self.session, shadowed)
         if identifiers is not None:
-            self.analysis.unions.remember(messages, identifiers)
+            span_unions(self.analysis).remember(messages, identifiers)
 
     def _request(self, compaction_id: str, messages: list[Message]) -> SummaryRequest:
         return build_request(
@@ -415,9 +415,7 @@ class Transaction:
     def _check_stable(self, session: Session, captured: tuple[int, ...]) -> None:
         if self.stability == "whole-surface":
             if tuple(session.nodes) != captured:
-                raise SurfaceChangedError(
-                    "compaction: session surface changed during summarization"
-                )
+                raise SurfaceChangedError("compaction: session surface changed during summarization")
             return
         try:
             span = span_for(
@@ -452,9 +450,7 @@ class Transaction:
             except ConcurrencyError as e:
                 session.rollback(mark)
                 if attempt == 2:
-                    raise CommitError(
-                        f"compaction: commit conflicted twice in session {session.id}"
-                    ) from e
+                    raise CommitError(f"compaction: commit conflicted twice in session {session.id}") from e
                 self._refresh_for_commit(start, captured)
                 continue
             except StoreError as e:
@@ -645,9 +641,7 @@ def _commit_events(
     ]
 
 
-def _result(
-    start: CompactStart, events: list[SessionEvent], summary: CompactSummary
-) -> CompactionResult:
+def _result(start: CompactStart, events: list[SessionEvent], summary: CompactSummary) -> CompactionResult:
     summary_event, replacement, end = events
     return CompactionResult(
         compaction_id=start.compaction_id,

@@ -6,8 +6,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from compaction.handover.analysis import active_analysis
+from compaction.handover.analysis import chars, remembered
 from compaction.handover.identifiers import Identifiers, retained
+from compaction.sessions.memo import ENTRY_BYTES, STRING_BYTES, LatestOnly
 from compaction.vocabulary.events import Fidelity
 from compaction.vocabulary.instruction import INSTRUCTION, SECTIONS
 
@@ -21,39 +22,106 @@ _PARENTHESES = re.compile(r"[ \t]*\([^)]*\)$")
 
 SYNONYMS: dict[str, tuple[str, ...]] = {
     "Primary Request and Intent": (
-        "primary request", "primary requests", "user request", "user requests", "request",
-        "requests", "intent", "user intent", "task", "tasks asked", "goal", "goals", "objective",
-        "objectives", "primary goal", "original request", "all user messages", "user messages",
+        "primary request",
+        "primary requests",
+        "user request",
+        "user requests",
+        "request",
+        "requests",
+        "intent",
+        "user intent",
+        "task",
+        "tasks asked",
+        "goal",
+        "goals",
+        "objective",
+        "objectives",
+        "primary goal",
+        "original request",
+        "all user messages",
+        "user messages",
     ),
     "Key Technical Concepts": (
-        "key concepts", "technical concepts", "concepts", "technologies", "tech stack",
-        "key technologies", "technical context",
+        "key concepts",
+        "technical concepts",
+        "concepts",
+        "technologies",
+        "tech stack",
+        "key technologies",
+        "technical context",
     ),
     "Files and Code": (
-        "files", "code", "relevant files", "key files", "files changed", "files modified",
-        "files touched", "files and changes", "code changes", "files and code sections",
+        "files",
+        "code",
+        "relevant files",
+        "key files",
+        "files changed",
+        "files modified",
+        "files touched",
+        "files and changes",
+        "code changes",
+        "files and code sections",
     ),
     "Errors and Fixes": (
-        "errors", "error", "errors and solutions", "problems", "problems and solutions",
-        "problem solving", "problems solved", "issues", "issues and fixes", "errors encountered",
-        "bugs", "bugs and fixes", "errors and fixes",
+        "errors",
+        "error",
+        "errors and solutions",
+        "problems",
+        "problems and solutions",
+        "problem solving",
+        "problems solved",
+        "issues",
+        "issues and fixes",
+        "errors encountered",
+        "bugs",
+        "bugs and fixes",
+        "errors and fixes",
     ),
     "Pending Jobs": (
-        "pending", "pending tasks", "pending work", "pending items", "open tasks", "open items",
-        "remaining tasks", "remaining work", "outstanding tasks", "todo", "todos", "to do",
-        "to-do", "task list",
+        "pending",
+        "pending tasks",
+        "pending work",
+        "pending items",
+        "open tasks",
+        "open items",
+        "remaining tasks",
+        "remaining work",
+        "outstanding tasks",
+        "todo",
+        "todos",
+        "to do",
+        "to-do",
+        "task list",
     ),
     "Current Work": (
-        "current state", "current status", "status", "current task", "current progress",
-        "progress", "work in progress", "recent work",
+        "current state",
+        "current status",
+        "status",
+        "current task",
+        "current progress",
+        "progress",
+        "work in progress",
+        "recent work",
     ),
     "Next Step": (
-        "next steps", "optional next step", "optional next steps", "next action", "next actions",
-        "immediate next step", "immediate next steps",
+        "next steps",
+        "optional next step",
+        "optional next steps",
+        "next action",
+        "next actions",
+        "immediate next step",
+        "immediate next steps",
     ),
     "Critical Context": (
-        "context", "important context", "key context", "additional context", "notes",
-        "important notes", "important details", "key details", "critical details",
+        "context",
+        "important context",
+        "key context",
+        "additional context",
+        "notes",
+        "important notes",
+        "important details",
+        "key details",
+        "critical details",
     ),
 }
 """Other titles models give the eight sections (lower case, "&" read as "and", numbering, bold
@@ -106,13 +174,16 @@ def section_bodies(summary: str) -> dict[str, str]:
     synonym); a body runs to the next known heading, so numbered lists inside a section stay in it.
     Two headings naming one section ("Errors and fixes", "Problem Solving") share its body. With an
     active analysis the latest summary's are kept (the completion and the gate read the same text)."""
-    analysis = active_analysis()
-    if analysis is None:
-        return _section_bodies(summary)
-    return dict(analysis.bodies.get(summary, _section_bodies))
+    return dict(_bodies(summary))
 
 
-def _section_bodies(summary: str) -> dict[str, str]:
+def _bodies_size(summary: str, value: dict[str, str]) -> int:
+    return ENTRY_BYTES + len(summary) + STRING_BYTES + chars(list(value.values()))
+
+
+@remembered(lambda budget: LatestOnly(budget, _bodies_size))
+def _bodies(summary: str) -> dict[str, str]:
+    """:func:`section_bodies`, kept for the latest summary while an analysis is active."""
     known = [(m, _known(m.group(1), m.group(2))) for m in _HEADING.finditer(summary)]
     headings = [(m, name) for m, name in known if name is not None]
     bodies: dict[str, str] = {}

@@ -4,19 +4,15 @@ what a summary misses."""
 
 from __future__ import annotations
 
-from compaction.handover.facts import (
-    HARNESS_TOOL,
-    ErrorFact,
-    clean_user_text,
-    first_informative_line,
-    missing_from,
-    retention,
-    span_facts,
-)
+from compaction.handover.facts import span_facts
+from compaction.handover.failures import HARNESS_TOOL, ErrorFact
+from compaction.handover.harness_text import clean_user_text
+from compaction.handover.outcomes import first_informative_line
+from compaction.handover.retention import missing_from, retention
+from compaction.importers import import_path
 from compaction.sessions.blocks import (
     text_of,
 )
-from compaction.sessions.importers import import_path
 from compaction.sessions.interrupted import NOT_STARTED_TEXT
 from tests.compaction.spans import agent, step, user
 from tests.conftest import TRANSCRIPTS
@@ -115,7 +111,7 @@ def test_harness_feedback_is_told_apart_by_its_shape_while_the_agent_works() -> 
         *step("c1", "str_replace_editor", "ok", command="view", path="/w/p.py"),
         user(REJECTED_ARGUMENT),
         *step("c2", "str_replace_editor", "ERROR: no such file /w/q.py", command="view", path="/w/q.py"),
-        user("Missing required argument \"command\" in tool call str_replace_editor"),
+        user('Missing required argument "command" in tool call str_replace_editor'),
         agent("Which parser do you mean?"),
         user("Parameter 'mode' is expected to be one of the documented values, I think: use strict"),
         *step("c3", "Bash", "done", command="make"),

@@ -9,10 +9,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from compaction.handover.facts import clean_user_text, span_facts
+from compaction.handover.facts import span_facts
+from compaction.handover.harness_text import clean_user_text
+from compaction.importers import import_path
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import text_of
-from compaction.sessions.importers import import_path
 from compaction.sessions.session import Session, project
 from compaction.summarizers.template import render_summary
 from compaction.vocabulary.events import CompactSummary
@@ -36,9 +37,7 @@ def _cc(kind: str, uid: str, content: Any, **extra: Any) -> dict[str, Any]:
     return {"type": kind, "uuid": uid, "sessionId": "s", "message": message, **extra}
 
 
-def _tool(
-    uid: str, mid: str, call_id: str, name: str, args: dict[str, Any], *, text: str = ""
-) -> list[Any]:
+def _tool(uid: str, mid: str, call_id: str, name: str, args: dict[str, Any], *, text: str = "") -> list[Any]:
     blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
     blocks.append({"type": "tool_use", "id": call_id, "name": name, "input": args})
     return [_cc("assistant", uid, blocks, mid=mid)]

@@ -11,12 +11,12 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from compaction.handover.facts import read
 from compaction.handover.fold import READING, IdentifierFold, folded_identifiers
 from compaction.handover.identifiers import Identifiers, extract
 from compaction.handover.readahead import ReadAhead
+from compaction.handover.reading import read
+from compaction.importers import import_path
 from compaction.service import BasicCompactService
-from compaction.sessions.importers import import_path
 from compaction.sessions.session import Session, SessionSnapshot, project
 from compaction.sessions.store import SessionStore
 from compaction.vocabulary.config import BasicConfig
@@ -149,9 +149,7 @@ def test_a_snapshot_without_readings_still_restores() -> None:
     assert folded_identifiers(restored, tuple(restored.nodes[1:])) is None
 
 
-def test_a_cold_compaction_uses_the_fold_and_commits_the_same(
-    tmp_path: Path, extracted: list[str]
-) -> None:
+def test_a_cold_compaction_uses_the_fold_and_commits_the_same(tmp_path: Path, extracted: list[str]) -> None:
     extractions = extracted
     summaries: dict[bool, CompactSummary] = {}
     counts: dict[bool, int] = {}

@@ -12,18 +12,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compaction.handover.facts import first_informative_line, span_facts
+from compaction.handover.facts import span_facts
 from compaction.handover.outcomes import (
     BUILD_FAILURE_RE,
     DIAGNOSTIC_RE,
     FAILURE_RE,
+    first_informative_line,
     may_name_a_failure,
     output_failed,
     output_succeeded,
 )
+from compaction.importers import import_path
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import text_of
-from compaction.sessions.importers import import_path
 from compaction.sessions.session import Session, project
 from compaction.vocabulary.events import CompactSummary
 
@@ -207,12 +208,35 @@ def test_silence_and_a_file_view_are_neither_failure_nor_success() -> None:
 
 
 _PIECES = (
-    "FAILED tests/a.py::t - E", "src/a.c:12:3: error: x", "error[E0308]: y",
+    "FAILED tests/a.py::t - E",
+    "src/a.c:12:3: error: x",
+    "error[E0308]: y",
     "a.ts(1,2): error TS2322: z",
-    "12:7  error  msg  rule", "--- FAIL: TestX", "[F] ↗ msg", "= 1 failed in 2s =", "FAIL src/x",
-    "Tests: 1 failed", "test result: FAILED", "3 tests, 1 failure", "✖ 2 problems", "Found 3 errors",
-    "[Command failed with exit code 1]", "Error: no", "ERROR: no", "fatal: no", "npm ERR! x",
-    "make: *** [all] Error 2", "ok", "all good", "Fail", "err", "\n", " ", "12", ":", "x",
+    "12:7  error  msg  rule",
+    "--- FAIL: TestX",
+    "[F] ↗ msg",
+    "= 1 failed in 2s =",
+    "FAIL src/x",
+    "Tests: 1 failed",
+    "test result: FAILED",
+    "3 tests, 1 failure",
+    "✖ 2 problems",
+    "Found 3 errors",
+    "[Command failed with exit code 1]",
+    "Error: no",
+    "ERROR: no",
+    "fatal: no",
+    "npm ERR! x",
+    "make: *** [all] Error 2",
+    "ok",
+    "all good",
+    "Fail",
+    "err",
+    "\n",
+    " ",
+    "12",
+    ":",
+    "x",
 )
 
 

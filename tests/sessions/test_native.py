@@ -21,11 +21,11 @@ from compaction.audit.checks import audit_events
 from compaction.cli.cmd_import import import_events
 from compaction.cli.main import main
 from compaction.errors import CompactionError, TranscriptError
+from compaction.importers import import_path
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import Message
 from compaction.sessions.events import SessionEvent
 from compaction.sessions.hashing import surface_hash
-from compaction.sessions.importers import import_path
 from compaction.sessions.native import FORMAT, UPCASTERS, VERSION, import_session
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
@@ -207,9 +207,7 @@ def test_a_repeated_seq_is_refused(sqlite_url: str, tmp_path: Path, exported: li
     assert_refused(sqlite_url, path, 5, "seq 2 is not contiguous; expected 3")
 
 
-def test_a_rule_breaking_event_is_refused(
-    sqlite_url: str, tmp_path: Path, exported: list[Exported]
-) -> None:
+def test_a_rule_breaking_event_is_refused(sqlite_url: str, tmp_path: Path, exported: list[Exported]) -> None:
     one = small_export(exported)
     lines = one.path.read_text(encoding="utf-8").splitlines()
     number = first_line_of(lines, "turn/start")
@@ -308,9 +306,7 @@ def test_a_header_only_file_is_refused(sqlite_url: str, tmp_path: Path, exported
     assert_refused(sqlite_url, path, 2, "expected at least one event line")
 
 
-def test_a_newer_format_version_is_refused(
-    sqlite_url: str, tmp_path: Path, exported: list[Exported]
-) -> None:
+def test_a_newer_format_version_is_refused(sqlite_url: str, tmp_path: Path, exported: list[Exported]) -> None:
     def bump(data: Doc) -> None:
         data["version"] = VERSION + 1
 

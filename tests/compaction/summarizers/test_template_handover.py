@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 
 from compaction.engine.meters import HeuristicMeter
-from compaction.handover.facts import Retention, retention, span_facts
+from compaction.handover.facts import span_facts
 from compaction.handover.fidelity import section_bodies
 from compaction.handover.repeats import occurs
+from compaction.handover.retention import Retention, retention
+from compaction.importers import import_path
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import Message, Source, TextBlock, ToolCallBlock, ToolResultBlock, text_of
-from compaction.sessions.importers import import_path
 from compaction.sessions.session import Session, project
 from compaction.summarizers.template import ASK_CHARS, render_summary
 from compaction.vocabulary.checkpoint import checkpoint_message
@@ -163,6 +164,7 @@ def test_every_span_ending_at_an_unfinished_todo_list_keeps_its_open_tasks() -> 
 
 # ---------------------------------------------------------------- the sections, on hand-made spans
 
+
 def sections(text: str) -> dict[str, str]:
     return section_bodies(text)
 
@@ -217,9 +219,7 @@ def test_a_long_ask_keeps_its_head_and_tail_with_the_elision_marked() -> None:
 
 def test_errors_name_the_command_the_first_line_and_the_fix() -> None:
     body = sections(render_summary(work_span()))["Errors and Fixes"]
-    assert body.splitlines()[0] == (
-        "- Bash `mix test`: ** (RuntimeError) requires lazy_html (fixed later)"
-    )
+    assert body.splitlines()[0] == ("- Bash `mix test`: ** (RuntimeError) requires lazy_html (fixed later)")
 
 
 def test_pending_jobs_current_work_and_next_step_come_from_the_agents_own_state() -> None:
