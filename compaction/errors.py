@@ -19,6 +19,7 @@
     ├── SessionStateError (ValueError)         a rollback past saved events, adopting another session
     ├── StoreError                             the event store failed
     │   ├── StoreNotFoundError                 a read-only open found no store at the URL
+    │   ├── StoreDriverMissingError (ImportError)  the store's client package is not installed
     │   ├── SaveError                          a save failed; ``stored`` says whether its events are stored
     │   ├── ConcurrencyError                   another writer appended to the same session first
     │   ├── SessionNotFoundError (KeyError)    no such session in the store
@@ -174,6 +175,10 @@ class SaveError(StoreError):
 
 class StoreNotFoundError(StoreError):
     """A read-only open found no store where the URL points (a SQLite file that does not exist)."""
+
+
+class StoreDriverMissingError(StoreError, ImportError):
+    """A store URL needs a client package that is not installed; the message names the extra."""
 
 
 class ConcurrencyError(StoreError):

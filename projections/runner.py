@@ -269,6 +269,9 @@ class ProjectionRunner:
             "in %.1f s (attempt %d of %d)",
             self.position, error, delay, failures, policy.attempts,
         )  # fmt: skip
+        self.store.drop_broken_connections()
+        for projection in self.projections:
+            projection.view.drop_broken_connections()
         if not stop.wait(delay):
             self.reconnections += 1
 

@@ -128,15 +128,19 @@ def run(context: Context, args: argparse.Namespace) -> Document:
     store = context.store
     rows: list[Document] = []
     failed: list[Document] = []
-    with context.progress("importing transcripts", total=len(paths)) as advance:
-        for path in paths:
-            try:
-                rows.extend(import_file(store, path, args.format))
-            except TranscriptError as e:
-                if len(paths) == 1:
-                    raise  # the one file asked for: its error is the command's
-                failed.append({"source": str(path), "error": str(e)})
-            advance()
+    try:
+        with context.progress("importing transcripts", total=len(paths)) as advance:
+            for path in paths:
+                try:
+                    rows.extend(import_file(store, path, args.format))
+                except TranscriptError as e:
+                    if len(paths) == 1:
+                        raise  # the one file asked for: its error is the command's
+                    failed.append({"source": str(path), "error": str(e)})
+                advance()
+    finally:
+        if not rows:  # nothing imported: a store this run created is not left behind empty
+            context.discard_new_store()
     document: Document = {"sessions": rows, "failed": failed}
     if store.snapshot_warnings:
         document["warnings"] = list(store.snapshot_warnings)

@@ -20,8 +20,6 @@ from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import NoReturn
 
-from rich.console import Console
-
 from compaction.cli import (
     cmd_audit,
     cmd_compact,
@@ -33,7 +31,7 @@ from compaction.cli import (
     cmd_sessions,
     cmd_show,
 )
-from compaction.cli.command import Command, Context, Document
+from compaction.cli.command import Command, Context, Document, stderr_console
 from compaction.cli.output import (
     report_crash,
     report_error,
@@ -147,7 +145,7 @@ def build_parser(commands: Sequence[Command] | None = None) -> argparse.Argument
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
-    err = Console(stderr=True)
+    err = stderr_console()
     commands = all_commands()
     try:
         args = build_parser(commands).parse_args(arguments)

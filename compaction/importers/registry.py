@@ -9,7 +9,6 @@ the same: importing with it, by name, raises :class:`~compaction.errors.PluginEr
 
 from __future__ import annotations
 
-from functools import cache
 from typing import Any
 
 from compaction.errors import ConfigurationError, PluginError
@@ -31,9 +30,18 @@ GROUP = "compaction.formats"
 """The entry-point group of third-party formats."""
 
 
-@cache
+_found: list[tuple[TranscriptFormat, ...]] = []
+"""The formats once read (the entry points are read once a process)."""
+
+
 def formats() -> tuple[TranscriptFormat, ...]:
     """Every format, in detection order: the built-ins, then the plugins (sorted by name)."""
+    if not _found:
+        _found.append(_read_formats())
+    return _found[0]
+
+
+def _read_formats() -> tuple[TranscriptFormat, ...]:
     reserved = [name for f in BUILT_IN for name in (f.name, *f.aliases)]
     plugins = load_plugins(
         GROUP,

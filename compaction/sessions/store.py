@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shlex
 import threading
 import time
 from collections.abc import Callable, Container, Iterator, Mapping, Sequence
@@ -53,6 +54,7 @@ from compaction.errors import (
     EventCompactionError,
     SaveError,
     SessionNotFoundError,
+    StoreDriverMissingError,
     StoreError,
     StoreNotFoundError,
     UnreadableRowError,
@@ -166,6 +168,27 @@ def parse_store_url(url: str, *, create: bool = True) -> StoreLocation:
         f"unsupported store URL {_redacted(url)!r}: expected sqlite:///PATH, "
         "postgresql://USER@HOST:PORT/DB, nats://HOST:PORT or memory://"
     )
+
+
+def _require_nats(display: str) -> None:
+    """Refuse a ``nats://`` store, naming the extra, when the NATS client is not installed."""
+    try:
+        import nats  # noqa: F401  (the JetStream recorder's client)
+    except ImportError as e:
+        raise StoreDriverMissingError(
+            f"store {display}: a nats:// store needs the NATS client, which is not installed "
+            f"({e}); install the nats extra: pip install 'event-compaction[nats]'"
+        ) from e
+
+
+def drop_broken_connections(datastore: object) -> None:
+    """Check every idle connection of ``datastore``'s pool (an eventsourcing PostgreSQL datastore;
+    anything else is left alone): a broken one is closed and a new one is opened in its place. A
+    failure of the check itself is left for the next call to report."""
+    check = getattr(getattr(datastore, "pool", None), "check", None)
+    if callable(check):
+        with contextlib.suppress(Exception):
+            check()
 
 
 def _redacted(url: str) -> str:
@@ -347,6 +370,8 @@ class SessionStore:
         elif module == "eventsourcing.postgres":
             merged.setdefault("APPLICATION_RECORDER_TOPIC", POSTGRES_RECORDER_TOPIC)
             _probe_postgres(self.location.display, merged)
+        elif self.location.kind == "nats":
+            _require_nats(self.location.display)
         self.settings: Mapping[str, str] = MappingProxyType(merged)
         try:
             self.application = _open_application(self.name, merged)
@@ -396,6 +421,13 @@ class SessionStore:
 
     def close(self) -> None:
         self.application.close()
+
+    def drop_broken_connections(self) -> None:
+        """After a lost connection (a terminated backend, a restart, a failover): test the pooled
+        PostgreSQL connections and replace the broken ones, so the next call reaches a healthy
+        server at once instead of being handed the dead connections one failure at a time (the
+        pool does not ping a connection it hands out). Nothing for the other backends."""
+        drop_broken_connections(getattr(self._recorder, "datastore", None))
 
     # ------------------------------------------------------------ compaction leases
 
@@ -852,7 +884,7 @@ def _distinct_ids(recorder: Any, kind: str) -> Iterator[UUID]:
     if isinstance(recorder, OriginatorIndex):  # nats://
         yield from recorder.originator_ids(first_stored=True)
         return
-    table = getattr(recorder, "events_table_name", None)
+    table = _events_table(recorder)
     if table is None:  # memory://
         for stored in recorder._stored_events:
             if stored.originator_version == 0:
@@ -871,7 +903,7 @@ def _all_ids(recorder: Any, kind: str) -> Iterator[UUID]:
     if isinstance(recorder, OriginatorIndex):  # nats://
         yield from recorder.originator_ids(first_stored=False)
         return
-    table = getattr(recorder, "events_table_name", None)
+    table = _events_table(recorder)
     if table is None:  # memory://
         seen: dict[UUID, None] = {}
         for stored in recorder._stored_events:
@@ -885,6 +917,24 @@ def _all_ids(recorder: Any, kind: str) -> Iterator[UUID]:
         rows = cursor.fetchall()
     for row in rows:
         yield _uuid(row["originator_id"])
+
+
+def _events_table(recorder: Any) -> str | None:
+    """The events table of a SQL recorder as a statement names it (PostgreSQL: qualified by its
+    quoted schema, ``?schema=``); None for the in-memory recorder."""
+    table = getattr(recorder, "events_table_name", None)
+    schema = getattr(getattr(recorder, "datastore", None), "schema", None)
+    if table is None or not isinstance(schema, str):
+        return table
+    return f"{quoted_identifier(schema)}.{quoted_identifier(table)}"
+
+
+def quoted_identifier(name: str) -> str:
+    """``name`` as a PostgreSQL quoted identifier: in double quotes, each double quote doubled, so
+    any name (``x"; DROP TABLE t; --``) is only ever a name."""
+    if "\x00" in name:
+        raise ConfigurationError(f"a PostgreSQL identifier cannot hold a NUL byte; found {name!r}")
+    return '"' + name.replace('"', '""') + '"'
 
 
 def _uuid(value: object) -> UUID:
@@ -1045,8 +1095,74 @@ def _probe_postgres(display: str, env: Mapping[str, str]) -> None:
         )
     except psycopg.Error as e:
         reason = " ".join(str(e).split())
+        if _database_exists(env) is False:
+            reason += f"; {_how_to_create(env)}"
         raise StoreError(f"cannot open store {display}: {reason}") from e
     connection.close()
+
+
+def create_postgres_database(url: str) -> bool:
+    """Create the database a ``postgresql://`` store URL names when its server does not have it
+    (the target of ``compaction copy``, a new store as a new SQLite path is); True when this call
+    created it. Any other URL, a reachable database, or a server this cannot ask: False (opening
+    the store then reports what is wrong)."""
+    location = parse_store_url(url)
+    if location.kind != "postgresql" or _database_exists(location.env) is not False:
+        return False
+    import psycopg
+    from psycopg import sql
+
+    name = location.env["POSTGRES_DBNAME"]
+    try:
+        with _maintenance_connection(location.env) as admin:
+            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    except psycopg.errors.DuplicateDatabase:
+        return False  # another process created it first
+    except psycopg.Error as e:
+        raise StoreError(
+            f"cannot create the database {name!r} for store {location.display}: "
+            f"{' '.join(str(e).split())}; {_how_to_create(location.env)}"
+        ) from e
+    return True
+
+
+def _database_exists(env: Mapping[str, str]) -> bool | None:
+    """Whether the server of a PostgreSQL store has its database (asked of the ``postgres``
+    maintenance database); None when that cannot be asked."""
+    import psycopg
+
+    try:
+        with _maintenance_connection(env) as admin:
+            found = admin.execute(
+                "SELECT 1 FROM pg_database WHERE datname = %s", (env["POSTGRES_DBNAME"],)
+            ).fetchone()
+    except psycopg.Error:
+        return None
+    return found is not None
+
+
+def _maintenance_connection(env: Mapping[str, str]) -> Any:
+    import psycopg
+
+    return psycopg.connect(
+        dbname="postgres",
+        host=env["POSTGRES_HOST"],
+        port=env["POSTGRES_PORT"],
+        user=env["POSTGRES_USER"],
+        password=env.get("POSTGRES_PASSWORD") or None,
+        connect_timeout=max(1, int(env.get("POSTGRES_CONNECT_TIMEOUT") or 5)),
+        autocommit=True,
+    )
+
+
+def _how_to_create(env: Mapping[str, str]) -> str:
+    host, port, user, name = (
+        env[k] for k in ("POSTGRES_HOST", "POSTGRES_PORT", "POSTGRES_USER", "POSTGRES_DBNAME")
+    )
+    return (
+        f"create it with `createdb -h {host} -p {port} -U {user} {shlex.quote(name)}`, or copy "
+        "sessions into it with `compaction copy --to URL`, which creates it"
+    )
 
 
 def _open_application(name: str, env: dict[str, str]) -> SessionApplication:

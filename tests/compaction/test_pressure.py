@@ -82,7 +82,7 @@ async def test_no_window_is_a_configuration_error() -> None:
     session = Session()
     user(session, "task")
     start_turn(session, window=None)
-    with pytest.raises(CompactionConfigError, match="no context capacity for test/test-model"):
+    with pytest.raises(CompactionConfigError, match="no context window known for test/test-model"):
         await BasicCompactService().compact_if_needed(session)
 
 

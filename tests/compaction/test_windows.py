@@ -91,7 +91,7 @@ def test_config_then_header_then_table() -> None:
 def test_an_unknown_model_still_names_how_to_configure_it() -> None:
     with pytest.raises(
         CompactionConfigError,
-        match=r"no context capacity for anthropic/house-model.*"
-        r"WindowTable\.with_overrides",
+        match=r"no context window known for anthropic/house-model.*"
+        r"--window N.*context_window=N.*compaction\.toml",
     ):
         BasicCompactService().context_window(header_session("house-model"))
