@@ -37,6 +37,8 @@
     │   ├── BusyError                          a live compact/start holds the lock, or a turn is open
     │   ├── SurfaceChangedError                the surface changed while the summary was being made
     │   ├── ShrinkError                        the framed summary is not smaller than what it shadows
+    │   │   └── SpanTooSmallError              declined before any model request: no checkpoint could be
+    │   │                                      smaller than the span (CLI exit status 3)
     │   ├── FidelityError                      sections missing or identifier retention under the bar
     │   ├── ConvergenceError                   still above the threshold after every allowed attempt
     │   ├── CommitError                        the atomic commit failed (the store refused it)
@@ -346,6 +348,17 @@ class SurfaceChangedError(CompactionError):
 
 class ShrinkError(CompactionError):
     pass
+
+
+class SpanTooSmallError(ShrinkError):
+    """The span is smaller than the smallest checkpoint that could replace it (the frame, and the
+    section headings the fidelity gate requires): declined before ``compact/start`` is written and
+    before any summarizer is asked. ``span_tokens`` and ``floor_tokens`` say by how much."""
+
+    def __init__(self, message: str, *, span_tokens: int, floor_tokens: int) -> None:
+        super().__init__(message)
+        self.span_tokens = span_tokens
+        self.floor_tokens = floor_tokens
 
 
 class FidelityError(CompactionError):

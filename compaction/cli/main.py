@@ -41,7 +41,7 @@ from compaction.cli.output import (
 )
 from compaction.cli.plugins import plugin_commands
 from compaction.engine.settings import Settings, default_settings_path, load_settings
-from compaction.errors import EventCompactionError, UsageError
+from compaction.errors import EventCompactionError, SpanTooSmallError, UsageError
 from compaction.sessions.store import DEFAULT_URL, default_url
 from compaction.summarizers.local import abandoned_servers
 
@@ -67,6 +67,7 @@ def all_commands() -> list[Command]:
 
 FAILURE = 1
 USAGE = 2
+DECLINED = 3
 INTERRUPTED = 130
 
 EPILOG = """\
@@ -85,6 +86,8 @@ exit status:
        above its context window
   2    a command line that does not parse (UsageError), e.g. an unknown option or an empty
        SESSION
+  3    compact declined a span too small to gain anything (SpanTooSmallError): nothing
+       written, no summarizer asked
   130  interrupted (Ctrl-C)
 
 docs/cli.md describes every command and its JSON document."""
@@ -185,7 +188,7 @@ def _execute(command: Command, context: Context, args: argparse.Namespace) -> in
         document = command.run(context, args)
     except EventCompactionError as error:
         report_error(error, as_json=context.json, err=context.err)
-        return USAGE if isinstance(error, UsageError) else FAILURE
+        return _failure_status(error)
     except KeyboardInterrupt:
         if context.json:  # the contract holds on Ctrl-C too: one JSON document on stdout
             write_json({"error": {"type": "KeyboardInterrupt", "message": "interrupted"}})
@@ -199,6 +202,13 @@ def _execute(command: Command, context: Context, args: argparse.Namespace) -> in
     finally:
         context.close()
     return _output(command, context, document)
+
+
+def _failure_status(error: EventCompactionError) -> int:
+    """The exit status of an error: a usage error's, a declined span's, else a failure's."""
+    if isinstance(error, UsageError):
+        return USAGE
+    return DECLINED if isinstance(error, SpanTooSmallError) else FAILURE
 
 
 def _output(command: Command, context: Context, document: Document) -> int:

@@ -24,6 +24,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
+from compaction.engine.floor import refuse_too_small
 from compaction.engine.lock import LockState, UnreleasedLeases, busy_message, inspect_lock
 from compaction.engine.meters import HeuristicMeter, Measurement, Meter
 from compaction.engine.prune import PruneConfig, prune_session
@@ -368,6 +369,7 @@ class CompactionEngine(CompactService):
             raise SpanError(
                 "compactRegion: no open turn — automatic compaction events must be enclosed in a turn"
             )
+        refuse_too_small(session, span, self.meter, self.config, source_command_id)
         stability: Stability = "selected-span" if manual else "whole-surface"
         transaction = Transaction(
             session=session,

@@ -194,16 +194,18 @@ class Transaction:
     def _claim(self, event: CompactStart) -> Grant | None:
         """Claim the session's lease where the store keeps one besides the log (JetStream: the
         claim, not the append of the start, decides between racing processes); None elsewhere."""
-        if self.store is None:
+        acquire = getattr(self.store, "acquire_lease", None)
+        if acquire is None:  # no store, or one that keeps no lease: the log's compact/start decides
             return None
         session = self.session
         lease = event.lease
         claim = LeaseClaim(session.id, event.compaction_id, lease.host, lease.pid, lease.expires_at)
         replaces = self.takeover.compaction_id if self.takeover is not None else None
         try:
-            return self.store.acquire_lease(
+            grant: Grant | None = acquire(
                 claim, replaces=replaces, closed=lambda held: closed_in_log(session, held)
             )
+            return grant
         except LeaseTakenError as e:
             raise BusyError(
                 f"compaction: another writer holds the compaction lease of session {session.id} "

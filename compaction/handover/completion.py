@@ -11,6 +11,11 @@ open tasks and the errors met) and completes it, as ``BasicConfig.completion`` s
     both       the repair, then the appendix for whatever the repaired text still misses
     off        the text as written (the gate may refuse it)
 
+The appendix carries what the gate needs and, within its budget, what else the summary missed; with
+both gates off (``require_sections=False``, ``min_identifier_ratio=0``) it adds nothing, so a
+summarizer's text is committed as written, exactly as with ``off`` (and ``both`` stops after the
+repair).
+
 The result records what the model wrote and what was added (:class:`~compaction.vocabulary.events.Completion`
 on ``compact/summary``), so the audit shows both.
 """
@@ -647,8 +652,9 @@ async def complete(
     appendix's characters (default :func:`appendix_budget`); ``reading``: the span as read
     already (then ``shadowed`` is not read)."""
     text = output.text.strip()
-    if mode == "off":
-        return Completed(text, text, None, output)
+    gated = require_sections or required_ratio > 0
+    if mode == "off" or (mode == "appendix" and not gated):
+        return Completed(text, text, None, output)  # with the gates off the appendix adds nothing
     echo = without_echo(text)
     text = echo.text
     reading = reading if reading is not None else SpanReading.of(shadowed)
@@ -684,7 +690,7 @@ async def complete(
         repair_error=repair_error,
     )
     plan = _Plan(
-        found if mode in ("appendix", "both") else Gaps(),
+        found if mode in ("appendix", "both") and gated else Gaps(),
         facts,
         wanted,
         gate_needs(text, counted, required_ratio, require_sections=require_sections),

@@ -412,8 +412,8 @@ async def test_an_appendix_that_outgrows_a_tiny_span_is_refused_by_name() -> Non
     session = Session()
     user(session, "Fix the failing tests under tests/ and run `pytest -q` until green.")
     start_turn(session)
-    for _ in range(3):
-        tool_step(session, n_calls=1, output="ok")
+    for _ in range(3):  # a span above the floor (the frame and the headings), under the appendix
+        tool_step(session, n_calls=1, output="3 passed in 0.02s; " * 10)
     service = BasicCompactService(BasicConfig(), summarizer=OwnSummarizer())
     with pytest.raises(ShrinkError, match=r"of its characters are the completion appendix"):
         await service.compact_region(session, session.nodes[1], session.nodes[4])
