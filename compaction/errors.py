@@ -87,8 +87,8 @@ class UnknownEventTypeError(EventCompactionError, LookupError):
         location = f" at {where}" if where else ""
         super().__init__(
             f"unknown event type {event_type!r}{location}: no registered event class has this "
-            "TYPE; import the package that defines it (for example `import compaction`) "
-            "before reading this log"
+            "TYPE; install the package that defines it (its compaction.event_types entry point "
+            "registers it in every process) or import it before reading this log"
         )
 
 

@@ -46,6 +46,7 @@ from compaction.errors import (
     StoreError,
     UnreadableRowError,
 )
+from compaction.sessions.plugins import entry_point_classes
 from compaction.sessions.polling import DEFAULT_POLL_INTERVAL
 from compaction.sessions.store import NotificationFeed, SessionStore, StoredNotification
 from projections.base import DEFAULT_MAX_CACHED_SESSIONS, SessionProjection
@@ -61,6 +62,27 @@ PROJECTIONS: dict[str, type[SessionProjection[Any]]] = {
     UsageProjection.name: UsageProjection,
 }
 ALL = tuple(PROJECTIONS)
+"""The library's own projections (:func:`projection_names` adds the installed plugins')."""
+PROJECTIONS_GROUP = "compaction.projections"
+
+
+def load_projections() -> dict[str, type[SessionProjection[Any]]]:
+    """Add the projections of every ``compaction.projections`` entry point to
+    :data:`PROJECTIONS` (under their ``name``; the library's own names are never replaced) and
+    return them all. A plugin that cannot be loaded is logged and left out."""
+    base: type[SessionProjection[Any]] = SessionProjection  # type: ignore[type-abstract]
+    for entry, cls in entry_point_classes(PROJECTIONS_GROUP, base).items():
+        name = cls.name or entry
+        if not cls.name or PROJECTIONS.get(name, cls) is not cls:
+            log.warning("projection plugin %r: its name %r is empty or taken; left out", entry, name)
+            continue
+        PROJECTIONS[name] = cls
+    return PROJECTIONS
+
+
+def projection_names() -> tuple[str, ...]:
+    """Every projection a runner can run: the library's, then the installed plugins'."""
+    return tuple(load_projections())
 DEFAULT_BATCH_SIZE = 2000
 
 OnBatch = Callable[[int], None]
@@ -115,19 +137,21 @@ class ProjectionReport:
 
 
 def resolve_names(names: Sequence[str]) -> tuple[str, ...]:
-    """``["all"]`` -> every projection; unknown names raise :class:`ProjectionConfigError`."""
+    """``["all"]`` -> every projection, plugins included; unknown names raise
+    :class:`ProjectionConfigError`."""
+    known = projection_names()
     chosen: list[str] = []
     for name in names:
-        for one in ALL if name == "all" else (name,):
+        for one in known if name == "all" else (name,):
             if one not in PROJECTIONS:
                 raise ProjectionConfigError(
-                    f"unknown projection {one!r}; expected one of {', '.join(ALL)} or all"
+                    f"unknown projection {one!r}; expected one of {', '.join(known)} or all"
                 )
             if one not in chosen:
                 chosen.append(one)
     if not chosen:
         raise ProjectionConfigError(
-            f"no projection selected; expected one of {', '.join(ALL)} or all"
+            f"no projection selected; expected one of {', '.join(known)} or all"
         )
     return tuple(chosen)
 
@@ -138,7 +162,7 @@ class ProjectionRunner:
     def __init__(
         self,
         store: SessionStore,
-        projections: Sequence[str] = ALL,
+        projections: Sequence[str] = ("all",),
         *,
         views_path: str | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,

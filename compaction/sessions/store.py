@@ -46,9 +46,9 @@ from eventsourcing.persistence import (
     StoredEvent,
     Subscription,
 )
-from eventsourcing.system import Leader
 from eventsourcing.popo import POPOApplicationRecorder
 from eventsourcing.sqlite import SQLiteAggregateRecorder, SQLiteApplicationRecorder
+from eventsourcing.system import Leader
 
 from compaction.errors import (
     ConcurrencyError,
