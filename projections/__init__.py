@@ -11,7 +11,8 @@ eventsourcing ``Projection`` with its own tracking record:
 :class:`FoldProjection` is the base of a view whose author writes only the fold: the library
 keeps each session's state with the tracking record. :class:`ProjectionRunner` rebuilds them,
 catches them up, or follows the log until stopped. Where the views live: next to a SQLite store
-(``NAME.views.db``), in a PostgreSQL store's own database, or in memory for ``memory://``. See ``docs/projections.md``.
+(``NAME.views.db``), in a PostgreSQL store's own database, or in memory for ``memory://``. See
+``docs/projections.md``.
 """
 
 from compaction.errors import (
