@@ -353,24 +353,49 @@ class SessionApplication(Leader[UUID]):
         self._notify(recordings)
 
 
+def system_env(url: str, name: str = "SessionStore") -> dict[str, str]:
+    """The settings a ``System`` runner needs for the session store at ``url`` beside other
+    applications: the store's own settings under its name (``SESSIONSTORE_PERSISTENCE_MODULE``,
+    ``SESSIONSTORE_SQLITE_DBNAME``, ...; its followers read them to reach its notification log),
+    and ``MAPPER_TOPIC``, so every application of the system decodes session rows with
+    :class:`SessionMapper` (which stores and reads their own aggregate events as eventsourcing's
+    mapper does). Merge the other applications' settings into it."""
+    from compaction.sessions.mapper import SESSION_MAPPER_TOPIC
+
+    return store_settings(name, {f"{name.upper()}_COMPACTION_STORE": url}) | {
+        "MAPPER_TOPIC": SESSION_MAPPER_TOPIC
+    }
+
+
 def store_settings(name: str, env: Mapping[str, str]) -> dict[str, str]:
-    """The eventsourcing settings of a session store named ``name`` from ``env``: a store URL in
-    ``COMPACTION_STORE`` (or ``NAME_COMPACTION_STORE``) expanded, what ``env`` says itself winning,
-    and the store's recorders (polling SQLite, batched PostgreSQL) where none is named."""
+    """The eventsourcing settings of a session store named ``name`` from ``env`` (a ``System``
+    runner's, shared by every application it constructs): a store URL in ``NAME_COMPACTION_STORE``
+    or ``COMPACTION_STORE`` expanded into settings of this application alone (``NAME_...``, so the
+    other applications keep theirs; what ``env`` names for it itself wins), and the store's own
+    recorders (polling SQLite, batched PostgreSQL) where none is named."""
     from eventsourcing.utils import Environment
 
     merged = dict(env)
-    url = Environment(name, merged).get("COMPACTION_STORE")
-    if url and not Environment(name, merged).get("PERSISTENCE_MODULE"):
-        merged = parse_store_url(url).env | merged
-    merged.setdefault("IS_SNAPSHOTTING_ENABLED", "y")
-    module = Environment(name, merged).get("PERSISTENCE_MODULE")
-    if module == "eventsourcing.sqlite":
-        merged.setdefault("APPLICATION_RECORDER_TOPIC", POLLING_SQLITE_RECORDER_TOPIC)
-    elif module == "eventsourcing.postgres":
-        merged.setdefault("APPLICATION_RECORDER_TOPIC", POSTGRES_RECORDER_TOPIC)
+    prefix = f"{name.upper()}_"
+    url = merged.pop(f"{prefix}COMPACTION_STORE", None) or merged.pop("COMPACTION_STORE", None)
+    if url:
+        for key, value in parse_store_url(url).env.items():
+            merged.setdefault(prefix + key, value)
+        merged.setdefault(prefix + "COMPACTION_STORE_URL", url)
+    read = Environment(name, merged)
+    if not read.get("IS_SNAPSHOTTING_ENABLED"):
+        merged[prefix + "IS_SNAPSHOTTING_ENABLED"] = "y"
+    module = read.get("PERSISTENCE_MODULE")
+    recorder = {
+        "eventsourcing.sqlite": POLLING_SQLITE_RECORDER_TOPIC,
+        "eventsourcing.postgres": POSTGRES_RECORDER_TOPIC,
+    }.get(module or "")
+    if recorder and not read.get("APPLICATION_RECORDER_TOPIC"):
+        merged[prefix + "APPLICATION_RECORDER_TOPIC"] = recorder
+    if module == "eventsourcing.postgres":
         for key, value in POSTGRES_DEFAULTS.items():
-            merged.setdefault(key, value)
+            if not read.get(key):
+                merged[prefix + key] = value
     return merged
 
 
@@ -405,7 +430,7 @@ class SessionStore:
         load_event_types()  # every process that opens a store knows the installed event types
         if application is not None:
             self.location = location or _location_of(application)
-            self.settings: Mapping[str, str] = MappingProxyType(dict(application.env))
+            self.settings: Mapping[str, str] = MappingProxyType(_own_settings(application))
             self.application = application
         else:
             self.location = location or StoreLocation("memory://", "memory", dict(env or {}))
@@ -414,6 +439,7 @@ class SessionStore:
             merged.update(self.location.env)
             merged.update(env or {})
             merged.setdefault("PERSISTENCE_MODULE", "eventsourcing.popo")
+            merged.pop("COMPACTION_STORE", None)  # the URL is parsed: self.location
             merged = store_settings(self.name, merged)
             if merged.get("PERSISTENCE_MODULE") == "eventsourcing.postgres":
                 _probe_postgres(self.location.display, merged)
@@ -927,10 +953,18 @@ class SessionStore:
 _YES = ("1", "y", "yes", "true", "on")
 
 
+def _own_settings(application: SessionApplication) -> dict[str, str]:
+    """The application's settings as it reads them: its own ``NAME_KEY`` ones as ``KEY``."""
+    prefix = f"{application.name.upper()}_"
+    raw = dict(application.env)
+    own = {key[len(prefix) :]: value for key, value in raw.items() if key.startswith(prefix)}
+    return {key: value for key, value in raw.items() if not key.startswith(prefix)} | own
+
+
 def _location_of(application: SessionApplication) -> StoreLocation:
     """Where an application's rows are, for messages (no password shown)."""
     env = application.env
-    url = env.get("COMPACTION_STORE")
+    url = env.get("COMPACTION_STORE_URL")
     module = env.get("PERSISTENCE_MODULE") or "eventsourcing.popo"
     kind = {"eventsourcing.sqlite": "sqlite", "eventsourcing.postgres": "postgresql"}.get(
         module, "memory" if module == "eventsourcing.popo" else module
