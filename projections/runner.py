@@ -83,6 +83,8 @@ def load_projections() -> dict[str, type[SessionProjection[Any]]]:
 def projection_names() -> tuple[str, ...]:
     """Every projection a runner can run: the library's, then the installed plugins'."""
     return tuple(load_projections())
+
+
 DEFAULT_BATCH_SIZE = 2000
 
 OnBatch = Callable[[int], None]
@@ -131,9 +133,7 @@ class ProjectionReport:
     position: int
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name, "events": self.events, "rows": self.rows, "position": self.position
-        }
+        return {"name": self.name, "events": self.events, "rows": self.rows, "position": self.position}
 
 
 def resolve_names(names: Sequence[str]) -> tuple[str, ...]:
@@ -150,19 +150,44 @@ def resolve_names(names: Sequence[str]) -> tuple[str, ...]:
             if one not in chosen:
                 chosen.append(one)
     if not chosen:
-        raise ProjectionConfigError(
-            f"no projection selected; expected one of {', '.join(known)} or all"
-        )
+        raise ProjectionConfigError(f"no projection selected; expected one of {', '.join(known)} or all")
     return tuple(chosen)
 
 
+def _chosen(
+    projections: Sequence[str | type[SessionProjection[Any]]],
+) -> list[type[SessionProjection[Any]]]:
+    """The classes to run: names (``all`` included) resolved, classes taken as they are (a view
+    of one's own, unregistered); one name twice is refused."""
+    names = (
+        resolve_names([p for p in projections if isinstance(p, str)])
+        if any(isinstance(p, str) for p in projections)
+        else ()
+    )
+    chosen = [PROJECTIONS[name] for name in names]
+    for given in projections:
+        if isinstance(given, str):
+            continue
+        if not given.name or any(c.name == given.name and c is not given for c in chosen):
+            raise ProjectionConfigError(
+                f"projection {given.__qualname__}: its name {given.name!r} is empty or names "
+                "another selected projection"
+            )
+        if given not in chosen:
+            chosen.append(given)
+    if not chosen:
+        raise ProjectionConfigError("no projection selected")
+    return chosen
+
+
 class ProjectionRunner:
-    """Projections of one store, run over its notification log. Close it (or use ``with``)."""
+    """Projections of one store, run over its notification log: by name (the library's own, the
+    installed plugins', ``all``) or as classes. Close it (or use ``with``)."""
 
     def __init__(
         self,
         store: SessionStore,
-        projections: Sequence[str] = ("all",),
+        projections: Sequence[str | type[SessionProjection[Any]]] = ("all",),
         *,
         views_path: str | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
@@ -171,14 +196,14 @@ class ProjectionRunner:
         max_cached_sessions: int = DEFAULT_MAX_CACHED_SESSIONS,
         reconnect: Reconnect | None = None,
     ) -> None:
-        names = resolve_names(projections)
+        chosen = _chosen(projections)
         _check_positive("batch_size", batch_size)
         _check_positive("poll_interval", poll_interval)
         _check_positive("max_cached_sessions", max_cached_sessions)
         self.store = store
         self.database = ViewDatabase(store, views_path)
         try:
-            self.projections = [self._build(n, meter, max_cached_sessions) for n in names]
+            self.projections = [self._build(c, meter, max_cached_sessions) for c in chosen]
         except BaseException:
             self.database.close()
             raise
@@ -188,12 +213,13 @@ class ProjectionRunner:
         self.reconnections = 0  # connections lost and re-established while following
         self._keys: dict[UUID, str] = {}
 
-    def _build(self, name: str, meter: Meter | None, cache: int) -> SessionProjection[Any]:
-        tables = PROJECTIONS[name].tables
-        view = self.database.recorder(name, tables)
-        if name == UsageProjection.name:
+    def _build(
+        self, cls: type[SessionProjection[Any]], meter: Meter | None, cache: int
+    ) -> SessionProjection[Any]:
+        view = self.database.recorder(cls.name, cls.tables)
+        if cls is UsageProjection:
             return UsageProjection(view, self.store, meter=meter, max_cached_sessions=cache)
-        return PROJECTIONS[name](view, self.store, max_cached_sessions=cache)
+        return cls(view, self.store, max_cached_sessions=cache)
 
     # ------------------------------------------------------------ state
 
@@ -243,9 +269,7 @@ class ProjectionRunner:
             pass
         return self.reports()
 
-    def run_forever(
-        self, stop: threading.Event, on_batch: OnBatch | None = None
-    ) -> list[ProjectionReport]:
+    def run_forever(self, stop: threading.Event, on_batch: OnBatch | None = None) -> list[ProjectionReport]:
         """Catch up, then follow new notifications until ``stop`` is set; the batch under way when
         it is set is finished and recorded first. A lost store or view is waited out and the run
         resumes from the views' tracking records (:class:`Reconnect`)."""
@@ -276,9 +300,7 @@ class ProjectionRunner:
         if stop.is_set():
             return
         connected(0)
-        feed = self.store.follow(
-            self.position, poll_interval=self.poll_interval, durable=self.follower_name
-        )
+        feed = self.store.follow(self.position, poll_interval=self.poll_interval, durable=self.follower_name)
         with feed, _stopped_by(stop, feed):
             while True:
                 batch = self._gather(feed)
@@ -350,9 +372,7 @@ class ProjectionRunner:
             on_batch(len(batch))
         return len(batch)
 
-    def _fold(
-        self, batch: list[StoredNotification], active: list[SessionProjection[Any]]
-    ) -> None:
+    def _fold(self, batch: list[StoredNotification], active: list[SessionProjection[Any]]) -> None:
         """Fold each event into every view that has not applied it yet."""
         keys = self._keys
         first = batch[0].notification_id
@@ -410,7 +430,10 @@ def _fold_errors() -> Iterator[None]:
         yield
     except UnreadableRowError as e:
         raise ProjectionFoldError(
-            "decode", e.session_id, e.seq, e.notification_id,
+            "decode",
+            e.session_id,
+            e.seq,
+            e.notification_id,
             f"the stored {e.event_type} row cannot be decoded: {e.reason}",
         ) from e
 
