@@ -144,6 +144,8 @@ def test_the_plugin_works_from_a_fresh_process(acme: Path, tmp_path: Path) -> No
         env={**os.environ, "COMPACTION_STRICT_TYPES": "1"},
     )  # fmt: skip
     assert strict.returncode != 0 and "nobody/knows" in strict.stdout
+    flagged = cli("audit", "--all", "--strict-types", "--store", url, check=False)
+    assert "nobody/knows" in json.dumps(flagged) and flagged != audited
 
 
 def test_the_plugin_projection_follows_the_log(acme: Path, tmp_path: Path) -> None:

@@ -64,6 +64,7 @@ class Context:
     err: Console = field(default_factory=lambda: Console(stderr=True))
     read_only: bool = False  # the command only reads: a SQLite store must exist already
     settings: Settings | None = None  # the --config file (or ./compaction.toml), when there is one
+    strict_types: bool | None = None  # --strict-types (None: $COMPACTION_STRICT_TYPES decides)
     _store: SessionStore | None = None
 
     @property
@@ -72,7 +73,9 @@ class Context:
         does not exist (:class:`~compaction.errors.StoreNotFoundError`) instead of creating its
         folders and an empty database."""
         if self._store is None:
-            self._store = SessionStore.open(self.store_url, create=not self.read_only)
+            self._store = SessionStore.open(
+                self.store_url, create=not self.read_only, strict_types=self.strict_types
+            )
         return self._store
 
     def close(self) -> None:
