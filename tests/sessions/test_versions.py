@@ -142,3 +142,19 @@ def test_a_missing_upcaster_is_named() -> None:
     with pytest.raises(EventVersionError, match="no upcast_v1_v2 on") as raised:
         upcast_state(Skipped, {"seq": 0})
     assert isinstance(raised.value, UnknownEventTypeError)
+
+
+def test_copy_keeps_unknown_and_old_rows_readable(store: SessionStore, sqlite_url: str) -> None:
+    """A copy writes a row of an unknown type back byte for byte; an old row (copied as stored,
+    or re-encoded at the current version) reads upcast in the target."""
+    from compaction.sessions.copy import copy_session
+
+    session_id, seq = _with_v1_resume(store)
+    unknown = b'{"seq":%d,"time":"2026-01-01T00:00:00Z","mood":"fine"}' % (seq + 1)
+    store.application.recorder.insert_events([StoredEvent(session_id, seq + 1, "nobody/knows", unknown)])
+    with SessionStore.open(sqlite_url) as target:
+        copy_session(store, target, session_id)
+        rows = target.application.recorder.select_events(session_id, gt=seq - 1)
+        assert [r.topic for r in rows] == ["session/resume", "nobody/knows"]
+        assert bytes(rows[1].state) == unknown
+        assert target.get(session_id).event(seq).reason == "unknown"
