@@ -279,6 +279,8 @@ def register_event_type(cls: E) -> E:
     """Add an event class to the registry under its ``TYPE`` (usable as a decorator)."""
     if not cls.TYPE:
         raise ValueError(f"{cls.__qualname__} has no TYPE")
+    if ":" in cls.TYPE:  # a stored topic with a colon is an eventsourcing topic (module:Class)
+        raise ValueError(f"{cls.__qualname__}: TYPE {cls.TYPE!r} may not contain ':'")
     existing = _REGISTRY.get(cls.TYPE)
     if existing is not None and existing is not cls:
         raise ValueError(
