@@ -204,9 +204,7 @@ class LeaseTakenError(ConcurrencyError):
     outside the log (JetStream's ``<stream>_leases`` bucket): this compaction did not start and
     stored nothing. Names the holder, its compaction and the lease's expiry."""
 
-    def __init__(
-        self, session_id: object, compaction_id: str, host: str, pid: int, expires_at: str
-    ) -> None:
+    def __init__(self, session_id: object, compaction_id: str, host: str, pid: int, expires_at: str) -> None:
         StoreError.__init__(
             self,
             f"session {session_id}: compaction {compaction_id} holds the compaction lease (held "
