@@ -46,7 +46,7 @@ from compaction.errors import (
     StoreError,
     UnreadableRowError,
 )
-from compaction.sessions.plugins import entry_point_classes
+from compaction.sessions.plugins import plugin_classes
 from compaction.sessions.polling import DEFAULT_POLL_INTERVAL
 from compaction.sessions.store import NotificationFeed, SessionStore, StoredNotification
 from projections.base import DEFAULT_MAX_CACHED_SESSIONS, SessionProjection
@@ -71,7 +71,7 @@ def load_projections() -> dict[str, type[SessionProjection[Any]]]:
     :data:`PROJECTIONS` (under their ``name``; the library's own names are never replaced) and
     return them all. A plugin that cannot be loaded is logged and left out."""
     base: type[SessionProjection[Any]] = SessionProjection  # type: ignore[type-abstract]
-    for entry, cls in entry_point_classes(PROJECTIONS_GROUP, base).items():
+    for entry, cls in plugin_classes(PROJECTIONS_GROUP, base, "projection"):
         name = cls.name or entry
         if not cls.name or PROJECTIONS.get(name, cls) is not cls:
             log.warning("projection plugin %r: its name %r is empty or taken; left out", entry, name)

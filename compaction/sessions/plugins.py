@@ -1,4 +1,5 @@
-"""Event types from other packages, found through the ``compaction.event_types`` entry points.
+"""The log's plugin groups: event types (``compaction.event_types``) and views
+(``compaction.projections``), read with :func:`compaction.plugins.load_plugins`.
 
 A distribution adds its own session event types by declaring, in its ``pyproject.toml``::
 
@@ -13,7 +14,7 @@ in the process that wrote them. A plugin that cannot be loaded is logged and lis
 :data:`PLUGIN_ERRORS`; the rows of its types then read as
 :class:`~compaction.sessions.events.UnknownEvent`, and nothing else changes.
 
-:func:`entry_point_classes` is the one loader, generic over the group and the expected type (the
+:func:`plugin_classes` reads a group of classes and reports its broken plugins that way (the
 ``compaction.projections`` group of :mod:`projections` uses it too).
 """
 
@@ -21,53 +22,39 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint
 from typing import TypeVar
 
+from compaction.plugins import load_plugins, subclasses
 from compaction.sessions.events import SessionEvent, register_event_type
 
 EVENT_TYPES_GROUP = "compaction.event_types"
 PLUGIN_ERRORS: dict[str, str] = {}
-"""``group:name`` of each entry point that could not be loaded -> why."""
+"""``group:name`` of each entry point that could not be used -> why."""
 
 T = TypeVar("T")
 log = logging.getLogger("compaction.plugins")
 _loaded: set[str] = set()
 
 
-def entry_point_classes(
-    group: str, base: type[T], found: Iterable[EntryPoint] | None = None
-) -> dict[str, type[T]]:
-    """Every class the entry points of ``group`` name, by entry point name (sorted): a subclass
-    of ``base``, or a tuple of them (the second and later named ``NAME.1``, ...). One that cannot
-    be loaded, or is not such a class, is logged and left out (its reason in
-    :data:`PLUGIN_ERRORS`); the first of two entry points with one name wins."""
-    objects: dict[str, type[T]] = {}
-    points = entry_points(group=group) if found is None else found
-    for point in sorted(points, key=lambda p: p.name):
-        if point.name in objects:
-            continue
-        try:
-            loaded = point.load()
-        except Exception as error:  # any import failure of a third-party module
-            _broken(group, point, f"cannot be loaded: {type(error).__name__}: {error}")
-            continue
-        items = loaded if isinstance(loaded, tuple) else (loaded,)
-        for index, item in enumerate(items):
-            if not (isinstance(item, type) and issubclass(item, base)):
-                _broken(group, point, f"expected {_name(base)}, found {item!r}")
-                continue
-            objects[point.name if index == 0 else f"{point.name}.{index}"] = item
-    return objects
+def plugin_classes(
+    group: str, base: type[T], what: str, found: Iterable[EntryPoint] | None = None
+) -> list[tuple[str, type[T]]]:
+    """``(entry point name, class)`` for every class the entry points of ``group`` name (sorted by
+    name): a subclass of ``base``, or a tuple of them. One that cannot be loaded, or is not such a
+    class, is logged and left out (``what`` names it in the report, which :data:`PLUGIN_ERRORS`
+    keeps); the first of two entry points with one name wins."""
+    classes: list[tuple[str, type[T]]] = []
+    for plugin in load_plugins(group, subclasses(base), found=found):
+        if plugin.value is None:
+            _report(group, plugin.name, plugin.describe(what))
+        else:
+            classes.extend((plugin.name, cls) for cls in plugin.value)
+    return classes
 
 
-def _name(base: type) -> str:
-    return f"a subclass of {base.__module__}.{base.__qualname__} (or a tuple of them)"
-
-
-def _broken(group: str, point: EntryPoint, reason: str) -> None:
-    message = f"plugin {point.name!r} ({point.value}, group {group}) {reason}"
-    PLUGIN_ERRORS[f"{group}:{point.name}"] = message
+def _report(group: str, name: str, message: str) -> None:
+    PLUGIN_ERRORS[f"{group}:{name}"] = message
     log.warning("%s", message)
 
 
@@ -77,12 +64,11 @@ def load_event_types(found: Iterable[EntryPoint] | None = None) -> list[type[Ses
     if found is None and EVENT_TYPES_GROUP in _loaded:
         return []
     registered: list[type[SessionEvent]] = []
-    for name, cls in entry_point_classes(EVENT_TYPES_GROUP, SessionEvent, found).items():
+    for name, cls in plugin_classes(EVENT_TYPES_GROUP, SessionEvent, "event type", found):
         try:
             registered.append(register_event_type(cls))
         except ValueError as e:
-            PLUGIN_ERRORS[f"{EVENT_TYPES_GROUP}:{name}"] = str(e)
-            log.warning("plugin %r (group %s): %s", name, EVENT_TYPES_GROUP, e)
+            _report(EVENT_TYPES_GROUP, name, f"plugin event type {name!r} (group {EVENT_TYPES_GROUP}): {e}")
     if found is None:
         _loaded.add(EVENT_TYPES_GROUP)
     return registered

@@ -10,8 +10,8 @@ from compaction.sessions.events import SessionEvent, event_class
 from compaction.sessions.plugins import (
     EVENT_TYPES_GROUP,
     PLUGIN_ERRORS,
-    entry_point_classes,
     load_event_types,
+    plugin_classes,
 )
 
 
@@ -46,7 +46,7 @@ def test_a_broken_plugin_is_listed_and_left_out() -> None:
         point("wrong", f"{__name__}:NOT_AN_EVENT"),
         point("fine", f"{__name__}:Noted"),
     ]
-    assert entry_point_classes(EVENT_TYPES_GROUP, SessionEvent, found) == {"fine": Noted}
+    assert plugin_classes(EVENT_TYPES_GROUP, SessionEvent, "event type", found) == [("fine", Noted)]
     assert "ModuleNotFoundError" in PLUGIN_ERRORS[f"{EVENT_TYPES_GROUP}:missing"]
     assert "expected a subclass of" in PLUGIN_ERRORS[f"{EVENT_TYPES_GROUP}:wrong"]
 
