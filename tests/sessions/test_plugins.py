@@ -26,6 +26,7 @@ class Tagged(SessionEvent, frozen=True, kw_only=True):
 
 
 BOTH = (Noted, Tagged)
+MIXED = (Noted, 42)
 NOT_AN_EVENT = 42
 
 
@@ -59,3 +60,15 @@ def test_a_type_name_taken_by_another_class_is_refused() -> None:
     assert load_event_types([point("impostor", f"{__name__}:Impostor")]) == []
     assert "already registered" in PLUGIN_ERRORS[f"{EVENT_TYPES_GROUP}:impostor"]
     assert event_class("user/message") is not Impostor
+
+
+def test_a_tuple_with_an_item_of_another_kind_is_left_out_whole() -> None:
+    assert (
+        plugin_classes(EVENT_TYPES_GROUP, SessionEvent, "event type", [point("mixed", f"{__name__}:MIXED")])
+        == []
+    )
+    assert PLUGIN_ERRORS[f"{EVENT_TYPES_GROUP}:mixed"] == (
+        f"plugin event type 'mixed' ({__name__}:MIXED, group {EVENT_TYPES_GROUP}) expected a subclass "
+        "of compaction.sessions.events.SessionEvent (or a tuple of them), "
+        f"found tuple (class {__name__}.Noted, int)"
+    )
