@@ -10,6 +10,7 @@
     │   ├── AmbiguousSessionError (LookupError)  a SESSION prefix matches more than one session
     │   └── PluginError                        a plugin (entry point) could not be loaded
     ├── UnknownEventTypeError (LookupError)    a stored or imported event type nobody registered
+    │   └── EventVersionError                  a stored shape its class cannot upcast (no upcaster, newer)
     ├── EventRuleError (ValueError)            an append broke a rule; carries rule, seq, values
     │   ├── SurfaceRuleError                   a surface rule (contiguity, eligibility, replace range, ...)
     │   ├── StructureRuleError                 a turn/step rule (docs/sessions.md)
@@ -89,9 +90,18 @@ class UnknownEventTypeError(EventCompactionError, LookupError):
         location = f" at {where}" if where else ""
         super().__init__(
             f"unknown event type {event_type!r}{location}: no registered event class has this "
-            "TYPE; import the package that defines it (for example `import compaction`) "
-            "before reading this log"
+            "TYPE; install the package that defines it (its compaction.event_types entry point "
+            "registers it in every process) or import it before reading this log"
         )
+
+
+class EventVersionError(UnknownEventTypeError):
+    """A stored event's ``class_version`` its class cannot read: newer than the class, or no
+    ``upcast_vN_vN+1`` leads from it to the class's version."""
+
+    def __init__(self, event_type: str, message: str) -> None:
+        self.event_type = event_type
+        EventCompactionError.__init__(self, message)
 
 
 class EventRuleError(EventCompactionError, ValueError):

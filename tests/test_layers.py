@@ -8,8 +8,8 @@ or one of the packages above (``projections``, ``recovery``). :data:`LAYERS` sta
 
 - ``compaction.errors``, the one error tree, imports nothing of ours; nor does
   ``compaction.plugins``, the entry-point loader every plugin group uses;
-- ``compaction.sessions``, the log, knows only the errors; ``compaction.terminal`` (tables for
-  people) sits beside it;
+- ``compaction.sessions``, the log, knows only the errors and the entry-point loader;
+  ``compaction.terminal`` (tables for people) sits beside it;
 - ``compaction.vocabulary``, the words every room above shares (the compact/* events, the service
   contract, the configuration, the checkpoint framing, the summarizer protocol);
   ``compaction.testing`` (scripted models) sits beside it;
@@ -87,7 +87,8 @@ ALLOWED: dict[str, set[str]] = {
     ERRORS: set(),
     # entry-point plugins of any group, generic over the type a group expects
     PLUGINS: set(),
-    SESSIONS: {ERRORS},
+    # the log reads its plugin groups (event types, views) with the one entry-point loader
+    SESSIONS: {ERRORS, PLUGINS},
     "compaction.terminal": set(),
     VOCABULARY: {ERRORS, SESSIONS},
     "compaction.testing": {ERRORS, SESSIONS},
@@ -664,11 +665,12 @@ def test_a_module_needing_a_missing_extra_is_left_out_and_said(tmp_path: Path) -
 
 
 def test_importing_the_session_store_loads_only_the_log() -> None:
+    """The log, the errors and the entry-point loader (the store reads the event-type plugins)."""
     code = "import json, sys\nimport compaction.sessions.store\nprint(json.dumps(sorted(sys.modules)))"
     loaded = [m for m in json.loads(run_python(code)) if m.split(".")[0] in PACKAGES]
     assert "compaction.sessions.store" in loaded
     assert [
-        m for m in loaded if m not in {FACADE, ERRORS, SESSIONS} and not m.startswith(f"{SESSIONS}.")
+        m for m in loaded if m not in {FACADE, ERRORS, PLUGINS, SESSIONS} and not m.startswith(f"{SESSIONS}.")
     ] == []
 
 
@@ -712,15 +714,16 @@ with SessionStore.open(sys.argv[1]) as store:
 
 
 def test_a_process_that_imports_only_sessions_reads_a_compacted_log(tmp_path: Path) -> None:
-    """Reading resolves the compact/* event types by topic: the vocabulary loads, nothing above it."""
+    """Reading resolves the compact/* event types by topic: the vocabulary loads, nothing above it
+    (the entry-point loader is part of opening a store: it reads the event-type plugins)."""
     url = f"sqlite:///{tmp_path / 'sessions.db'}"
     transcript = TRANSCRIPTS / "swe-agent" / "pydicom__pydicom-1458.traj"
     session_id, compacted = run_python(WRITER, url, str(transcript)).split()
     assert compacted == "True"
     read = json.loads(run_python(READER, url, session_id))
     assert "compact/end" in read["types"]
-    assert {unit_of(m) for m in read["imported"]} == {FACADE, ERRORS, SESSIONS}
-    assert {unit_of(m) for m in read["read"]} == {FACADE, ERRORS, SESSIONS, VOCABULARY}
+    assert {unit_of(m) for m in read["imported"]} == {FACADE, ERRORS, PLUGINS, SESSIONS}
+    assert {unit_of(m) for m in read["read"]} == {FACADE, ERRORS, PLUGINS, SESSIONS, VOCABULARY}
     everything = json.loads(
         run_python("import compaction.cli.main, projections, recovery\n" + READER, url, session_id)
     )

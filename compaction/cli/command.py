@@ -87,6 +87,7 @@ class Context:
     err: Console = field(default_factory=stderr_console)
     read_only: bool = False  # the command only reads: a SQLite store must exist already
     settings: Settings | None = None  # the --config file (or ./compaction.toml), when there is one
+    strict_types: bool | None = None  # --strict-types (None: $COMPACTION_STRICT_TYPES decides)
     _store: SessionStore | None = None
     _created: list[Path] = field(default_factory=list)  # what opening the store created, deepest first
 
@@ -97,7 +98,9 @@ class Context:
         folders and an empty database."""
         if self._store is None:
             missing = _missing_sqlite_paths(self.store_url)
-            self._store = SessionStore.open(self.store_url, create=not self.read_only)
+            self._store = SessionStore.open(
+                self.store_url, create=not self.read_only, strict_types=self.strict_types
+            )
             self._created = [p for p in missing if p.exists()]
         return self._store
 

@@ -124,6 +124,13 @@ def _add_common(parser: argparse.ArgumentParser, *, in_command: bool) -> None:
         default=argparse.SUPPRESS if in_command else False,
         help="print exactly one JSON document on stdout",
     )
+    parser.add_argument(
+        "--strict-types",
+        action="store_true",
+        default=argparse.SUPPRESS if in_command else False,
+        help="refuse stored events of types no installed package defines (default: read them as "
+        "opaque events; also $COMPACTION_STRICT_TYPES=1)",
+    )
 
 
 def build_parser(commands: Sequence[Command] | None = None) -> argparse.ArgumentParser:
@@ -162,8 +169,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return FAILURE
     store_url = args.store or (settings.store_url if settings else None) or default_url()
     context = Context(
-        store_url=store_url, json=args.json, err=err, read_only=command.read_only, settings=settings
-    )
+        store_url=store_url, json=args.json, err=err, read_only=command.read_only, settings=settings,
+        strict_types=args.strict_types or None,
+    )  # fmt: skip
     return _end(_execute(command, context, args))
 
 

@@ -605,7 +605,8 @@ class CompactingMemory:
         def attempt() -> uuid.UUID:
             generation = self._generation(key) + 1
             session = self.store.create(generation_id(self.framework, key, generation))
-            session.append(SessionResume(origin=f"clear_session of {key!r}: generation {generation}"))
+            origin = f"clear_session of {key!r}: generation {generation}"
+            session.append(SessionResume(reason="cleared", origin=origin))
             session.enforce(DEFAULT_INVARIANTS)
             save_retrying(self.store, session)
             self.forget(key)
