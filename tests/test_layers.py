@@ -65,6 +65,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("compaction.strategies",),
     ("compaction.service",),
     (FACADE, "compaction.audit", "compaction.integrations"),
+    ("compaction.serve",),
     ("compaction.cli",),
     ("projections", "recovery"),
 )
@@ -108,6 +109,17 @@ ALLOWED: dict[str, set[str]] = {
     },
     # the framework adapters record into sessions and compact with the basic service
     "compaction.integrations": {ERRORS, SESSIONS, VOCABULARY, "compaction.service"},
+    # the HTTP service: records provider shapes with the adapters' recorder, compacts with the
+    # basic service, audits with the audit
+    "compaction.serve": {
+        ERRORS,
+        SESSIONS,
+        VOCABULARY,
+        ENGINE,
+        "compaction.service",
+        "compaction.audit",
+        "compaction.integrations",
+    },
     "compaction.cli": {
         ERRORS,
         SESSIONS,
@@ -119,6 +131,7 @@ ALLOWED: dict[str, set[str]] = {
         "compaction.audit",
         "compaction.terminal",
         "compaction.testing",
+        "compaction.serve",
     },
     "projections": {ERRORS, SESSIONS, VOCABULARY, ENGINE},
     "recovery": {ERRORS, SESSIONS, VOCABULARY, ENGINE},
@@ -130,7 +143,12 @@ PLUGIN_HOST = "compaction.cli"
 ONLY_IN: dict[str, set[str]] = {
     # and the JetStream client: nats-py's transport module imports aiohttp (for websockets) when
     # it is installed; compaction.sessions.nats.client itself never does
-    "aiohttp": {"compaction.summarizers.aiohttp_transport", "compaction.sessions.nats.client"},
+    "aiohttp": {
+        "compaction.summarizers.aiohttp_transport",
+        "compaction.sessions.nats.client",
+        # the HTTP service (``compaction serve``) is an aiohttp application
+        "compaction.serve",
+    },
     # the agent frameworks are optional extras: only their adapters import them
     **{
         framework: {"compaction.integrations"}
@@ -435,7 +453,7 @@ PLANTED: dict[str, tuple[str, str, str]] = {
     "aiohttp outside the transport": (
         "compaction/summarizers/http.py",
         "import aiohttp\n",
-        "line 1: imports aiohttp (only ['compaction.sessions.nats.client', "
+        "line 1: imports aiohttp (only ['compaction.serve', 'compaction.sessions.nats.client', "
         "'compaction.summarizers.aiohttp_transport'] may)",
     ),
 }
