@@ -269,6 +269,10 @@ class Host:
         session = self.load(session_id)
         version = session.saved_length
         if at is not None:
+            if at >= version:
+                raise BadRequestError(
+                    f"?at={at}: expected a seq of session {session_id} (0..{version - 1}); found {at}"
+                )
             session = self.store.get(session_id, at=at)
         header = session.latest_header()
         system = header.system if header is not None else None

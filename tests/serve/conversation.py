@@ -11,7 +11,9 @@ JSON = dict[str, Any]
 
 def output(turn: int, size: int = 40) -> str:
     """A tool's output that names what the summary must keep (paths, an error) among filler."""
-    lines = [f"src/module_{turn}.py:{n}: def handler_{turn}_{n}(request): return compute({n})" for n in range(size)]
+    lines = [
+        f"src/module_{turn}.py:{n}: def handler_{turn}_{n}(request): return compute({n})" for n in range(size)
+    ]
     return "\n".join([f"ERROR ValueError in src/module_{turn}.py line {turn}", *lines])
 
 
@@ -24,8 +26,14 @@ def openai_turn(turn: int) -> list[JSON]:
             "role": "assistant",
             "content": None,
             "tool_calls": [
-                {"id": call, "type": "function",
-                 "function": {"name": "bash", "arguments": json.dumps({"command": f"pytest src/module_{turn}.py"})}}
+                {
+                    "id": call,
+                    "type": "function",
+                    "function": {
+                        "name": "bash",
+                        "arguments": json.dumps({"command": f"pytest src/module_{turn}.py"}),
+                    },
+                }
             ],
         },
         {"role": "tool", "tool_call_id": call, "content": output(turn)},
@@ -41,7 +49,12 @@ def anthropic_turn(turn: int) -> list[JSON]:
             "role": "assistant",
             "content": [
                 {"type": "text", "text": "Running the tests."},
-                {"type": "tool_use", "id": call, "name": "bash", "input": {"command": f"pytest src/module_{turn}.py"}},
+                {
+                    "type": "tool_use",
+                    "id": call,
+                    "name": "bash",
+                    "input": {"command": f"pytest src/module_{turn}.py"},
+                },
             ],
         },
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call, "content": output(turn)}]},
@@ -53,10 +66,18 @@ def responses_turn(turn: int) -> list[JSON]:
     call = f"fc_{turn}"
     return [
         {"role": "user", "content": f"Step {turn}: fix the failing test in src/module_{turn}.py"},
-        {"type": "function_call", "call_id": call, "name": "bash",
-         "arguments": json.dumps({"command": f"pytest src/module_{turn}.py"})},
+        {
+            "type": "function_call",
+            "call_id": call,
+            "name": "bash",
+            "arguments": json.dumps({"command": f"pytest src/module_{turn}.py"}),
+        },
         {"type": "function_call_output", "call_id": call, "output": output(turn)},
-        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": f"Fixed {turn}."}]},
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": f"Fixed {turn}."}],
+        },
     ]
 
 
