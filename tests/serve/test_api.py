@@ -215,7 +215,9 @@ async def test_replay_at_a_seq_is_the_surface_the_model_saw_then(
         assert replayed["messages"] == to_anthropic(then.derive_messages())
     assert len(replayed["messages"]) > len(now["messages"])  # before the compaction: every turn verbatim
     response = await client.get(f"/v1/sessions/{session}/surface?at=100000")
-    assert response.status == 400 and "expected a seq of session" in (await response.json())["error"]["message"]
+    assert (
+        response.status == 400 and "expected a seq of session" in (await response.json())["error"]["message"]
+    )
 
 
 async def test_export_is_the_native_format_of_the_stored_session(
