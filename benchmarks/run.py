@@ -34,6 +34,7 @@ from benchmarks import (
     bench_peers,
     bench_rebuild,
     bench_recovery,
+    bench_serve,
     bench_surface,
 )
 from benchmarks.common import Result
@@ -51,10 +52,12 @@ BENCHMARKS: dict[str, Callable[[], list[Result]]] = {
     "recovery": bench_recovery.run,
     "peers": bench_peers.run,  # in the default set only with the bench extra (bench_peers.available)
     "adapters": bench_adapters.run,  # needs PostgreSQL ($COMPACTION_BENCH_PG) and the framework extras
+    "serve": bench_serve.run,  # needs PostgreSQL ($COMPACTION_BENCH_PG); starts compaction serve processes
 }
 
 FLAGS: dict[str, dict[str, Callable[[], list[Result]]]] = {
-    "--quick": {"peers": bench_peers.run_quick},  # 100k only, one round, every target still judged
+    # peers: 100k only, one round, every target still judged; serve: 200 conversations, SQLite only
+    "--quick": {"peers": bench_peers.run_quick, "serve": bench_serve.run_quick},
 }
 """Per flag, the benchmarks that take it and what runs in place of theirs when it is given."""
 
@@ -67,8 +70,7 @@ def table(results: list[Result]) -> str:
     for r in results:
         verdict = "info" if r.target is None else ("pass" if r.passed else "MISS")
         lines.append(
-            f"| {r.name} | {r.measured} | {r.baseline} | {r.ratio:.2f} | {r.target_text} "
-            f"| {verdict} |"
+            f"| {r.name} | {r.measured} | {r.baseline} | {r.ratio:.2f} | {r.target_text} | {verdict} |"
         )
     return "\n".join(lines)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from compaction.serve import routes, stream
-from compaction.serve.guard import TOKEN, bearer, errors
+from compaction.serve.guard import TOKEN, bearer, errors, timing
 from compaction.serve.host import Host
 from compaction.serve.openapi import encoded
 from compaction.sessions.store import SessionStore
@@ -32,7 +32,7 @@ def application(
     keep: int = 4096,
     poll: float = 0.2,
 ) -> web.Application:
-    app = web.Application(middlewares=[errors, bearer], client_max_size=max_body)
+    app = web.Application(middlewares=[timing, errors, bearer], client_max_size=max_body)
     app[routes.HOST] = Host(store, keep=keep)
     app[routes.OPENAPI] = encoded()
     app[stream.POLL] = poll

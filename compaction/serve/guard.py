@@ -16,12 +16,24 @@ from aiohttp import web
 
 from compaction.errors import BadRequestError, PayloadTooLargeError, RouteNotFoundError, UnauthorizedError
 from compaction.serve.failures import error_response, json_error
+from compaction.serve.host import STORE_SECONDS
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 OPEN_ROUTES = frozenset({"healthz", "readyz"})
 """Probes answer without a token (a load balancer or an orchestrator calls them), by route name, so
 a mounted application's probes are open under its prefix too."""
 TOKEN = web.AppKey("token", str)
+
+
+@web.middleware
+async def timing(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """``Server-Timing: store;dur=MS`` on every answer that has not started streaming: the time
+    the request spent in the store work (:data:`~compaction.serve.host.STORE_SECONDS`)."""
+    STORE_SECONDS.set(0.0)
+    response = await handler(request)
+    if not response.prepared:
+        response.headers["Server-Timing"] = f"store;dur={STORE_SECONDS.get() * 1e3:.3f}"
+    return response
 
 
 @web.middleware

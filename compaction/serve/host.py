@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import threading
+import time
 import uuid
 import weakref
 from collections import OrderedDict
@@ -64,6 +66,11 @@ from compaction.vocabulary.contract import CompactionResult
 
 T = TypeVar("T")
 
+STORE_SECONDS: contextvars.ContextVar[float] = contextvars.ContextVar("store_seconds", default=0.0)
+"""The seconds the current request spent in :meth:`Host.call` (the lock, the worker thread and the
+store work), reported as ``Server-Timing: store;dur=MS``: the rest of a request's time is the
+HTTP layer's."""
+
 CREATED = "POST /v1/sessions"
 """The origin of the events that create a session: the ``session/invariants`` marker, then a turn
 holding the ``request/header`` the session was created with (provider, model, window, system,
@@ -96,6 +103,13 @@ class Host:
     async def call(self, session_id: UUID | None, work: Callable[[], T]) -> T:
         """``work`` in a worker thread, under ``session_id``'s lock (when given). Cancelled, it
         waits for the thread to finish before the lock is let go, then re-raises."""
+        began = time.perf_counter()
+        try:
+            return await self._call(session_id, work)
+        finally:
+            STORE_SECONDS.set(STORE_SECONDS.get() + time.perf_counter() - began)
+
+    async def _call(self, session_id: UUID | None, work: Callable[[], T]) -> T:
         async with self._locked(session_id):
             self.in_flight += 1
             running = asyncio.ensure_future(asyncio.to_thread(work))

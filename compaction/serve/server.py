@@ -26,6 +26,11 @@ from compaction.sessions.store import SessionStore
 
 WORKERS = 32
 """Worker threads for store calls (each request's store work runs in one)."""
+SWITCH_INTERVAL = 0.0005
+"""Seconds a thread may hold the GIL before another runnable one gets it (Python's default is
+0.005). A compaction is CPU work in a worker thread; at the default, the event loop could wait up
+to 5 ms for the GIL behind it, and every request it serves meanwhile with it. The ``compaction
+serve`` process sets it; an application mounted in another process leaves that process's as it is."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,7 @@ def check_binding(binding: Binding) -> None:
 def serve(store_url: str, binding: Binding) -> dict[str, object]:
     """Serve until SIGTERM/SIGINT; the store is opened here and closed after the shutdown."""
     check_binding(binding)
+    sys.setswitchinterval(SWITCH_INTERVAL)
     with SessionStore.open(store_url) as store:
         served = asyncio.run(_serve(store, binding))
     return {"url": f"http://{binding.host}:{binding.port}", "stopped": True, **served}
