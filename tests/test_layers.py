@@ -17,6 +17,7 @@ or one of the packages above (``projections``, ``recovery``). :data:`LAYERS` sta
 - ``compaction.summarizers``, then ``compaction.strategies``;
 - ``compaction.service``, the composition root: the engine with its default summarizer;
 - the facade ``compaction``, ``compaction.audit`` and ``compaction.integrations``;
+- ``compaction.serve``, the HTTP service over them;
 - ``compaction.cli``; then ``projections`` and ``recovery``, which never import each other.
 
 A unit may import only units of lower layers, and of those only the ones :data:`ALLOWED` names
@@ -24,8 +25,8 @@ A unit may import only units of lower layers, and of those only the ones :data:`
 exception: its lazy ``_HOMES`` table is read as the imports it is, so it names the homes of the
 public API only. The command modules of ``projections`` and ``recovery`` reach the command line
 through entry points and are the only modules outside ``compaction.cli`` that import it. A few
-third-party packages are confined (:data:`ONLY_IN`): aiohttp to the model transport, the agent
-frameworks to their adapters.
+third-party packages are confined (:data:`ONLY_IN`): aiohttp to the model transport and the HTTP
+service, the agent frameworks to their adapters.
 
 The reader (``tests/import_reader.py``) sees every import statement, relative ones included, the
 ``importlib.import_module`` and ``__import__`` calls with literal names, and the facade's table; an
