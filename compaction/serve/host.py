@@ -43,11 +43,9 @@ from compaction.serve.shapes import (
     Append,
     Appended,
     Compacted,
-    Compaction,
     CompactRequest,
     Format,
     NewSession,
-    Range,
     SessionInfo,
     SessionList,
     Surface,
@@ -319,8 +317,7 @@ class Host:
         with self._writing(session_id), lock:
             results = asyncio.run(_compacted(engine, session, request, self.store))
         after = engine.meter.measure(session).total_tokens
-        compactions = [compaction_of(r) for r in results]
-        return Compacted(session_id, session.saved_length, request.mode, compactions, before, after, window)
+        return Compacted(session_id, session.saved_length, request.mode, results, before, after, window)
 
     def _engine(self, window: int) -> tuple[BasicCompactService, threading.Lock]:
         """One engine per window (its read-ahead kept across requests), used by one compaction at
@@ -359,18 +356,3 @@ def rendered(messages: list[Message], format: Format, system: str | None) -> lis
     if format == "anthropic":
         return to_anthropic(messages)
     return to_items(messages)
-
-
-def compaction_of(result: CompactionResult) -> Compaction:
-    return Compaction(
-        compaction_id=result.compaction_id,
-        start_seq=result.start_seq,
-        summary_seq=result.summary_seq,
-        replacement_seq=result.replacement_seq,
-        end_seq=result.end_seq,
-        summary="\n".join(block.text for block in result.summary),
-        shadowed_range=Range(result.shadowed_range.start, result.shadowed_range.end),
-        shadowed_seqs=list(result.shadowed_seqs),
-        shadowed_token_count=result.shadowed_token_count,
-        summary_token_count=result.summary_token_count,
-    )

@@ -10,6 +10,8 @@ from uuid import UUID
 
 import msgspec
 
+from compaction.vocabulary.contract import CompactionResult
+
 Format = Literal["openai", "anthropic", "responses"]
 JSON = dict[str, Any]
 
@@ -95,31 +97,14 @@ class Surface(msgspec.Struct, frozen=True):
     window: int | None
 
 
-class Range(msgspec.Struct, frozen=True):
-    start: int
-    end: int
-
-
-class Compaction(msgspec.Struct, frozen=True):
-    """A committed compaction (the library's ``CompactionResult``)."""
-
-    compaction_id: str
-    start_seq: int
-    summary_seq: int
-    replacement_seq: int
-    end_seq: int
-    summary: str
-    shadowed_range: Range
-    shadowed_seqs: list[int]
-    shadowed_token_count: int
-    summary_token_count: int
-
-
 class Compacted(msgspec.Struct, frozen=True):
+    """What a compact request did: each committed compaction as the library's
+    :class:`~compaction.vocabulary.contract.CompactionResult` (empty: nothing needed compacting)."""
+
     id: UUID
     version: int
     mode: Literal["manual", "if_needed"]
-    compactions: list[Compaction]
+    compactions: list[CompactionResult]
     tokens_before: int
     tokens_after: int
     window: int
