@@ -58,9 +58,11 @@ WARM_TURNS = 2
 OVERHEAD_TARGET_MS = 5.0
 ROOT = Path(__file__).resolve().parent.parent
 
-Round = Callable[[int, int], Awaitable[list[tuple[float, float]]]]
+Probe = Callable[[], Awaitable[object]]
+PROBE_EVERY = 0.05
+Round = Callable[[int, int], Awaitable[list[tuple[float, float, float]]]]
 """(conversation, turn) -> per request of the round: the seconds it took, and of those the seconds
-the service spent in the store work (the store alone: all of them)."""
+the service spent in the store work and in the application (the store alone: all of them)."""
 
 
 def turn_items(conversation: int, turn: int) -> list[dict[str, Any]]:
@@ -99,6 +101,12 @@ class Measured:
     overheads: list[float] = field(default_factory=list)
     """Per request of the latency run: its latency minus the store time the service reported for
     it (``Server-Timing: store``): what HTTP, JSON and the client added."""
+    probes: list[float] = field(default_factory=list)
+    """``GET /healthz`` under the same load: an HTTP round trip with no work, the floor of what a
+    request costs on this machine beside the store (aiohttp, the network, both event loops)."""
+    in_app: list[float] = field(default_factory=list)
+    """Per request: the application's time minus the store time (``Server-Timing: app - store``):
+    the handler's own share of the overhead; the rest is aiohttp's, the network's, the client's."""
 
     @property
     def rps(self) -> float:
@@ -109,9 +117,12 @@ class Measured:
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
-async def measure(round_of: Round, conversations: int, rounds: int, period: float) -> Measured:
+async def measure(
+    round_of: Round, conversations: int, rounds: int, period: float, probe: Probe | None = None
+) -> Measured:
     """Throughput: one round per conversation, all at once. Latency: ``rounds`` rounds each,
-    ``period`` seconds apart, the conversations' starts spread over one period."""
+    ``period`` seconds apart, the conversations' starts spread over one period; meanwhile
+    ``probe`` (when given) is timed every :data:`PROBE_EVERY` seconds."""
     found = Measured()
     start = time.perf_counter()
     burst = await asyncio.gather(*(round_of(n, WARM_TURNS) for n in range(conversations)))
@@ -122,12 +133,22 @@ async def measure(round_of: Round, conversations: int, rounds: int, period: floa
         await asyncio.sleep(random.uniform(0, period))
         for r in range(rounds):
             began = time.perf_counter()
-            for latency, store in await round_of(n, WARM_TURNS + 1 + r):
+            for latency, store, app in await round_of(n, WARM_TURNS + 1 + r):
                 found.latencies.append(latency)
                 found.overheads.append(latency - store)
+                found.in_app.append(app - store)
             await asyncio.sleep(max(0.0, period - (time.perf_counter() - began)))
 
+    async def probing() -> None:
+        while probe is not None:
+            began = time.perf_counter()
+            await probe()
+            found.probes.append(time.perf_counter() - began)
+            await asyncio.sleep(PROBE_EVERY)
+
+    prober = asyncio.ensure_future(probing())
     await asyncio.gather(*(paced(n) for n in range(conversations)))
+    prober.cancel()
     return found
 
 
@@ -164,7 +185,7 @@ async def store_alone(url: str, conversations: int, rounds: int, period: float) 
             compacted = await host.call(key, lambda: host.compact(key, CompactRequest(), None))
             times.append(time.perf_counter() - began)
             versions[key] = max(done.version, compacted.version)
-            return [(t, t) for t in times]  # the store alone: all of it is store time
+            return [(t, t, t) for t in times]  # the store alone: all of it is store time
 
         return await measure(round_of, conversations, rounds, period)
 
@@ -227,25 +248,32 @@ async def service(bases: list[str], conversations: int, rounds: int, period: flo
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=600)) as http:
 
-        async def request(method: str, path: str, body: Any = None, **headers: str) -> tuple[Any, str, float]:
-            """The answer, its ETag and the store time the service reported for it."""
+        async def request(
+            method: str, path: str, body: Any = None, **headers: str
+        ) -> tuple[Any, str, float, float]:
+            """The answer, its ETag, and the store and application times the service reported."""
             async with http.request(method, path, json=body, headers=headers) as response:
                 raw = await response.read()  # decoded only when needed: the client's time counts too
                 if response.status >= 400:
                     raise RuntimeError(f"{method} {path}: {response.status} {raw[:500]!r}")
                 answer = json.loads(raw) if path.endswith("/sessions") else None
-                timing = response.headers.get("Server-Timing", "store;dur=0")
-                return answer, response.headers.get("ETag", ""), float(timing.partition("dur=")[2]) / 1e3
+                timing = {
+                    name.strip(): float(value) / 1e3
+                    for name, _, value in (
+                        part.partition(";dur=") for part in response.headers["Server-Timing"].split(",")
+                    )
+                }
+                return answer, response.headers.get("ETag", ""), timing["store"], timing["app"]
 
         sessions: dict[int, tuple[str, str]] = {}
 
         async def create(n: int) -> None:
             body = {"provider": "openai", "model": "gpt-4o", "window": WINDOW}
-            info, etag, _ = await request("POST", f"{bases[n % len(bases)]}/v1/sessions", body)
+            info, etag, _, _ = await request("POST", f"{bases[n % len(bases)]}/v1/sessions", body)
             path = f"{bases[n % len(bases)]}/v1/sessions/{info['id']}"
             for t in range(WARM_TURNS):
                 items = {"format": "openai", "items": turn_items(n, t)}
-                _, etag, _ = await request("POST", f"{path}/items", items, **{"If-Match": etag})
+                _, etag, _, _ = await request("POST", f"{path}/items", items, **{"If-Match": etag})
             sessions[n] = (path, etag)
 
         for chunk in range(0, conversations, 100):
@@ -256,18 +284,22 @@ async def service(bases: list[str], conversations: int, rounds: int, period: flo
             times = []
             began = time.perf_counter()
             items = {"format": "openai", "items": turn_items(n, turn)}
-            _, etag, store = await request("POST", f"{path}/items", items, **{"If-Match": etag})
-            times.append((time.perf_counter() - began, store))
+            _, etag, store, app = await request("POST", f"{path}/items", items, **{"If-Match": etag})
+            times.append((time.perf_counter() - began, store, app))
             began = time.perf_counter()
-            _, _, store = await request("GET", f"{path}/surface?format=openai")
-            times.append((time.perf_counter() - began, store))
+            _, _, store, app = await request("GET", f"{path}/surface?format=openai")
+            times.append((time.perf_counter() - began, store, app))
             began = time.perf_counter()
-            _, etag, store = await request("POST", f"{path}/compact", {"mode": "if_needed"})
-            times.append((time.perf_counter() - began, store))
+            _, etag, store, app = await request("POST", f"{path}/compact", {"mode": "if_needed"})
+            times.append((time.perf_counter() - began, store, app))
             sessions[n] = (path, etag)
             return times
 
-        return await measure(round_of, conversations, rounds, period)
+        async def probe() -> None:
+            async with http.get(f"{bases[0]}/healthz") as response:
+                await response.read()
+
+        return await measure(round_of, conversations, rounds, period, probe)
 
 
 # ---------------------------------------------------------------- the report
@@ -302,12 +334,14 @@ def rows(store: str, conversations: int, alone: Measured, one: Measured, several
             )
         )
         p50, p99 = (measured.percentile(q, measured.overheads) * 1e3 for q in (0.5, 0.99))
+        in_app = measured.percentile(0.99, measured.in_app) * 1e3
+        floor50, floor99 = (measured.percentile(q, measured.probes) for q in (0.5, 0.99))
         target = OVERHEAD_TARGET_MS if name == "one process" else None
         found.append(
             Result(
                 f"{label}: service overhead per request p99 (latency minus its store time), {name}",
-                f"{p99:.1f} ms (p50 {p50:.1f} ms)",
-                "0 ms: the store alone",
+                f"{p99:.1f} ms (p50 {p50:.1f} ms; in the handler p99 {in_app:.1f} ms)",
+                f"0 ms: the store alone; GET /healthz under the same load {ms(floor50)} / {ms(floor99)}",
                 p99,
                 target,
                 False,
@@ -328,6 +362,12 @@ def run_store(
             several = asyncio.run(service(bases, conversations, rounds, period))
     print(
         json.dumps(
+            {"load_average_1m_5m_15m": [round(x, 1) for x in os.getloadavg()], "cpus": os.cpu_count()}
+        ),
+        file=sys.stderr,
+    )
+    print(
+        json.dumps(
             {"store": store, "alone": _summary(alone), "one": _summary(one), "several": _summary(several)}
         ),
         file=sys.stderr,
@@ -343,6 +383,9 @@ def _summary(measured: Measured) -> dict[str, float]:
         "requests": measured.requests,
         "latency_samples": len(measured.latencies),
         "overhead_p99_ms": round(measured.percentile(0.99, measured.overheads) * 1e3, 2),
+        "in_app_p99_ms": round(measured.percentile(0.99, measured.in_app) * 1e3, 2),
+        "healthz_p50_ms": round(measured.percentile(0.5, measured.probes) * 1e3, 2),
+        "healthz_p99_ms": round(measured.percentile(0.99, measured.probes) * 1e3, 2),
         "mean_ms": round(statistics.fmean(measured.latencies or [0]) * 1e3, 2),
     }
 

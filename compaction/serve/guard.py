@@ -10,6 +10,7 @@ has one) with 401; the health and readiness probes are open.
 from __future__ import annotations
 
 import hmac
+import time
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -27,12 +28,16 @@ TOKEN = web.AppKey("token", str)
 
 @web.middleware
 async def timing(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """``Server-Timing: store;dur=MS`` on every answer that has not started streaming: the time
-    the request spent in the store work (:data:`~compaction.serve.host.STORE_SECONDS`)."""
+    """``Server-Timing: store;dur=MS, app;dur=MS`` on every answer that has not started streaming:
+    the time the request spent in the store work (:data:`~compaction.serve.host.STORE_SECONDS`),
+    and in the application (the handler and the middlewares, the store work included; what is
+    left of the client's time is aiohttp's, the network's and the client's own)."""
+    began = time.perf_counter()
     STORE_SECONDS.set(0.0)
     response = await handler(request)
     if not response.prepared:
-        response.headers["Server-Timing"] = f"store;dur={STORE_SECONDS.get() * 1e3:.3f}"
+        store, app = STORE_SECONDS.get() * 1e3, (time.perf_counter() - began) * 1e3
+        response.headers["Server-Timing"] = f"store;dur={store:.3f}, app;dur={app:.3f}"
     return response
 
 

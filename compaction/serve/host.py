@@ -223,7 +223,8 @@ class Host:
 
     def listed(self, prefix: str, after: str | None, limit: int, query: str | None) -> SessionList:
         """Sessions in id order, from after ``after``, whose id starts with ``prefix`` and whose
-        surface text holds ``query`` (case-insensitive; each candidate is loaded to look)."""
+        surface text holds ``query`` (case-insensitive; each candidate is loaded to look, from the
+        store: the loaded sessions belong to their writers)."""
         ids = sorted(str(i) for i in self.store.all_session_ids())
         found: list[SessionInfo] = []
         last: str | None = None
@@ -232,7 +233,7 @@ class Host:
                 continue
             if len(found) == limit:
                 return SessionList(found, last)
-            session = self.load(UUID(text))
+            session = self.store.get(UUID(text))  # not the cached one: a writer may hold it
             if query is None or query.lower() in to_text(session.derive_messages()).lower():
                 found.append(self.info(session))
             last = text
@@ -313,10 +314,10 @@ class Host:
         if window is None:
             raise BadRequestError(f"window: expected the context window of session {session_id}; found none")
         engine, lock = self._engine(window)
-        before = engine.meter.measure(session).total_tokens
         with self._writing(session_id), lock:
+            before = engine.meter.measure(session).total_tokens
             results = asyncio.run(_compacted(engine, session, request, self.store))
-        after = engine.meter.measure(session).total_tokens
+            after = engine.meter.measure(session).total_tokens
         return Compacted(session_id, session.saved_length, request.mode, results, before, after, window)
 
     def _engine(self, window: int) -> tuple[BasicCompactService, threading.Lock]:

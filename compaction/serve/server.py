@@ -11,6 +11,7 @@ the listening socket closes first, the event streams end, and the requests under
 from __future__ import annotations
 
 import asyncio
+import gc
 import ipaddress
 import signal
 import sys
@@ -93,6 +94,7 @@ async def _serve(store: SessionStore, binding: Binding) -> dict[str, object]:
     await runner.setup()
     site = web.TCPSite(runner, binding.host, binding.port, reuse_address=True)
     await site.start()
+    gc.freeze()  # what the imports and the start made lives as long as the process: never collect it
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
