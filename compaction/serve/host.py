@@ -94,7 +94,6 @@ class Host:
         self._guard = threading.Lock()
         self._locks: weakref.WeakValueDictionary[UUID, asyncio.Lock] = weakref.WeakValueDictionary()
         self._engines: dict[int, tuple[BasicCompactService, threading.Lock]] = {}
-        self.in_flight = 0
 
     # ------------------------------------------------------------ running store work
 
@@ -109,7 +108,6 @@ class Host:
 
     async def _call(self, session_id: UUID | None, work: Callable[[], T]) -> T:
         async with self._locked(session_id):
-            self.in_flight += 1
             running = asyncio.ensure_future(asyncio.to_thread(work))
             try:
                 return await asyncio.shield(running)
@@ -117,8 +115,6 @@ class Host:
                 with contextlib.suppress(BaseException):
                     await asyncio.wait([running])
                 raise
-            finally:
-                self.in_flight -= 1
 
     @contextlib.asynccontextmanager
     async def _locked(self, session_id: UUID | None) -> AsyncIterator[None]:
