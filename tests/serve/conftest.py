@@ -3,7 +3,7 @@ socket), and the helpers the service tests share."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -17,7 +17,7 @@ TOKEN = "test-token-0123456789abcdef"
 
 
 @pytest.fixture
-def service_store(store_url: str) -> AsyncIterator[SessionStore]:
+def service_store(store_url: str) -> Iterator[SessionStore]:
     with SessionStore.open(store_url) as store:
         yield store
 
@@ -48,6 +48,7 @@ async def append(
     format: str,
     items: list[JSON],
     etag: str | None = None,
+    *,
     key: str | None = None,
 ) -> tuple[int, JSON, str | None]:
     headers = {k: v for k, v in (("If-Match", etag), ("Idempotency-Key", key)) if v is not None}

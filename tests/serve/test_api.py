@@ -151,7 +151,7 @@ async def test_a_retried_append_with_its_idempotency_key_is_not_stored_twice(
     status, again, _ = await append(client, session, "openai", openai_turn(1), key="turn-1")
     assert status == 200 and again["replayed"]
     assert service_store.stream_length(UUID(session)) == first["version"]
-    status, other, _ = await append(client, session, "openai", openai_turn(2), etag, key="turn-2")
+    status, _, _ = await append(client, session, "openai", openai_turn(2), etag, key="turn-2")
     assert status == 409  # another key at a stale version is a conflict, not a replay
     status, body, _ = await append(client, session, "openai", openai_turn(2), key="bad key!")
     assert status == 400 and "Idempotency-Key" in body["error"]["message"]

@@ -67,21 +67,18 @@ async def _drive(server: Server) -> tuple[dict[str, int], Counter[str]]:
             body = {"provider": "openai", "model": "gpt-4o", "window": 200_000}
             async with http.post(f"{server.url}/v1/sessions", json=body) as response:
                 created.append(((await response.json())["id"], response.headers["ETag"]))
-        done = asyncio.Event()
         finals = await asyncio.gather(
             *(
-                _conversation(http, server, n, session, etag, stats)
+                _conversation(http, server, n, session, etag, stats=stats)
                 for n, (session, etag) in enumerate(created)
             ),
-            _killer(server, stats, done),
+            _killer(server, stats),
         )
-    return {
-        session: version for session, version in zip((s for s, _ in created), finals, strict=False)
-    }, stats
+    return dict(zip((s for s, _ in created), finals, strict=False)), stats
 
 
 async def _conversation(
-    http: aiohttp.ClientSession, server: Server, number: int, session: str, etag: str, stats: Counter[str]
+    http: aiohttp.ClientSession, server: Server, number: int, session: str, etag: str, *, stats: Counter[str]
 ) -> int:
     """Append every turn; after a failure (the server was killed, or is restarting) send the same
     request again: same If-Match, same Idempotency-Key."""
@@ -105,7 +102,7 @@ async def _conversation(
     return int(etag.strip('"'))
 
 
-async def _killer(server: Server, stats: Counter[str], done: asyncio.Event) -> int:
+async def _killer(server: Server, stats: Counter[str]) -> int:
     for _ in range(KILLS):
         await asyncio.sleep(0.5)
         await asyncio.to_thread(server.kill)
