@@ -83,7 +83,7 @@ def serve(store_url: str, binding: Binding) -> dict[str, object]:
     sys.setswitchinterval(SWITCH_INTERVAL)
     with SessionStore.open(store_url) as store:
         served = asyncio.run(_serve(store, binding))
-    return {"url": f"http://{binding.host}:{binding.port}", "stopped": True, **served}
+    return {"stopped": True, **served}
 
 
 async def _serve(store: SessionStore, binding: Binding) -> dict[str, object]:
@@ -98,8 +98,10 @@ async def _serve(store: SessionStore, binding: Binding) -> dict[str, object]:
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    print(f"compaction serve: listening on http://{binding.host}:{binding.port}", file=sys.stderr, flush=True)
+    host, port = runner.addresses[0][:2]  # the port bound, when --port 0 asked for any
+    url = f"http://{host}:{port}" if ":" not in str(host) else f"http://[{host}]:{port}"
+    print(f"compaction serve: listening on {url}", file=sys.stderr, flush=True)
     await stop.wait()
     print("compaction serve: shutting down (finishing the requests under way)", file=sys.stderr, flush=True)
     await runner.cleanup()
-    return {"shutdown": "graceful"}
+    return {"url": url, "shutdown": "graceful"}
