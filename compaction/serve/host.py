@@ -246,8 +246,7 @@ class Host:
             replayed = self._replayed(session, key, if_match)
             if replayed is not None:
                 return replayed
-        if if_match is not None and if_match != session.saved_length:
-            raise ConcurrencyError(session_id, if_match, session.saved_length - 1)
+        _check_version(session, if_match)
         origin = f"POST /v1/sessions/{session_id}/items at version {session.saved_length}"
         if key is not None:
             origin = f"{origin} {idempotency_marker(key)}"
@@ -304,8 +303,7 @@ class Host:
 
     def compact(self, session_id: UUID, request: CompactRequest, if_match: int | None) -> Compacted:
         session = self.load(session_id)
-        if if_match is not None and if_match != session.saved_length:
-            raise ConcurrencyError(session_id, if_match, session.saved_length - 1)
+        _check_version(session, if_match)
         window = request.window or self.window(session)
         if window is None:
             raise BadRequestError(f"window: expected the context window of session {session_id}; found none")
@@ -325,6 +323,19 @@ class Host:
                 engine = BasicCompactService(BasicConfig(context_window=window))
                 found = self._engines[window] = (engine, threading.Lock())
             return found
+
+
+def _check_version(session: Session, if_match: int | None) -> None:
+    """``If-Match`` against the stored version: behind it, another writer stored events since
+    (:class:`ConcurrencyError`); past it, a version the session never had."""
+    stored = session.saved_length
+    if if_match is None or if_match == stored:
+        return
+    if if_match > stored:
+        raise BadRequestError(
+            f"If-Match: expected a version of session {session.id} (at most {stored}); found {if_match}"
+        )
+    raise ConcurrencyError(session.id, if_match, stored - 1)
 
 
 async def _compacted(

@@ -287,3 +287,16 @@ async def test_health_and_readiness(client: Client) -> None:
     assert (await (await client.get("/healthz")).json()) == {"status": "ok"}
     ready = await client.get("/readyz")
     assert ready.status == 200 and (await ready.json())["status"] == "ready"
+
+
+async def test_an_if_match_past_the_session_is_a_bad_request(client: Client) -> None:
+    session, etag = await create(client)
+    ahead = f'"{int(etag.strip(chr(34))) + 5}"'
+    status, body, _ = await append(client, session, "openai", openai_turn(1), ahead)
+    assert status == 400 and "If-Match" in body["error"]["message"]
+    response = await client.post(
+        f"/v1/sessions/{session}/compact", json={}, headers={"If-Match": "W/" + etag}
+    )
+    assert response.status == 200  # a weak ETag of the current version is the current version
+    status, body, _ = await append(client, session, "openai", openai_turn(1), "*")
+    assert status == 200
