@@ -3,6 +3,7 @@ application, and the command line's refusal to open a non-loopback address witho
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -120,3 +121,17 @@ def test_a_non_loopback_address_is_refused_without_a_token(
     good = tmp_path / "token"
     good.write_text(f"{TOKEN}\n# a comment line\n")
     assert read_token(good) == TOKEN
+
+
+async def test_shutting_down_ends_the_event_streams() -> None:
+    """A follower's stream ends when the service shuts down, so the shutdown does not wait on it."""
+    with SessionStore.open("memory://") as store:
+        server = TestServer(application(store, poll=0.02))
+        async with TestClient(server) as client:
+            response = await client.get("/v1/events?after=0")
+            assert response.status == 200
+            assert (await response.content.readline()).startswith(b": committed events")
+            closing = asyncio.ensure_future(server.close())
+            rest = await asyncio.wait_for(response.content.read(), timeout=10)  # the end of the stream
+            await asyncio.wait_for(closing, timeout=10)
+            assert b"data:" not in rest
