@@ -107,9 +107,7 @@ def test_a_node_killed_during_an_import_and_a_compaction_loses_nothing(
     assert (code, after) == (0, audit)
 
 
-def test_nothing_acknowledged_is_lost_across_five_node_kills(
-    cluster: LoopbackCluster, stream: str
-) -> None:
+def test_nothing_acknowledged_is_lost_across_five_node_kills(cluster: LoopbackCluster, stream: str) -> None:
     url = f"{cluster.url}?stream={stream}&replicas=3"
     stop = threading.Event()
     failures: list[BaseException] = []

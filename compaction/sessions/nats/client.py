@@ -193,9 +193,7 @@ class JetStreamLog:
 
     # ------------------------------------------------------------ writing
 
-    async def publish(
-        self, subject: str, body: bytes, headers: dict[str, str], msg_id: str
-    ) -> int:
+    async def publish(self, subject: str, body: bytes, headers: dict[str, str], msg_id: str) -> int:
         """Store one message; its stream sequence. A wrong expected sequence raises
         :class:`nats.js.errors.BadRequestError` (``err_code`` :data:`WRONG_LAST_SEQUENCE`)."""
         headers = {**headers, MSG_ID: msg_id}
@@ -295,9 +293,7 @@ class JetStreamLog:
             while len(records) < wanted:
                 batch = await sub.fetch(min(FETCH_BATCH, wanted - len(records)), timeout=self.timeout)
                 for msg in batch:
-                    records.append(
-                        Record(msg.metadata.sequence.stream, msg.subject, msg.headers, msg.data)
-                    )
+                    records.append(Record(msg.metadata.sequence.stream, msg.subject, msg.headers, msg.data))
             return records
         finally:
             await sub.unsubscribe()

@@ -327,9 +327,7 @@ class JetStreamAggregateRecorder(AggregateRecorder):
     def originator_ids(self, *, first_stored: bool) -> list[UUID]:
         """Originators in order of their first commit: every one, or (``first_stored``) only the
         ones whose version 0 is stored. One pass over the commit headers."""
-        heads = self.connection.call(
-            self.log.scan(self.prefix + ">", headers_only=True, stream=self.stream)
-        )
+        heads = self.connection.call(self.log.scan(self.prefix + ">", headers_only=True, stream=self.stream))
         seen: dict[UUID, None] = {}
         for head in heads:
             if first_stored and frames.header_range(head.headers)[0] != 0:
@@ -451,9 +449,7 @@ class JetStreamApplicationRecorder(JetStreamAggregateRecorder, ApplicationRecord
                 lo = mid
         return lo
 
-    def subscribe(
-        self, gt: int | None = None, topics: Sequence[str] = ()
-    ) -> JetStreamSubscription:
+    def subscribe(self, gt: int | None = None, topics: Sequence[str] = ()) -> JetStreamSubscription:
         return JetStreamSubscription(self, gt, topics)
 
     def follow_durably(self, name: str, gt: int | None = None) -> DurableFollower:
