@@ -8,7 +8,7 @@
     │   ├── RecoveryConfigError                a bad RecoveryConfig value
     │   ├── UsageError                         the command line itself is wrong (exit status 2)
     │   ├── AmbiguousSessionError (LookupError)  a SESSION prefix matches more than one session
-    │   └── PluginError                        a command plugin (entry point) could not be loaded
+    │   └── PluginError                        a plugin (entry point) could not be loaded
     ├── UnknownEventTypeError (LookupError)    a stored or imported event type nobody registered
     ├── EventRuleError (ValueError)            an append broke a rule; carries rule, seq, values
     │   ├── SurfaceRuleError                   a surface rule (contiguity, eligibility, replace range, ...)
@@ -300,7 +300,7 @@ class AmbiguousSessionError(ConfigurationError, LookupError):
 
 
 class PluginError(ConfigurationError):
-    """A command plugin could not be loaded; names the plugin, its target and the cause."""
+    """A plugin (a command, a transcript format) could not be loaded; names it, its target and the cause."""
 
 
 # ---------------------------------------------------------------- scripted models

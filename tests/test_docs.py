@@ -116,3 +116,40 @@ def run_offline(script: Path, workdir: Path) -> subprocess.CompletedProcess[str]
         [sys.executable, "-W", "error", "-c", OFFLINE, str(script)],
         cwd=workdir, env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
+
+
+# ---------------------------------------------------------------- the transcript formats table
+
+FORMATS_PAGE = ROOT / "docs" / "formats.md"
+TABLE_HEAD = "| `--format` | also | files | module |"
+
+
+def format_table() -> list[str]:
+    """The rows docs/formats.md must show: the built-in formats of the registry, in detection order."""
+    from compaction.importers import registry
+
+    return [
+        f"| `{f.name}` | {', '.join(f'`{a}`' for a in f.aliases) or '-'} | {f.title} | "
+        f"`{f.import_file.__module__}` |"
+        for f in registry.BUILT_IN
+    ]
+
+
+def test_the_format_table_is_the_registry() -> None:
+    lines = FORMATS_PAGE.read_text(encoding="utf-8").splitlines()
+    start = lines.index(TABLE_HEAD) + 2
+    end = next(i for i in range(start, len(lines)) if not lines[i].startswith("|"))
+    expected = "\n".join(format_table())
+    assert "\n".join(lines[start:end]) == expected, f"docs/formats.md's format table should read:\n{expected}"
+
+
+def test_no_page_lists_the_format_names_by_hand() -> None:
+    """Pages link to the table instead: no line but the table's names three formats."""
+    from compaction.importers import registry
+
+    titles = [f.title.split(" ")[0] for f in registry.BUILT_IN]
+    for page in PAGES:
+        table = set(format_table()) if page == FORMATS_PAGE else set()
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), start=1):
+            named = [t for t in titles if re.search(rf"(?<![\w-]){re.escape(t)}(?![\w-])", line)]
+            assert line in table or len(named) < 3, f"{page.name}:{number} lists formats: {line}"

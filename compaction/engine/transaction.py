@@ -53,11 +53,12 @@ from compaction.errors import (
 from compaction.handover.analysis import SpanAnalysis
 from compaction.handover.carried import carried_hashes, recall_carried
 from compaction.handover.completion import Completed, RendersFacts, SpanReading, complete
-from compaction.handover.facts import SpanFacts, read, span_facts
+from compaction.handover.facts import SpanFacts, span_facts
 from compaction.handover.facts_fold import folded_facts
 from compaction.handover.fidelity import fidelity_problems, measure_fidelity
 from compaction.handover.fold import folded_identifiers
-from compaction.handover.identifiers import extract
+from compaction.handover.identifiers import extract, span_unions
+from compaction.handover.reading import read
 from compaction.sessions.blocks import Message, TextBlock
 from compaction.sessions.collector import collector_paused
 from compaction.sessions.events import Replace, SessionEvent, UserMessage
@@ -395,10 +396,10 @@ class Transaction:
         template, the completion and the gate find them without reading each message. A span the
         facts fold answers holds no checkpoint, so its facts' identifiers are the span's own."""
         if known is not None:
-            self.analysis.spans.remember(messages, known)
+            span_facts.memo(self.analysis).remember(messages, known)
         identifiers = known.identifiers if known is not None else folded_identifiers(self.session, shadowed)
         if identifiers is not None:
-            self.analysis.unions.remember(messages, identifiers)
+            span_unions(self.analysis).remember(messages, identifiers)
 
     def _request(self, compaction_id: str, messages: list[Message]) -> SummaryRequest:
         return build_request(

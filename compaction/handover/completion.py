@@ -27,12 +27,8 @@ from typing import Protocol, runtime_checkable
 import msgspec
 
 from compaction.errors import SummarizerError, error_chain
-from compaction.handover.facts import (
-    ErrorFact,
-    SpanFacts,
-    missing_from,
-    span_facts,
-)
+from compaction.handover.facts import SpanFacts, span_facts
+from compaction.handover.failures import ErrorFact
 from compaction.handover.fidelity import (
     echoes_instruction,
     heading_section,
@@ -49,6 +45,7 @@ from compaction.handover.identifiers import (
     word_tail,
 )
 from compaction.handover.repeats import unrepeated
+from compaction.handover.retention import missing_from
 from compaction.sessions.blocks import Message, Source, TextBlock, text_of
 from compaction.vocabulary.checkpoint import is_checkpoint
 from compaction.vocabulary.config import CompletionMode
@@ -195,7 +192,7 @@ def span_identifiers(messages: Sequence[Message], facts: SpanFacts | None = None
 def gaps(summary: str, facts: SpanFacts, wanted: Identifiers | None = None) -> Gaps:
     """What ``summary`` misses: sections (by the gate's tolerant reading), identifiers (verbatim, as
     the gate counts them: ``wanted``, default the span facts'), and the user asks, open tasks and
-    errors :func:`~compaction.handover.facts.missing_from` reports."""
+    errors :func:`~compaction.handover.retention.missing_from` reports."""
     missing = missing_from(summary, facts)
     _, lost = retained((wanted if wanted is not None else facts.identifiers).all(), summary)
     identifiers = tuple(dict.fromkeys([*missing.identifiers, *lost]))

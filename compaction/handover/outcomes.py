@@ -18,14 +18,20 @@ patterns read it from the text, in the forms harnesses and tools print:
 
 A step is "ok" only when something says it succeeded (:func:`output_succeeded`): exit code 0, a
 passing test summary, a linter's all clear, a tool's own "successfully". Otherwise its outcome is
-left unsaid.
+left unsaid. Of a failed output, :func:`first_informative_line` is the line a reader needs.
 """
 
 from __future__ import annotations
 
 import re
 
-from compaction.handover.identifiers import ERROR_LINE_RE
+from compaction.handover.analysis import remembered, text_size
+from compaction.handover.identifiers import ERROR_LINE_RE, clip_words
+from compaction.sessions.memo import ValueMemo
+
+ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")
+"""A terminal's control sequences (colours, titles), removed from what is read of an output."""
+LINE_CHARS = 160
 
 EXIT_CODE_RE = re.compile(
     r"(?:\bexit(?:ed)?(?: with)?(?: code| status)|\breturn ?code|\bexit_code)[\s:=]*(-?\d+)"
@@ -145,3 +151,43 @@ def output_succeeded(text: str) -> bool:
     if code is not None:
         return code == 0
     return bool(SUCCESS_RE.search(text))
+
+
+# ---------------------------------------------------------------- first informative line
+
+BOILERPLATE_RE = re.compile(
+    r"^(?:Exit code -?\d+|Command exited with code -?\d+|</?returncode>.*|</?output>|ERROR:"
+    r"|Traceback \(most recent call last\):|File \".*\", line \d+.*|Debugger attached\.?"
+    r"|Waiting for the debugger to disconnect\.*)$"
+)
+DECORATION_RE = re.compile(r"[=\-─━│┃|^~*#_>]{3,}|[│└├┌┐┘─]+")
+STRONG_RE = re.compile(
+    r"\b(?:error|ERROR|fatal|FATAL|panic|exception)\b|[a-z]Error\b|Error:|Exception\b"
+)  # case-sensitive on purpose: ``RuntimeError`` and ``error:`` count, ``test_exception_handling`` not
+WEAK_RE = re.compile(
+    r"\b(?:fail(?:ed|ure|s)?|not found|no such|denied|cannot|can't|could not|unable|invalid|missing"
+    r"|undefined|refused|aborted|timed? ?out|not allowed|rejected)\b",
+    re.I,
+)
+TAG_RE = re.compile(r"</?(?:tool_use_error|error|returncode|output)>")
+
+
+@remembered(lambda budget: ValueMemo(budget, text_size))
+def first_informative_line(text: str) -> str:
+    """The line of an error output a reader needs: an exception line, else the first line naming
+    an error, else the first naming a failure, else the last substantive line (with an active
+    analysis once per text)."""
+    lines = []
+    for raw in TAG_RE.sub("\n", ANSI_RE.sub("", text)).splitlines():
+        line = raw.strip()
+        if line and DECORATION_RE.sub("", line).strip():
+            lines.append(line)
+    useful = [ln for ln in lines if not BOILERPLATE_RE.match(ln)]
+    for pattern in (DIAGNOSTIC_RE, ERROR_LINE_RE, STRONG_RE, WEAK_RE, BUILD_FAILURE_RE):
+        for line in useful:
+            if pattern.search(line):
+                return clip_words(line, LINE_CHARS)
+    banners = [ln for ln in useful if DECORATION_RE.search(ln)]
+    if banners:  # a test runner's closing banner ("=== 205 deselected in 0.58s ===")
+        return clip_words(DECORATION_RE.sub("", banners[-1]).strip(), LINE_CHARS)
+    return clip_words((useful or lines or [""])[0], LINE_CHARS)

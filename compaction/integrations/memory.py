@@ -3,7 +3,7 @@
 :class:`CompactingMemory` maps a framework's session key (any string) to a session of a
 :class:`~compaction.sessions.store.SessionStore`, records the framework's items as this library's
 events and hands back the *surface*, compacted first when it is over the threshold. Recording reuses
-the importers' :class:`~compaction.sessions.importers.builder.SessionBuilder` (the turn/step/tool-call
+the importers' :class:`~compaction.importers.builder.SessionBuilder` (the turn/step/tool-call
 rules of the reference loop, in one place): :class:`LiveRecorder` continues a stored session
 instead of starting a new one.
 
@@ -64,6 +64,7 @@ from compaction.errors import (
     ForeignSessionError,
     IntegrationError,
 )
+from compaction.importers.builder import SessionBuilder, _PendingCall
 from compaction.integrations.runlock import RunLock
 from compaction.service import BasicCompactService, Settings, known_window, load_settings, service_for
 from compaction.sessions.blocks import Message, ResultPart, Source, ToolCallBlock, tool_calls_of
@@ -79,7 +80,6 @@ from compaction.sessions.events import (
     TurnEndReason,
     TurnStart,
 )
-from compaction.sessions.importers.builder import SessionBuilder, _PendingCall
 from compaction.sessions.interrupted import open_turn
 from compaction.sessions.invariants import DEFAULT_INVARIANTS
 from compaction.sessions.retry import save_retrying

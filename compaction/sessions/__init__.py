@@ -1,6 +1,6 @@
 """The durable message log: events, the positional surface, sessions, the store, the loop.
 
-The public names below are pinned by ``tests/test_public_api.py``; submodules (``.loop``, ``.importers``,
+The public names below are pinned by ``tests/test_public_api.py``; submodules (``.loop``,
 ``.native``, ``.copy``, ``.hashing``) hold the rest. This package imports nothing of the library but
 :mod:`compaction.errors`; it knows nothing of compaction.
 """

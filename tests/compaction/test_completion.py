@@ -33,12 +33,14 @@ from compaction.handover.completion import (
     repair_request,
     without_echo,
 )
-from compaction.handover.facts import ErrorFact, Retention, SpanFacts, retention, span_facts
+from compaction.handover.facts import SpanFacts, span_facts
+from compaction.handover.failures import ErrorFact
 from compaction.handover.fidelity import missing_sections
 from compaction.handover.identifiers import Identifiers, extract
+from compaction.handover.retention import Retention, retention
+from compaction.importers import import_path
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import text_of
-from compaction.sessions.importers import import_path
 from compaction.sessions.session import Session, project
 from compaction.sessions.store import SessionStore
 from compaction.vocabulary.config import BasicConfig

@@ -17,11 +17,11 @@ import pytest
 from compaction.audit.report import audit_session
 from compaction.cli.cmd_import import save_imported
 from compaction.errors import BracketRuleError
+from compaction.importers import ImportedSession, import_path
+from compaction.importers.builder import IMPORT_BOUNDARY
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import TextBlock
 from compaction.sessions.events import SessionInvariants, now_utc
-from compaction.sessions.importers import ImportedSession, import_path
-from compaction.sessions.importers.builder import IMPORT_BOUNDARY
 from compaction.sessions.invariants import DEFAULT_INVARIANTS
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore

@@ -87,7 +87,7 @@ async def test_no_window_is_a_configuration_error() -> None:
 
 
 async def test_no_request_header_means_no_pressure() -> None:
-    """Issue 14.3: nothing has been routed yet, so there is nothing to compact (as the reference)."""
+    """Nothing has been routed yet, so there is nothing to compact (as the reference)."""
     session = Session()
     user(session, "task " * 5000)
     length = len(session)

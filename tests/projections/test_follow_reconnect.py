@@ -1,4 +1,4 @@
-"""``compaction rebuild --follow`` rides out a lost PostgreSQL connection (issue 23).
+"""``compaction rebuild --follow`` rides out a lost PostgreSQL connection.
 
 The follower runs as its own process, its connections named by ``PGAPPNAME``; the test ends them
 (``pg_terminate_backend``, what a restart or a failover does to them) while the database refuses

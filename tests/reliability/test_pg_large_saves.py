@@ -1,4 +1,4 @@
-"""PostgreSQL large saves (issue 15.1): a 10 MB and a 50 MB event and a 20k-event single save
+"""PostgreSQL large saves: a 10 MB and a 50 MB event and a 20k-event single save
 finish within a stated time while a second writer keeps making progress.
 
 eventsourcing's stock recorder sends the save in psycopg's pipeline mode, where a payload above

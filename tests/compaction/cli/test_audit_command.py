@@ -19,8 +19,8 @@ from compaction.cli.demo import run_demo_session
 from compaction.engine.meters import HeuristicMeter
 from compaction.engine.selection import select_span
 from compaction.engine.transaction import build_request
+from compaction.importers import import_path
 from compaction.service import BasicCompactService
-from compaction.sessions.importers import import_path
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
 from compaction.summarizers.anthropic import AnthropicSummarizer

@@ -1,7 +1,6 @@
-"""``compaction import`` on what users actually point it at (issue 14 items 4-9 and 12, issue 15
-items 5 and 8-10): older OpenHands output, pi bash executions, Claude Code queued messages, forced
-formats, counts that agree across formats, directories, FIFOs, byte order marks, deep JSON, empty
-sessions and concurrent imports of one file."""
+"""``compaction import`` on what users actually point it at: older OpenHands output, pi bash executions,
+Claude Code queued messages, forced formats, counts that agree across formats, directories, FIFOs, byte
+order marks, deep JSON, empty sessions and concurrent imports of one file."""
 
 from __future__ import annotations
 
@@ -17,6 +16,7 @@ import pytest
 
 from compaction.cli.cmd_import import _save_first, save_imported
 from compaction.errors import TranscriptError
+from compaction.importers import import_path
 from compaction.sessions.blocks import ToolResultBlock, text_of
 from compaction.sessions.events import (
     AssistantMessage,
@@ -27,7 +27,6 @@ from compaction.sessions.events import (
     TurnEnd,
     UserMessage,
 )
-from compaction.sessions.importers import import_path
 from compaction.sessions.store import SessionStore
 from tests.builders import Doc, run_human, run_json
 from tests.conftest import TRANSCRIPTS

@@ -12,7 +12,7 @@ Every line is a ``RolloutLine`` of ``codex-rs/protocol``: ``{"timestamp", "type"
   ``assistant/message`` (one step); ``function_call_output`` and ``custom_tool_call_output`` answer
   their call by ``call_id``. A ``local_shell_call`` becomes a ``local_shell`` call whose arguments
   are its ``action``; a ``custom_tool_call`` keeps its free-form ``input`` as the arguments.
-* ``compacted`` lines are Codex's own compactions: a compaction bracket (through the importers'
+* ``compacted`` lines are Codex's own compactions: a compaction bracket (through the engine's
   foreign-compaction hook) that replaces the whole surface with what Codex kept, its
   ``replacement_history`` messages when the line has one, else its ``message`` (the summary).
 * ``session_meta`` names the provider (``model_provider``) and the base instructions (the
@@ -25,25 +25,24 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from compaction.sessions.blocks import Block, ImageBlock, Message, ReasoningBlock, TextBlock, ToolCallBlock
-from compaction.sessions.importers.builder import SessionBuilder
-from compaction.sessions.importers.common import (
+from compaction.engine.foreign import ForeignCompaction
+from compaction.importers.builder import SessionBuilder
+from compaction.importers.content import model_source, user_message
+from compaction.importers.format import TranscriptFormat
+from compaction.importers.ids import file_digest, session_id_for
+from compaction.importers.json_input import (
     JSON,
-    ForeignCompaction,
-    ImportedSession,
     as_dict,
     as_list,
     as_str,
     compact_json,
-    file_digest,
     json_lines,
-    model_source,
     parse_time,
-    session_id_for,
-    user_message,
 )
+from compaction.importers.result import ImportedSession
+from compaction.sessions.blocks import Block, ImageBlock, Message, ReasoningBlock, TextBlock, ToolCallBlock
 
-FORMAT = "codex"
+NAME = "codex"
 ROLLOUT_TYPES = frozenset({"session_meta", "turn_context", "response_item", "compacted", "event_msg"})
 CALLS = frozenset({"function_call", "local_shell_call", "custom_tool_call"})
 OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
@@ -192,7 +191,7 @@ class _Rollout:
 
 def import_file(path: Path, data: bytes) -> list[ImportedSession]:
     lines, truncated = json_lines(path, data)
-    builder = SessionBuilder(session_id_for(FORMAT, file_digest(data), 0), source=str(path), format=FORMAT)
+    builder = SessionBuilder(session_id_for(NAME, file_digest(data), 0), source=str(path), format=NAME)
     builder.skipped.extend(truncated)
     rollout = _Rollout(builder)
     for number, line in lines:
@@ -202,9 +201,10 @@ def import_file(path: Path, data: bytes) -> list[ImportedSession]:
     return [builder.finish()]
 
 
-def is_rollout_line(record: JSON) -> bool:
+def recognises(value: Any) -> bool:
     """A ``RolloutLine``: a rollout ``type`` with a ``payload`` object (Codex always writes a
     ``timestamp`` too; trimmed copies of rollouts often drop it, so it is not required)."""
+    record = as_dict(value)
     return as_str(record.get("type")) in ROLLOUT_TYPES and isinstance(record.get("payload"), dict)
 
 
@@ -251,3 +251,12 @@ def _output_blocks(output: Any) -> tuple[TextBlock | ImageBlock, ...]:
     if isinstance(output, dict):  # older rollouts: {"content": ..., "success": ...}
         return (TextBlock(as_str(output.get("content")) or compact_json(output)),)
     return (TextBlock(compact_json(output)),)
+
+
+FORMAT = TranscriptFormat(
+    NAME,
+    title="Codex CLI rollouts",
+    looks_like="a Codex CLI rollout (lines with `timestamp`, `type` and `payload`)",
+    recognises=recognises,
+    import_file=import_file,
+)

@@ -1,11 +1,13 @@
-"""Real agent transcripts into sessions: Claude Code, pi, OpenHands, OpenAI-style chat, Codex CLI.
+"""Real agent transcripts into sessions, one module per format (the formats table of
+docs/formats.md lists them; :mod:`compaction.importers.registry` holds them in detection order).
 
 ``import_path(path, format="auto")`` returns one :class:`ImportedSession` per session in the file
 (OpenHands output holds one run per line; Claude Code sidechain threads are kept apart). Every
 session is new and unsaved, satisfies the surface and turn/step rules, and is tool-pairing
 balanced: a call that never got a result gets a synthesized error result (as interrupted-turn
 repair does). Every event carries ``origin`` (the input line, uuid, run or message it came from),
-and every input item not turned into an event is listed in ``skipped`` with the reason.
+and every input item not turned into an event is listed in ``skipped`` with the reason. Another
+harness's compaction becomes a compaction bracket (:mod:`compaction.engine.foreign`).
 
 Session ids are ``uuid5(NAMESPACE, f"{format}:{sha256 of the file}:{index}")``, so importing the
 same file twice yields the same ids.
@@ -13,30 +15,17 @@ same file twice yields the same ids.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
-from compaction.errors import ConfigurationError, TranscriptError
-from compaction.sessions.importers import claude_code, codex, openai_chat, openhands, pi
-from compaction.sessions.importers.common import NAMESPACE, ImportedSession, read_bytes
-from compaction.sessions.importers.detect import detect_bytes, detect_format
+from compaction.errors import TranscriptError
+from compaction.importers import registry
+from compaction.importers.detect import detect_bytes, detect_format
+from compaction.importers.format import TranscriptFormat
+from compaction.importers.ids import NAMESPACE
+from compaction.importers.json_input import read_bytes
+from compaction.importers.result import ImportedSession
 
-__all__ = ["ALIASES", "FORMATS", "NAMESPACE", "ImportedSession", "detect_format", "import_path"]
-
-FORMATS = ("claude-code", "pi", "openhands", "openai", "codex")
-
-ALIASES = {"swe-agent": "openai", "mini-swe-agent": "openai"}
-"""Format names accepted for what one importer reads (SWE-agent and mini-swe-agent write OpenAI-style
-chat messages)."""
-
-Importer = Callable[[Path, bytes], list[ImportedSession]]
-_IMPORTERS: dict[str, Importer] = {
-    "claude-code": claude_code.import_file,
-    "pi": pi.import_file,
-    "openhands": openhands.import_file,
-    "openai": openai_chat.import_file,
-    "codex": codex.import_file,
-}
+__all__ = ["ImportedSession", "NAMESPACE", "TranscriptFormat", "detect_format", "import_path"]  # noqa: RUF022 (sorted())
 
 
 def import_path(path: Path, format: str = "auto") -> list[ImportedSession]:
@@ -44,15 +33,12 @@ def import_path(path: Path, format: str = "auto") -> list[ImportedSession]:
 
     A forced ``format`` that yields no event at all raises :class:`TranscriptError` naming the
     format the file looks like: the file is of another format, not an empty conversation."""
-    format = ALIASES.get(format, format)
-    if format != "auto" and format not in _IMPORTERS:
-        names = ", ".join((*FORMATS, *ALIASES))
-        raise ConfigurationError(f"unknown transcript format {format!r}; expected auto or one of {names}")
+    forced = None if format == "auto" else registry.named(format)
     data = read_bytes(path)
-    chosen = detect_bytes(path, data) if format == "auto" else format
-    sessions = _IMPORTERS[chosen](path, data)
-    if format != "auto" and not any(len(s.session) for s in sessions):
-        _refuse_forced(path, data, format, sessions)
+    chosen = forced or registry.named(detect_bytes(path, data))
+    sessions = chosen.import_file(path, data)
+    if forced is not None and not any(len(s.session) for s in sessions):
+        _refuse_forced(path, data, forced.name, sessions)
     return sessions
 
 

@@ -10,7 +10,8 @@ A ``session`` header line, then entries: ``message`` (roles ``user``, ``assistan
   ``tool/call`` is recorded and each call gets a synthesized ``ToolNotStartedError`` result; the
   turn ends with that reason. (A call the file nevertheless answers gets its ``tool/call`` right
   before that result, and a note.)
-* A ``compaction`` entry is counted and its summary imported as a user message (origin says so).
+* A ``compaction`` entry is counted and becomes a compaction bracket (a
+  :class:`~compaction.engine.foreign.ForeignCompaction`) replacing the entries before its first kept one.
 * A ``bashExecution`` message (a command the user ran with ``!``) is user text, rendered as pi
   renders it for the model (``bashExecutionToText``); with ``excludeFromContext`` (``!!``) pi keeps
   it out of the model's context, so it is reported as skipped.
@@ -21,34 +22,32 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from compaction.sessions.blocks import Block, ImageBlock, Message, ReasoningBlock, TextBlock, ToolCallBlock
-from compaction.sessions.events import TurnEndKind, TurnEndReason, Usage
-from compaction.sessions.importers.builder import SessionBuilder
-from compaction.sessions.importers.common import (
+from compaction.engine.foreign import ForeignCompaction
+from compaction.importers.builder import SessionBuilder
+from compaction.importers.content import image_block, model_source, user_message
+from compaction.importers.format import TranscriptFormat
+from compaction.importers.ids import file_digest, session_id_for
+from compaction.importers.json_input import (
     JSON,
-    ForeignCompaction,
-    ImportedSession,
     as_dict,
     as_int,
     as_list,
     as_str,
     compact_json,
-    file_digest,
-    image_block,
     json_lines,
-    model_source,
     parse_time,
-    session_id_for,
-    user_message,
 )
+from compaction.importers.result import ImportedSession
+from compaction.sessions.blocks import Block, ImageBlock, Message, ReasoningBlock, TextBlock, ToolCallBlock
+from compaction.sessions.events import TurnEndKind, TurnEndReason, Usage
 
-FORMAT = "pi"
+NAME = "pi"
 STOPPED: dict[str, TurnEndKind] = {"error": "error", "aborted": "aborted"}
 
 
 def import_file(path: Path, data: bytes) -> list[ImportedSession]:
     lines, truncated = json_lines(path, data)
-    builder = SessionBuilder(session_id_for(FORMAT, file_digest(data), 0), source=str(path), format=FORMAT)
+    builder = SessionBuilder(session_id_for(NAME, file_digest(data), 0), source=str(path), format=NAME)
     builder.skipped.extend(truncated)
     entry_seqs: dict[str, int] = {}
     for index, (number, line) in enumerate(lines):
@@ -212,3 +211,22 @@ def _usage(raw: JSON) -> Usage | None:
         cache_read_tokens=as_int(raw.get("cacheRead")),
         cache_write_tokens=as_int(raw.get("cacheWrite")),
     )
+
+
+ENTRY_TYPES = frozenset({"session", "message", "model_change", "thinking_level_change", "compaction"})
+
+
+def recognises(value: Any) -> bool:
+    """A pi entry: one of its entry ``type``s (a ``message`` entry holding a message with a role)."""
+    record = as_dict(value)
+    kind = as_str(record.get("type"))
+    return kind in ENTRY_TYPES and (kind != "message" or "role" in as_dict(record.get("message")))
+
+
+FORMAT = TranscriptFormat(
+    NAME,
+    title="pi session JSONL",
+    looks_like="pi session JSONL (a `session` header, `message` entries)",
+    recognises=recognises,
+    import_file=import_file,
+)

@@ -29,7 +29,9 @@ from uuid import UUID
 
 import msgspec
 
+from compaction.engine.foreign import ForeignCompaction, import_foreign_compaction
 from compaction.errors import EventRuleError, TranscriptError
+from compaction.importers.result import ImportedSession
 from compaction.sessions.blocks import (
     Block,
     Message,
@@ -57,7 +59,6 @@ from compaction.sessions.events import (
     UserMessage,
     now_utc,
 )
-from compaction.sessions.importers.common import ForeignCompaction, ImportedSession, compaction_handler
 from compaction.sessions.interrupted import interrupted_result
 from compaction.sessions.invariants import DEFAULT_INVARIANTS
 from compaction.sessions.session import Session
@@ -331,22 +332,15 @@ class SessionBuilder:
 
     def foreign(self, compaction: ForeignCompaction) -> None:
         """Another harness's compaction: closes the open turn, then becomes a compaction bracket
-        when the compaction package registered a handler, else a plain user message."""
+        (:func:`compaction.engine.foreign.import_foreign_compaction`)."""
         self.close_turn(compaction.origin)
-        handler = compaction_handler()
-        if handler is None:
-            self._append(
-                UserMessage(message=compaction.summary, surface_op="append", origin=compaction.origin)
-            )
-            self.note(f"{compaction.origin}: compaction summary imported as a user message")
-        else:
-            try:
-                handler(self.session, compaction)
-            except EventRuleError as e:
-                raise TranscriptError(
-                    self.source, None, f"the compaction at {compaction.origin} was rejected: {e}"
-                ) from e
-            self.note(f"{compaction.origin}: imported as a compaction bracket ({compaction.provider})")
+        try:
+            import_foreign_compaction(self.session, compaction)
+        except EventRuleError as e:
+            raise TranscriptError(
+                self.source, None, f"the compaction at {compaction.origin} was rejected: {e}"
+            ) from e
+        self.note(f"{compaction.origin}: imported as a compaction bracket ({compaction.provider})")
         self.messages += 1
 
     # ------------------------------------------------------------ closing

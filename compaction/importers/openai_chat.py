@@ -20,26 +20,23 @@ from pathlib import Path
 from typing import Any
 
 from compaction.errors import TranscriptError
-from compaction.sessions.blocks import Block, ImageBlock, Message, ReasoningBlock, TextBlock, ToolCallBlock
-from compaction.sessions.importers.builder import SessionBuilder
-from compaction.sessions.importers.common import (
+from compaction.importers.builder import SessionBuilder
+from compaction.importers.content import image_block, model_source, text_of_content, user_message
+from compaction.importers.format import LOOKAHEAD, TranscriptFormat
+from compaction.importers.ids import file_digest, session_id_for
+from compaction.importers.json_input import (
     JSON,
-    ImportedSession,
     as_dict,
     as_list,
     as_str,
     compact_json,
-    file_digest,
-    image_block,
     json_lines,
-    model_source,
-    session_id_for,
-    text_of_content,
-    user_message,
     whole_document,
 )
+from compaction.importers.result import ImportedSession
+from compaction.sessions.blocks import Block, ImageBlock, Message, ReasoningBlock, TextBlock, ToolCallBlock
 
-FORMAT = "openai"
+NAME = "openai"
 PROVIDER = "openai"
 Conversation = tuple[str, list[tuple[str, JSON]], JSON]  # (source, [(origin, message)], envelope)
 
@@ -49,7 +46,7 @@ def import_file(path: Path, data: bytes) -> list[ImportedSession]:
     conversations, skipped = _conversations(path, data)
     sessions = []
     for index, (source, messages, envelope) in enumerate(conversations):
-        builder = SessionBuilder(session_id_for(FORMAT, digest, index), source=source, format=FORMAT)
+        builder = SessionBuilder(session_id_for(NAME, digest, index), source=source, format=NAME)
         builder.skipped.extend(skipped if index == 0 else ())
         _import_messages(builder, messages, envelope)
         sessions.append(builder.finish())
@@ -195,3 +192,32 @@ def _describe(b: SessionBuilder, envelope: JSON, text_actions: int) -> None:
             continue
         size = f" ({len(value)} entries)" if isinstance(value, (list, dict)) else ""
         b.note(f"top-level `{key}`{size} not imported (run metadata, not conversation)")
+
+
+ROLES = frozenset({"system", "user", "assistant", "tool", "function"})
+
+
+def is_chat_message(value: Any) -> bool:
+    return as_str(as_dict(value).get("role")) in ROLES
+
+
+def recognises(value: Any) -> bool:
+    """A list of chat messages, an object with a ``history`` holding one (SWE-agent) or a
+    ``messages`` list, or one chat message (a JSONL line)."""
+    if isinstance(value, list):
+        return bool(value) and all(is_chat_message(m) for m in value[:LOOKAHEAD])
+    record = as_dict(value)
+    history = record.get("history")
+    if isinstance(history, list):
+        return any(is_chat_message(m) for m in history[:LOOKAHEAD])
+    return isinstance(record.get("messages"), list) or is_chat_message(record)
+
+
+FORMAT = TranscriptFormat(
+    NAME,
+    title="OpenAI-style chat messages, SWE-agent and mini-SWE-agent trajectories",
+    looks_like="OpenAI-style chat messages (`role`/`content`, a SWE-agent `history`)",
+    recognises=recognises,
+    import_file=import_file,
+    aliases=("swe-agent", "mini-swe-agent"),
+)

@@ -13,8 +13,9 @@ blocks. Lines sharing ``message.id`` are merged into one assistant message (one 
   through ``parentUuid``, becomes its own session (source ``FILE#sidechain-N``). A file made only of
   one sidechain thread (a ``subagents/agent-*.jsonl`` file) imports as a plain session.
 * Claude Code's own compaction: the ``system``/``compact_boundary`` line is counted in
-  ``compactions`` and the ``isCompactSummary`` user line is imported as a user message whose origin
-  says so. ``summary``, ``system``, ``progress`` and snapshot lines are reported as skipped.
+  ``compactions`` and the ``isCompactSummary`` user line becomes a compaction bracket (a
+  :class:`~compaction.engine.foreign.ForeignCompaction`). ``summary``, ``system``, ``progress``
+  and snapshot lines are reported as skipped.
 * ``queue-operation`` ``enqueue`` lines hold what the user typed while the agent worked; Claude Code
   hands it to the model at its next call. It becomes a ``steering/message`` after the results of
   the step under way (a user prompt when no turn is open). A queued text that later arrives as a
@@ -32,6 +33,22 @@ from uuid import UUID
 
 import msgspec
 
+from compaction.engine.foreign import ForeignCompaction
+from compaction.importers.builder import SessionBuilder
+from compaction.importers.content import image_block, model_source, user_message
+from compaction.importers.format import TranscriptFormat
+from compaction.importers.ids import file_digest, session_id_for
+from compaction.importers.json_input import (
+    JSON,
+    as_dict,
+    as_int,
+    as_list,
+    as_str,
+    compact_json,
+    json_lines,
+    parse_time,
+)
+from compaction.importers.result import ImportedSession
 from compaction.sessions.blocks import (
     Block,
     ImageBlock,
@@ -42,26 +59,8 @@ from compaction.sessions.blocks import (
     ToolCallBlock,
 )
 from compaction.sessions.events import Usage
-from compaction.sessions.importers.builder import SessionBuilder
-from compaction.sessions.importers.common import (
-    JSON,
-    ForeignCompaction,
-    ImportedSession,
-    as_dict,
-    as_int,
-    as_list,
-    as_str,
-    compact_json,
-    file_digest,
-    image_block,
-    json_lines,
-    model_source,
-    parse_time,
-    session_id_for,
-    user_message,
-)
 
-FORMAT = "claude-code"
+NAME = "claude-code"
 PROVIDER = "anthropic"
 Line = tuple[int, JSON]
 
@@ -79,9 +78,7 @@ def import_file(path: Path, data: bytes) -> list[ImportedSession]:
     groups = [(0, str(path), main)] if main or not threads else []
     groups += [(k, f"{path}#sidechain-{k}", t) for k, t in enumerate(threads, start=1)]
     digest = file_digest(data)
-    sessions = [
-        _import_lines(chain, session_id_for(FORMAT, digest, k), source) for k, source, chain in groups
-    ]
+    sessions = [_import_lines(chain, session_id_for(NAME, digest, k), source) for k, source, chain in groups]
     sessions[0].skipped[:0] = truncated
     if sub_agent:
         sessions[0].notes.append("every line is a sidechain (a sub-agent transcript)")
@@ -324,7 +321,7 @@ class _ChainImporter:
 
 
 def _import_lines(lines: list[Line], session_id: UUID, source: str) -> ImportedSession:
-    builder = SessionBuilder(session_id, source=source, format=FORMAT)
+    builder = SessionBuilder(session_id, source=source, format=NAME)
     user_lines: dict[str, list[int]] = {}
     for number, line in lines:
         if as_str(line.get("type")) == "user":
@@ -406,3 +403,24 @@ def _usage(raw: JSON) -> Usage | None:
         cache_read_tokens=as_int(raw.get("cache_read_input_tokens")),
         cache_write_tokens=as_int(raw.get("cache_creation_input_tokens")),
     )
+
+
+LINE_TYPES = frozenset(
+    {"user", "assistant", "system", "summary", "progress", "file-history-snapshot", "queue-operation"}
+)
+LINE_KEYS = frozenset({"uuid", "leafUuid", "sessionId", "messageId", "parentUuid"})
+
+
+def recognises(value: Any) -> bool:
+    """A Claude Code line: one of its line ``type``s with one of its ids."""
+    record = as_dict(value)
+    return as_str(record.get("type")) in LINE_TYPES and bool(LINE_KEYS & record.keys())
+
+
+FORMAT = TranscriptFormat(
+    NAME,
+    title="Claude Code JSONL",
+    looks_like="Claude Code JSONL (lines with `type` and `uuid`)",
+    recognises=recognises,
+    import_file=import_file,
+)

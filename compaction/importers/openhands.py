@@ -31,28 +31,26 @@ from typing import Any
 import msgspec
 
 from compaction.errors import TranscriptError
-from compaction.sessions.blocks import Block, Message, ReasoningBlock, Source, TextBlock, ToolCallBlock
-from compaction.sessions.events import ToolSpec, TurnEndReason, Usage
-from compaction.sessions.importers.builder import SessionBuilder
-from compaction.sessions.importers.common import (
+from compaction.importers.builder import SessionBuilder
+from compaction.importers.content import model_source, text_of_content, user_message
+from compaction.importers.format import LOOKAHEAD, TranscriptFormat
+from compaction.importers.ids import file_digest, session_id_for
+from compaction.importers.json_input import (
     JSON,
-    ImportedSession,
     as_dict,
     as_int,
     as_list,
     as_str,
     compact_json,
     decode_json,
-    file_digest,
     json_lines,
-    model_source,
     parse_time,
-    session_id_for,
-    text_of_content,
-    user_message,
 )
+from compaction.importers.result import ImportedSession
+from compaction.sessions.blocks import Block, Message, ReasoningBlock, Source, TextBlock, ToolCallBlock
+from compaction.sessions.events import ToolSpec, TurnEndReason, Usage
 
-FORMAT = "openhands"
+NAME = "openhands"
 
 
 def import_file(path: Path, data: bytes) -> list[ImportedSession]:
@@ -63,7 +61,7 @@ def import_file(path: Path, data: bytes) -> list[ImportedSession]:
         if not isinstance(record.get("history"), list):
             raise TranscriptError(str(path), number, "expected an OpenHands run with a `history` list")
         builder = SessionBuilder(
-            session_id_for(FORMAT, digest, run - 1), source=f"{path}#run-{run}", format=FORMAT
+            session_id_for(NAME, digest, run - 1), source=f"{path}#run-{run}", format=NAME
         )
         if _is_legacy(_history(record)):
             _LegacyRun(builder, run, record).run()
@@ -405,3 +403,22 @@ def _instance(record: JSON) -> str:
     if issue:
         return f"{issue.get('owner')}/{issue.get('repo')}#{issue.get('number')}"
     return "unknown"
+
+
+def recognises(value: Any) -> bool:
+    """A run: a ``history`` of actions and observations (the older evaluation output holds
+    ``[action, observation]`` pairs), none of them a chat message with a ``role``."""
+    history = as_dict(value).get("history")
+    if not isinstance(history, list):
+        return False
+    events = [as_dict(x) for e in history[:LOOKAHEAD] for x in (e if isinstance(e, list) else [e])]
+    return any("action" in e or "observation" in e for e in events) and not any("role" in e for e in events)
+
+
+FORMAT = TranscriptFormat(
+    NAME,
+    title="OpenHands output",
+    looks_like="OpenHands output (runs with a `history` of actions and observations)",
+    recognises=recognises,
+    import_file=import_file,
+)
