@@ -4,10 +4,10 @@ Three formats, each read by the parser the library already has for it:
 
 - ``openai``: chat-completions messages (``system``/``developer``, ``user``, ``assistant`` with
   ``tool_calls``, ``tool`` with ``tool_call_id``), read message by message by the OpenAI-chat
-  importer's readers (:mod:`compaction.sessions.importers.openai_chat`);
+  importer's reader (:func:`compaction.importers.openai_chat.read_message`);
 - ``anthropic``: messages with ``text``, ``thinking``, ``image``, ``tool_use`` and ``tool_result``
-  blocks, each block read by the Claude Code importer's block readers
-  (:mod:`compaction.sessions.importers.claude_code`);
+  blocks, each block read by the Anthropic block readers the Claude Code importer uses
+  (:mod:`compaction.importers.anthropic_blocks`);
 - ``responses``: Responses API input items (``message``, ``reasoning``, ``function_call``,
   ``function_call_output``, anything else kept opaque), read by the Agents SDK adapter
   (:func:`compaction.integrations.openai_agents.from_items`).
@@ -27,17 +27,17 @@ from typing import Any, Literal
 import msgspec
 
 from compaction.errors import BadRequestError, IntegrationError
+from compaction.importers import openai_chat
+from compaction.importers.anthropic_blocks import assistant_block, content_parts, result_content, user_block
+from compaction.importers.content import model_source, user_message
 from compaction.integrations.memory import AssistantItem, Item, LiveRecorder, ResultItem, UserItem
 from compaction.integrations.openai_agents import from_items
 from compaction.sessions.blocks import Block, Message, ToolCallBlock
-from compaction.sessions.importers import claude_code, openai_chat
-from compaction.sessions.importers.common import model_source, user_message
 from compaction.sessions.session import Session
 
 Format = Literal["openai", "anthropic", "responses"]
 FORMATS: tuple[Format, ...] = ("openai", "anthropic", "responses")
 PROVIDER_OF: dict[Format, str] = {"openai": "openai", "anthropic": "anthropic", "responses": "openai"}
-CONTEXT_ROLES = frozenset({"system", "developer"})
 
 
 def record(session: Session, format: Format, items: Sequence[Any], origin: str) -> int:
@@ -84,24 +84,16 @@ def _calls(message: Message) -> bool:
 
 
 def _record_chat(recorder: LiveRecorder, messages: list[dict[str, Any]], origin: str, model: str) -> bool:
-    """The chat messages through the OpenAI-chat importer's readers; a tool message the recorder
-    skips (no pending call) fails the whole request. True when the last message is a model answer
-    without tool calls (the turn ends)."""
+    """The chat messages through the OpenAI-chat importer's reader (a system or developer message
+    is context: the session's system prompt is its header's); a tool message the recorder skips (no
+    pending call) fails the whole request. True when the last message is a model answer without tool
+    calls (the turn ends)."""
     for index, message in enumerate(messages):
         where = f"{origin} item {index}"
-        role = message.get("role")
-        if role in CONTEXT_ROLES:
-            openai_chat._system(recorder, where, message, first=False)
-        elif role == "user":
-            openai_chat._user(recorder, where, message)
-        elif role == "assistant":
-            openai_chat._assistant(recorder, where, message, model)
-        elif role == "tool":
-            openai_chat._tool(recorder, where, message)
-        else:
+        if not openai_chat.read_message(recorder, where, message, model):
+            roles = ", ".join(openai_chat.CHAT_ROLES)
             raise BadRequestError(
-                f"{where}: expected a chat message with role system, developer, user, assistant or "
-                f"tool; found role {role!r}"
+                f"{where}: expected a chat message with role {roles}; found role {message.get('role')!r}"
             )
         if recorder.skipped:
             raise IntegrationError(
@@ -120,9 +112,9 @@ def _anthropic(messages: list[dict[str, Any]], origin: str, model: str) -> list[
     for index, message in enumerate(messages):
         where = f"{origin} item {index}"
         role = message.get("role")
-        parts = [_object(p, f"{where} block") for p in claude_code._content(message.get("content"))]
+        parts = [_object(p, f"{where} block") for p in content_parts(message.get("content"))]
         if role == "assistant":
-            blocks = [_block(claude_code._assistant_block(p), p, where) for p in parts]
+            blocks = [_block(assistant_block(p), p, where) for p in parts]
             source = model_source("anthropic", str(message.get("model") or model))
             items.append(
                 AssistantItem(Message(id=where, role="assistant", content=tuple(blocks), source=source))
@@ -142,13 +134,13 @@ def _anthropic_user(parts: list[dict[str, Any]], where: str) -> list[Item]:
     prompt: list[Block] = []
     for index, part in enumerate(parts):
         if part.get("type") == "tool_result":
-            content = claude_code._result_content(part.get("content"))
+            content = result_content(part.get("content"))
             call_id = str(part.get("tool_use_id", ""))
             items.append(
                 ResultItem(call_id, content, f"{where} block {index}", is_error=part.get("is_error") is True)
             )
         else:
-            prompt.append(_block(claude_code._user_block(part), part, where))
+            prompt.append(_block(user_block(part), part, where))
     if prompt:
         items.append(UserItem(user_message(where, tuple(prompt))))
     return items
