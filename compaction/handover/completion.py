@@ -198,7 +198,7 @@ def gaps(summary: str, facts: SpanFacts, wanted: Identifiers | None = None) -> G
     identifiers = tuple(dict.fromkeys([*missing.identifiers, *lost]))
     return Gaps(
         sections=missing_sections(summary),
-        identifiers=tuple(i for i in identifiers if i not in summary),
+        identifiers=tuple(retained(identifiers, summary)[1]),
         user_asks=missing.user_asks,
         open_tasks=missing.open_tasks,
         errors=missing.errors,
@@ -391,10 +391,11 @@ def _within(found: Gaps, facts: SpanFacts, budget: int, needs: Needs) -> tuple[G
     other identifiers, the other sections, the span's facts under each missing section."""
     room = budget - HEADER_CHARS
     sections = [s for s in found.sections if s in needs.sections]
-    identifiers = [i for i in found.identifiers if i in needs.identifiers]
+    needed = set(needs.identifiers)
+    identifiers = [i for i in found.identifiers if i in needed]
     room -= sum(len(s) + len(_PLACEHOLDER) + 5 for s in sections)
     room -= sum(len(i) + 4 for i in identifiers)
-    errors: list[ErrorFact] = []
+    lines: set[str] = set()  # the first lines of the errors carried
     distinct = _distinct(found.errors)
     ranked, _ = _split(distinct, MAX_ERRORS)
     for index in sorted(ranked, key=lambda i: (distinct[i][0].fixed, -i)):
@@ -402,31 +403,33 @@ def _within(found: Gaps, facts: SpanFacts, budget: int, needs: Needs) -> tuple[G
         cost = len(error_line(error, times)) + 6
         if cost <= room:
             room -= cost
-            errors += [e for e in found.errors if e.first_line == error.first_line]
+            lines.add(error.first_line)
     asks = _fill([(a, len(clip(a)) + 6) for a in found.user_asks], room)
     room -= sum(len(clip(a)) + 6 for a in asks)
     tasks = _fill([(t, len(clip(t)) + 6) for t in found.open_tasks], room)
     room -= sum(len(clip(t)) + 6 for t in tasks)
-    others = _fill([(i, len(i) + 4) for i in found.identifiers if i not in identifiers], room)
+    others = _fill([(i, len(i) + 4) for i in found.identifiers if i not in needed], room)
     room -= sum(len(i) + 4 for i in others)
     extra = _fill([(s, len(s) + len(_PLACEHOLDER) + 5) for s in found.sections if s not in sections], room)
     room -= sum(len(s) + len(_PLACEHOLDER) + 5 for s in extra)
     chosen = [s for s in found.sections if s in sections or s in extra]
     full = _fill([(s, len(_section_body(s, facts, ())) - len(_PLACEHOLDER)) for s in chosen], room)
-    kept_errors = tuple(e for e in found.errors if e in errors)
+    kept_errors = tuple(e for e in found.errors if e.first_line in lines)
+    carried_identifiers = {*identifiers, *others}
     carried = Gaps(
         sections=tuple(chosen),
-        identifiers=tuple(i for i in found.identifiers if i in identifiers or i in others),
+        identifiers=tuple(i for i in found.identifiers if i in carried_identifiers),
         user_asks=tuple(asks),
         open_tasks=tuple(tasks),
         errors=kept_errors,
     )
+    asked, tasked = set(asks), set(tasks)
     left = Gaps(
         sections=tuple(s for s in found.sections if s not in chosen),
-        identifiers=tuple(i for i in found.identifiers if i not in carried.identifiers),
-        user_asks=tuple(a for a in found.user_asks if a not in asks),
-        open_tasks=tuple(t for t in found.open_tasks if t not in tasks),
-        errors=tuple(e for e in found.errors if e not in kept_errors),
+        identifiers=tuple(i for i in found.identifiers if i not in carried_identifiers),
+        user_asks=tuple(a for a in found.user_asks if a not in asked),
+        open_tasks=tuple(t for t in found.open_tasks if t not in tasked),
+        errors=tuple(e for e in found.errors if e.first_line not in lines),
     )
     return carried, left, tuple(full)
 

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from compaction.handover.analysis import SpanAnalysis, active_analysis, remembered
+from compaction.handover.starts import Starts
 from compaction.sessions.blocks import Message, TextBlock, ToolCallBlock, ToolResultBlock
 from compaction.sessions.memo import (
     ENTRY_BYTES,
@@ -265,16 +266,31 @@ def retained(identifiers: Iterable[str], summary: str) -> tuple[list[str], list[
     summary)."""
     wanted = list(identifiers)
     found = _found_in(summary)
-    for ident in wanted:
-        if ident not in found:
-            # From the end: a checkpoint lists its references in its later sections, so the
-            # search stops after a fraction of the text (half the time of ``in`` on the template's)
-            found[ident] = summary.rfind(ident) >= 0
+    _search([ident for ident in dict.fromkeys(wanted) if ident not in found], summary, found)
     kept: list[str] = []
     missing: list[str] = []
     for ident in wanted:
         (kept if found[ident] else missing).append(ident)
     return kept, missing
+
+
+SEARCHED_ONE_BY_ONE = 64
+"""Up to this many identifiers are each searched in the summary on their own; more are looked up
+among the places of the summary where one of them may start (:class:`Starts`), so a checkpoint
+that lists tens of thousands of identifiers is not scanned once per identifier."""
+
+
+def _search(pending: list[str], summary: str, found: dict[str, bool]) -> None:
+    """Record in ``found`` whether each of ``pending`` is in ``summary``."""
+    if len(pending) <= SEARCHED_ONE_BY_ONE:
+        for ident in pending:
+            # From the end: a checkpoint lists its references in its later sections, so the
+            # search stops after a fraction of the text (half the time of ``in`` on the template's)
+            found[ident] = summary.rfind(ident) >= 0
+        return
+    starts = Starts([summary], pending)
+    for ident in pending:
+        found[ident] = next(starts.where(ident), None) is not None
 
 
 def _summary_size(summary: str, value: dict[str, bool]) -> int:
