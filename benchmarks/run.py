@@ -35,6 +35,7 @@ from benchmarks import (
     bench_peers,
     bench_rebuild,
     bench_recovery,
+    bench_serve,
     bench_surface,
 )
 from benchmarks.common import Result
@@ -52,6 +53,7 @@ BENCHMARKS: dict[str, Callable[[], list[Result]]] = {
     "recovery": bench_recovery.run,
     "peers": bench_peers.run,  # in the default set only with the bench extra (bench_peers.available)
     "adapters": bench_adapters.run,  # needs PostgreSQL ($COMPACTION_BENCH_PG) and the framework extras
+    "serve": bench_serve.run,  # needs PostgreSQL ($COMPACTION_BENCH_PG); starts compaction serve processes
     "cli": bench_cli.run,  # on request only (ON_REQUEST): needs PostgreSQL, imports 100k messages twice
 }
 
@@ -59,7 +61,8 @@ ON_REQUEST = {"cli"}
 """Benchmarks run only when named: they take minutes."""
 
 FLAGS: dict[str, dict[str, Callable[[], list[Result]]]] = {
-    "--quick": {"peers": bench_peers.run_quick},  # 100k only, one round, every target still judged
+    # peers: 100k only, one round, every target still judged; serve: 200 conversations, SQLite only
+    "--quick": {"peers": bench_peers.run_quick, "serve": bench_serve.run_quick},
 }
 """Per flag, the benchmarks that take it and what runs in place of theirs when it is given."""
 

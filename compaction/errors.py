@@ -58,9 +58,14 @@
     ├── RecoveryError
     │   ├── OrphanCorruptionError              an orphaned compact/start is not inert
     │   └── RepairConflictError                other writers kept appending while recovery tried
-    └── AuditError                             the audit cannot do what was asked of it
-        ├── CompactionNotFoundError (LookupError)  no compaction with that id (or prefix)
-        └── UnrebuildableError                 the log lacks what a request would be rebuilt from
+    ├── AuditError                             the audit cannot do what was asked of it
+    │   ├── CompactionNotFoundError (LookupError)  no compaction with that id (or prefix)
+    │   └── UnrebuildableError                 the log lacks what a request would be rebuilt from
+    └── ServiceError                           an HTTP request to ``compaction serve`` is wrong
+        ├── BadRequestError (ValueError)       the body is not JSON of the expected shape
+        ├── UnauthorizedError                  no bearer token, or not the service's
+        ├── PayloadTooLargeError               the body is over the service's size limit
+        └── RouteNotFoundError (LookupError)   no route for that method and path
 
 This module imports nothing of the library, so every layer (``compaction.sessions`` included) may
 import it. Every message says what was expected, what was found, and where (session, seq, event
@@ -543,3 +548,27 @@ class CompactionNotFoundError(AuditError, LookupError):
 
 class UnrebuildableError(AuditError):
     """The log does not hold what the request would be rebuilt from."""
+
+
+# ---------------------------------------------------------------- the HTTP service
+
+
+class ServiceError(EventCompactionError):
+    """An HTTP request to the service (``compaction serve``) cannot be served as it was sent."""
+
+
+class BadRequestError(ServiceError, ValueError):
+    """The request body or a parameter is not what the route expects (not JSON, a missing or
+    mistyped field, an unknown format); the message names the field and what was found."""
+
+
+class UnauthorizedError(ServiceError):
+    """The service requires a bearer token and the request carried none, or another one."""
+
+
+class PayloadTooLargeError(ServiceError):
+    """The request body is larger than the service accepts (``--max-body``)."""
+
+
+class RouteNotFoundError(ServiceError, LookupError):
+    """No route of the service answers that method and path."""

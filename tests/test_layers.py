@@ -19,6 +19,7 @@ or one of the packages above (``projections``, ``recovery``). :data:`LAYERS` sta
   harnesses' compactions through the engine), then ``compaction.strategies``;
 - ``compaction.service``, the composition root: the engine with its default summarizer;
 - the facade ``compaction``, ``compaction.audit`` and ``compaction.integrations``;
+- ``compaction.serve``, the HTTP service over them;
 - ``compaction.cli``; then ``projections`` and ``recovery``, which never import each other.
 
 A unit may import only units of lower layers, and of those only the ones :data:`ALLOWED` names
@@ -26,8 +27,8 @@ A unit may import only units of lower layers, and of those only the ones :data:`
 exception: its lazy ``_HOMES`` table is read as the imports it is, so it names the homes of the
 public API only. The command modules of ``projections`` and ``recovery`` reach the command line
 through entry points and are the only modules outside ``compaction.cli`` that import it. A few
-third-party packages are confined (:data:`ONLY_IN`): aiohttp to the model transport, the agent
-frameworks to their adapters.
+third-party packages are confined (:data:`ONLY_IN`): aiohttp to the model transport and the HTTP
+service, the agent frameworks to their adapters.
 
 The reader (``tests/import_reader.py``) sees every import statement, relative ones included, the
 ``importlib.import_module`` and ``__import__`` calls with literal names, and the facade's table; an
@@ -73,6 +74,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("compaction.strategies",),
     ("compaction.service",),
     (FACADE, "compaction.audit", "compaction.integrations"),
+    ("compaction.serve",),
     ("compaction.cli",),
     ("projections", "recovery"),
 )
@@ -124,6 +126,18 @@ ALLOWED: dict[str, set[str]] = {
     # the framework adapters record into sessions and compact with the basic service
     # (and build their sessions with the importers' session builder)
     "compaction.integrations": {ERRORS, SESSIONS, VOCABULARY, IMPORTERS, "compaction.service"},
+    # the HTTP service: reads provider items with the importers' readers, records them with the
+    # adapters' recorder, compacts with the basic service, audits with the audit
+    "compaction.serve": {
+        ERRORS,
+        SESSIONS,
+        VOCABULARY,
+        ENGINE,
+        IMPORTERS,
+        "compaction.service",
+        "compaction.audit",
+        "compaction.integrations",
+    },
     "compaction.cli": {
         ERRORS,
         PLUGINS,
@@ -137,6 +151,7 @@ ALLOWED: dict[str, set[str]] = {
         "compaction.audit",
         "compaction.terminal",
         "compaction.testing",
+        "compaction.serve",
     },
     "projections": {ERRORS, SESSIONS, VOCABULARY, ENGINE},
     "recovery": {ERRORS, SESSIONS, VOCABULARY, ENGINE},
@@ -148,7 +163,12 @@ PLUGIN_HOST = "compaction.cli"
 ONLY_IN: dict[str, set[str]] = {
     # and the JetStream client: nats-py's transport module imports aiohttp (for websockets) when
     # it is installed; compaction.sessions.nats.client itself never does
-    "aiohttp": {"compaction.summarizers.aiohttp_transport", "compaction.sessions.nats.client"},
+    "aiohttp": {
+        "compaction.summarizers.aiohttp_transport",
+        "compaction.sessions.nats.client",
+        # the HTTP service (``compaction serve``) is an aiohttp application
+        "compaction.serve",
+    },
     # the agent frameworks are optional extras: only their adapters import them
     **{
         framework: {"compaction.integrations"}
@@ -480,7 +500,7 @@ PLANTED: dict[str, tuple[str, str, str]] = {
     "aiohttp outside the transport": (
         "compaction/summarizers/http.py",
         "import aiohttp\n",
-        "line 1: imports aiohttp (only ['compaction.sessions.nats.client', "
+        "line 1: imports aiohttp (only ['compaction.serve', 'compaction.sessions.nats.client', "
         "'compaction.summarizers.aiohttp_transport'] may)",
     ),
 }

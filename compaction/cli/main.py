@@ -28,6 +28,7 @@ from compaction.cli import (
     cmd_demo,
     cmd_export,
     cmd_import,
+    cmd_serve,
     cmd_sessions,
     cmd_show,
 )
@@ -53,6 +54,7 @@ COMMANDS: tuple[Command, ...] = (
     cmd_demo.COMMAND,
     cmd_export.COMMAND,
     cmd_import.COMMAND,
+    cmd_serve.COMMAND,
     cmd_sessions.COMMAND,
     cmd_show.COMMAND,
 )

@@ -34,26 +34,23 @@ from uuid import UUID
 import msgspec
 
 from compaction.engine.foreign import ForeignCompaction
+from compaction.importers.anthropic_blocks import assistant_block, content_parts, result_content, user_block
 from compaction.importers.builder import SessionBuilder
-from compaction.importers.content import image_block, model_source, user_message
+from compaction.importers.content import model_source, user_message
 from compaction.importers.format import TranscriptFormat
 from compaction.importers.ids import file_digest, session_id_for
 from compaction.importers.json_input import (
     JSON,
     as_dict,
     as_int,
-    as_list,
     as_str,
-    compact_json,
     json_lines,
     parse_time,
 )
 from compaction.importers.result import ImportedSession
 from compaction.sessions.blocks import (
     Block,
-    ImageBlock,
     Message,
-    ReasoningBlock,
     Source,
     TextBlock,
     ToolCallBlock,
@@ -183,8 +180,8 @@ class _ChainImporter:
         step = self.step
         step.last_line = number
         step.usage = _usage(as_dict(message.get("usage"))) or step.usage
-        for index, raw in enumerate(_content(message.get("content"))):
-            block = _assistant_block(as_dict(raw))
+        for index, raw in enumerate(content_parts(message.get("content"))):
+            block = assistant_block(as_dict(raw))
             if block is None:
                 self.b.skip(
                     f"{origin} block {index}",
@@ -201,7 +198,7 @@ class _ChainImporter:
 
     def user(self, number: int, line: JSON, origin: str) -> None:
         content = as_dict(line.get("message")).get("content")
-        parts = _content(content)
+        parts = content_parts(content)
         if any(as_dict(p).get("type") == "tool_result" for p in parts):
             self.tool_results(number, line, origin, parts)
             return
@@ -265,7 +262,7 @@ class _ChainImporter:
     def user_blocks(self, origin: str, parts: list[Any]) -> tuple[Block, ...]:
         blocks: list[Block] = []
         for index, raw in enumerate(parts):
-            block = _user_block(as_dict(raw))
+            block = user_block(as_dict(raw))
             if block is None:
                 self.b.skip(
                     f"{origin} block {index}",
@@ -307,7 +304,7 @@ class _ChainImporter:
         for result in step.results:
             self.b.result(
                 as_str(result.part.get("tool_use_id")),
-                _result_content(result.part.get("content")),
+                result_content(result.part.get("content")),
                 result.origin,
                 is_error=result.part.get("is_error") is True,
                 message_id=result.message_id,
@@ -348,50 +345,6 @@ def _origin(number: int, line: JSON) -> str:
 
 def _message_id(line: JSON, number: int) -> str:
     return as_str(line.get("uuid")) or f"line-{number}"
-
-
-def _content(content: Any) -> list[Any]:
-    if isinstance(content, str):
-        return [{"type": "text", "text": content}]
-    return as_list(content)
-
-
-def _assistant_block(part: JSON) -> Block | None:
-    kind = part.get("type")
-    if kind == "text":
-        return TextBlock(as_str(part.get("text")))
-    if kind == "thinking":
-        return ReasoningBlock(as_str(part.get("thinking")))
-    if kind == "redacted_thinking":
-        return ReasoningBlock("[redacted thinking]")
-    if kind == "tool_use":
-        return ToolCallBlock(
-            id=as_str(part.get("id")),
-            name=as_str(part.get("name")),
-            arguments=compact_json(part.get("input", {})),
-        )
-    return None
-
-
-def _user_block(part: JSON) -> TextBlock | ImageBlock | None:
-    kind = part.get("type")
-    if kind == "text":
-        return TextBlock(as_str(part.get("text")))
-    if kind == "image":
-        source = as_dict(part.get("source"))
-        return image_block(as_str(source.get("data")), as_str(source.get("media_type")))
-    return None
-
-
-def _result_content(content: Any) -> tuple[TextBlock | ImageBlock, ...]:
-    if isinstance(content, str):
-        return (TextBlock(content),)
-    blocks: list[TextBlock | ImageBlock] = []
-    for raw in as_list(content):
-        part = as_dict(raw)
-        block = _user_block(part)
-        blocks.append(block if block is not None else TextBlock(compact_json(part)))
-    return tuple(blocks)
 
 
 def _usage(raw: JSON) -> Usage | None:

@@ -4,8 +4,9 @@ Accepted shapes: a JSON list of messages; a JSON object with a ``history`` (SWE-
 ``messages`` list; JSONL with one message per line; JSONL with one ``{messages: [...]}``
 conversation per line (one session each, source ``FILE#run-N``).
 
-* ``system`` messages give ``request/header.system`` (provider ``openai``; the model from
-  ``replay_config.agent.model.name`` or ``model`` when the file says, else ``unknown``).
+* The first ``system`` (or ``developer``) message gives ``request/header.system`` (provider
+  ``openai``; the model from ``replay_config.agent.model.name`` or ``model`` when the file says,
+  else ``unknown``); a later one is a ``context/message``.
 * Every ``user`` message opens a turn; a SWE-agent demonstration (``is_demo``) is a
   ``context/message`` so the task statement stays the session's first user message.
 * Each ``assistant`` message is one step; its ``tool_calls`` are its tool calls. Agents that write
@@ -39,6 +40,10 @@ from compaction.sessions.blocks import Block, ImageBlock, Message, ReasoningBloc
 NAME = "openai"
 PROVIDER = "openai"
 Conversation = tuple[str, list[tuple[str, JSON]], JSON]  # (source, [(origin, message)], envelope)
+SYSTEM_ROLES = frozenset({"system", "developer"})
+"""The roles of a system prompt (``developer`` is its name for OpenAI's reasoning models)."""
+CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
+"""The roles :func:`read_message` reads."""
 
 
 def import_file(path: Path, data: bytes) -> list[ImportedSession]:
@@ -89,25 +94,39 @@ def _indexed(messages: list[Any], label: str) -> list[tuple[str, JSON]]:
 
 def _import_messages(b: SessionBuilder, messages: list[tuple[str, JSON]], envelope: JSON) -> None:
     model = _model(envelope)
-    systems = [(o, m) for o, m in messages if m.get("role") == "system"]
+    systems = [(o, m) for o, m in messages if m.get("role") in SYSTEM_ROLES]
     first_system = systems[0][0] if systems else None
     system_text = text_of_content(systems[0][1].get("content")) if systems else None
     b.header(PROVIDER, model, system=system_text, origin=first_system or "request envelope")
     text_actions = 0
     for origin, message in messages:
         role = as_str(message.get("role"))
-        if role == "system":
-            _system(b, origin, message, first=origin == first_system)
-        elif role == "user":
-            _user(b, origin, message)
-        elif role == "assistant":
-            text_actions += "action" in message and not message.get("tool_calls")
-            _assistant(b, origin, message, model)
-        elif role == "tool":
-            _tool(b, origin, message)
-        else:
+        text_actions += role == "assistant" and "action" in message and not message.get("tool_calls")
+        if not read_message(b, origin, message, model, header_system=origin == first_system):
             b.skip(origin, f"message with role {role!r}: not a chat message this importer knows")
     _describe(b, envelope, text_actions)
+
+
+def read_message(
+    b: SessionBuilder, origin: str, message: JSON, model: str, *, header_system: bool = False
+) -> bool:
+    """One chat message into ``b``, read as this importer reads it (the HTTP service's ``openai``
+    items too): a system or developer message is context (nothing when ``header_system``: it is
+    the ``request/header``'s system prompt), a user message a prompt, an assistant message a step
+    with its tool calls (under ``model`` unless the message names one), a tool message the result of
+    its call. False, with nothing recorded, for a message of another role."""
+    role = message.get("role")
+    if role in SYSTEM_ROLES:
+        _system(b, origin, message, first=header_system)
+    elif role == "user":
+        _user(b, origin, message)
+    elif role == "assistant":
+        _assistant(b, origin, message, model)
+    elif role == "tool":
+        _tool(b, origin, message)
+    else:
+        return False
+    return True
 
 
 def _system(b: SessionBuilder, origin: str, message: JSON, *, first: bool) -> None:

@@ -459,6 +459,28 @@ def test_openai_jsonl_messages_and_conversations(tmp_path: Path) -> None:
         assert render.pairing_problems(imported_run.session.derive_messages()) == []
 
 
+def test_openai_developer_messages_are_system_messages(tmp_path: Path) -> None:
+    # the first developer message is the header's system prompt, a later one a context message;
+    # a role no chat reader knows is skipped with the reason
+    messages = [
+        {"role": "developer", "content": "be brief"},
+        {"role": "user", "content": "hi"},
+        {"role": "developer", "content": "now in French"},
+        {"role": "critic", "content": "meh"},
+        {"role": "assistant", "content": "salut"},
+    ]
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps(messages))
+    (result,) = import_path(path, format="openai")
+    header = next(e for e in events(result) if e.type == "request/header")
+    assert header.system == "be brief"  # type: ignore[attr-defined]
+    (context,) = [e for e in events(result) if isinstance(e, ContextMessage)]
+    assert context.message.content[0].text == "now in French"  # type: ignore[union-attr]
+    assert result.skipped == [
+        "message[3]: message with role 'critic': not a chat message this importer knows"
+    ]
+
+
 def test_openhands_single_run_document(tmp_path: Path) -> None:
     path = TRANSCRIPTS / "openhands/multi_swe_bench/output.jsonl"
     run = _jsonl(path)[0]
