@@ -31,6 +31,7 @@ import msgspec
 
 from compaction.engine.foreign import ForeignCompaction, import_foreign_compaction
 from compaction.errors import EventRuleError, TranscriptError
+from compaction.importers.json_input import read_time
 from compaction.importers.result import ImportedSession
 from compaction.sessions.blocks import (
     Block,
@@ -113,6 +114,7 @@ class SessionBuilder:
         self._turn_reason = TurnEndReason(kind="completed")
         self._header: _Header | None = None  # what the next header would say
         self._emitted: tuple[str, str] | None = None  # provider/model of the last header
+        self._bad_times: set[tuple[str, str]] = set()  # (origin, value) of each unusable timestamp noted
 
     # ------------------------------------------------------------ reporting
 
@@ -126,6 +128,18 @@ class SessionBuilder:
         """Events appended from now on carry ``time`` (the input's own timestamp when known)."""
         if time is not None:
             self._time = time
+
+    def time_of(self, value: Any, origin: str) -> datetime | None:
+        """The record's timestamp ``value`` as aware UTC, or None when it has none. One that is not
+        a usable time (out of range, unreadable) is noted once per record, naming the record and the
+        value, and gives None: the record's events keep the time of the record before it."""
+        read = read_time(value)
+        if not isinstance(read, str):
+            return read
+        if (origin, repr(value)) not in self._bad_times:
+            self._bad_times.add((origin, repr(value)))
+            self.note(f"{origin}: timestamp {value!r} {read}; its events keep the previous record's time")
+        return None
 
     # ------------------------------------------------------------ the request envelope
 

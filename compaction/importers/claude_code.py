@@ -46,7 +46,6 @@ from compaction.importers.json_input import (
     as_str,
     compact_json,
     json_lines,
-    parse_time,
 )
 from compaction.importers.result import ImportedSession
 from compaction.sessions.blocks import (
@@ -149,7 +148,7 @@ class _ChainImporter:
     def line(self, number: int, line: JSON) -> None:
         kind = as_str(line.get("type"))
         origin = _origin(number, line)
-        self.b.at(parse_time(line.get("timestamp")))
+        self.b.at(self.b.time_of(line.get("timestamp"), origin))
         if kind == "assistant":
             self.assistant(number, line, origin)
         elif kind == "user":
@@ -177,7 +176,7 @@ class _ChainImporter:
         message_id = as_str(message.get("id")) or as_str(line.get("uuid")) or f"line-{number}"
         if self.step is None or self.step.message_id != message_id:
             self.flush()
-            time = parse_time(line.get("timestamp"))
+            time = self.b.time_of(line.get("timestamp"), origin)
             self.step = _Step(message_id, as_str(message.get("model")), number, number, time)
             self.last_model = as_str(message.get("model")) or self.last_model
         step = self.step
@@ -236,7 +235,7 @@ class _ChainImporter:
             return
         message = user_message(f"queued-line-{number}", (TextBlock(text),))
         queued_origin = f"{origin} queued while the agent worked"
-        time = parse_time(line.get("timestamp"))
+        time = self.b.time_of(line.get("timestamp"), origin)
         if self.step is None:
             self.b.steering(message, queued_origin, time=time)
         else:
@@ -252,7 +251,7 @@ class _ChainImporter:
                 self.b.result(as_str(part.get("tool_use_id")), (), origin)
             else:
                 result_id = f"{_message_id(line, number)}#{index}"
-                time = parse_time(line.get("timestamp"))
+                time = self.b.time_of(line.get("timestamp"), origin)
                 self.step.results.append(_Result(origin, part, result_id, time))
         if not others:
             return
@@ -260,7 +259,7 @@ class _ChainImporter:
         if self.step is None:
             self.b.user(extra, f"{origin} text sent with tool results")
         else:
-            self.step.after.append((origin, extra, parse_time(line.get("timestamp")), False))
+            self.step.after.append((origin, extra, self.b.time_of(line.get("timestamp"), origin), False))
 
     def user_blocks(self, origin: str, parts: list[Any]) -> tuple[Block, ...]:
         blocks: list[Block] = []

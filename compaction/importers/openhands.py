@@ -44,7 +44,6 @@ from compaction.importers.json_input import (
     compact_json,
     decode_json,
     json_lines,
-    parse_time,
 )
 from compaction.importers.result import ImportedSession
 from compaction.sessions.blocks import Block, Message, ReasoningBlock, Source, TextBlock, ToolCallBlock
@@ -116,7 +115,7 @@ class _RunImporter:
 
     def event(self, event: JSON) -> None:
         origin = self.origin(event)
-        self.b.at(parse_time(event.get("timestamp")))
+        self.b.at(self.b.time_of(event.get("timestamp"), origin))
         metadata = as_dict(event.get("tool_call_metadata"))
         if "observation" in event:
             self.observation(event, origin, metadata)
@@ -203,13 +202,13 @@ class _RunImporter:
             content=tuple(blocks),
             source=model_source(_provider(self.model), model),
         )
-        first_action = step.calls[0][1] if step.calls else {}
+        first_origin, first_action = step.calls[0] if step.calls else (step.origin, {})
         self.b.assistant(
             message,
             f"{step.origin} model response {step.response_id}",
             usage=_usage(as_dict(step.response.get("usage"))),
             call_origins=origins,
-            time=parse_time(first_action.get("timestamp")),
+            time=self.b.time_of(first_action.get("timestamp"), first_origin),
         )
         for result_origin, observation in step.results:
             call_id = as_str(as_dict(observation.get("tool_call_metadata")).get("tool_call_id"))
@@ -220,7 +219,7 @@ class _RunImporter:
                 result_origin,
                 is_error=observation.get("observation") == "error",
                 message_id=_id(result_origin),
-                time=parse_time(observation.get("timestamp")),
+                time=self.b.time_of(observation.get("timestamp"), result_origin),
             )
 
 
@@ -326,7 +325,7 @@ class _LegacyRun:
         for index, raw in enumerate(_history(self.record)):
             event = as_dict(raw)
             origin = f"run {self.run_no} event {index}"
-            self.b.at(parse_time(event.get("timestamp")))
+            self.b.at(self.b.time_of(event.get("timestamp"), origin))
             if "observation" in event:
                 self.observation(event, origin)
             elif "action" in event:

@@ -35,7 +35,6 @@ from compaction.importers.json_input import (
     as_str,
     compact_json,
     json_lines,
-    parse_time,
 )
 from compaction.importers.result import ImportedSession
 from compaction.sessions.blocks import Block, ImageBlock, Message, ReasoningBlock, TextBlock, ToolCallBlock
@@ -51,7 +50,7 @@ def import_file(path: Path, data: bytes) -> list[ImportedSession]:
     builder.skipped.extend(truncated)
     entry_seqs: dict[str, int] = {}
     for index, (number, line) in enumerate(lines):
-        builder.at(parse_time(line.get("timestamp")))
+        builder.at(builder.time_of(line.get("timestamp"), f"line {number}"))
         entry_seqs[f"index:{index}"] = len(builder.session)
         if isinstance(line.get("id"), str):
             entry_seqs[f"id:{line['id']}"] = len(builder.session)
