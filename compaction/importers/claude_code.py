@@ -47,6 +47,7 @@ from compaction.importers.json_input import (
     compact_json,
     json_lines,
 )
+from compaction.importers.records import RecordIds, record_id, timestamped
 from compaction.importers.result import ImportedSession
 from compaction.sessions.blocks import (
     Block,
@@ -69,6 +70,7 @@ HARNESS_WRITTEN = Source(kind="harness")
 
 def import_file(path: Path, data: bytes) -> list[ImportedSession]:
     lines, truncated = json_lines(path, data)
+    lines, repeats = _each_line_once(RecordIds(str(path)), lines)
     main = [(n, d) for n, d in lines if not d.get("isSidechain")]
     threads = _sidechain_threads([(n, d) for n, d in lines if d.get("isSidechain")])
     sub_agent = not main and len(threads) == 1
@@ -78,13 +80,28 @@ def import_file(path: Path, data: bytes) -> list[ImportedSession]:
     groups += [(k, f"{path}#sidechain-{k}", t) for k, t in enumerate(threads, start=1)]
     digest = file_digest(data)
     sessions = [_import_lines(chain, session_id_for(NAME, digest, k), source) for k, source, chain in groups]
-    sessions[0].skipped[:0] = truncated
+    sessions[0].skipped[:0] = [*truncated, *repeats]
     if sub_agent:
         sessions[0].notes.append("every line is a sidechain (a sub-agent transcript)")
     elif main and threads:
         kept = ", ".join(f"#sidechain-{k} ({len(t)} lines)" for k, t in enumerate(threads, 1))
         sessions[0].notes.append(f"sidechain lines kept apart as separate sessions: {kept}")
     return sessions
+
+
+def _each_line_once(records: RecordIds, lines: list[Line]) -> tuple[list[Line], list[str]]:
+    """The lines without repeats (a line's record id is its ``uuid``; a line without one, such as
+    a queue operation, is told by its content and timestamp), and why each repeat was skipped."""
+    kept: list[Line] = []
+    repeats: list[str] = []
+    for number, line in lines:
+        origin = _origin(number, line)
+        why = records.repeat(origin, record_id("uuid", line.get("uuid")) or timestamped(line), line)
+        if why is None:
+            kept.append((number, line))
+        else:
+            repeats.append(f"{origin}: {why}")
+    return kept, repeats
 
 
 def _sidechain_threads(lines: list[Line]) -> list[list[Line]]:

@@ -38,6 +38,7 @@ from compaction.importers.json_input import (
     compact_json,
     json_lines,
 )
+from compaction.importers.records import timestamped
 from compaction.importers.result import ImportedSession
 from compaction.sessions.blocks import Block, ImageBlock, Message, ReasoningBlock, TextBlock, ToolCallBlock
 
@@ -194,6 +195,8 @@ def import_file(path: Path, data: bytes) -> list[ImportedSession]:
     builder.skipped.extend(truncated)
     rollout = _Rollout(builder)
     for number, line in lines:
+        if not builder.first_time(f"line {number}", timestamped(line), line):
+            continue
         builder.at(builder.time_of(line.get("timestamp"), f"line {number}"))
         rollout.line(number, line)
     rollout.flush()

@@ -45,6 +45,7 @@ from compaction.importers.json_input import (
     decode_json,
     json_lines,
 )
+from compaction.importers.records import RecordIds, record_id, timestamped, verbatim
 from compaction.importers.result import ImportedSession
 from compaction.sessions.blocks import Block, Message, ReasoningBlock, Source, TextBlock, ToolCallBlock
 from compaction.sessions.events import ToolSpec, TurnEndReason, Usage
@@ -56,9 +57,15 @@ def import_file(path: Path, data: bytes) -> list[ImportedSession]:
     lines, truncated = _runs(path, data)
     digest = file_digest(data)
     sessions: list[ImportedSession] = []
+    runs = RecordIds(str(path))
+    repeats: list[str] = []
     for run, (number, record) in enumerate(lines, start=1):
         if not isinstance(record.get("history"), list):
             raise TranscriptError(str(path), number, "expected an OpenHands run with a `history` list")
+        why = runs.repeat(f"line {number} (run {run})", verbatim(record), record)
+        if why is not None:
+            repeats.append(f"line {number} (run {run}): {why}")
+            continue
         builder = SessionBuilder(
             session_id_for(NAME, digest, run - 1), source=f"{path}#run-{run}", format=NAME
         )
@@ -70,6 +77,7 @@ def import_file(path: Path, data: bytes) -> list[ImportedSession]:
         sessions.append(builder.finish())
     if sessions:
         sessions[-1].skipped[:0] = truncated
+        sessions[0].skipped[:0] = repeats
     return sessions
 
 
@@ -115,6 +123,8 @@ class _RunImporter:
 
     def event(self, event: JSON) -> None:
         origin = self.origin(event)
+        if not self.b.first_time(origin, _event_key(event), event):
+            return
         self.b.at(self.b.time_of(event.get("timestamp"), origin))
         metadata = as_dict(event.get("tool_call_metadata"))
         if "observation" in event:
@@ -325,6 +335,8 @@ class _LegacyRun:
         for index, raw in enumerate(_history(self.record)):
             event = as_dict(raw)
             origin = f"run {self.run_no} event {index}"
+            if not self.b.first_time(origin, _event_key(event), event):
+                continue
             self.b.at(self.b.time_of(event.get("timestamp"), origin))
             if "observation" in event:
                 self.observation(event, origin)
@@ -391,6 +403,11 @@ class _LegacyRun:
             self.b.context(user_message(_id(origin), (TextBlock(text),)), f"{origin} error observation")
         else:
             self.b.skip(origin, f"{kind or 'untyped'} observation that answers no action")
+
+
+def _event_key(event: JSON) -> str | None:
+    """A history event's record id: its ``id``, else (older output) its content at its time."""
+    return record_id("event id", event.get("id")) or timestamped(event)
 
 
 def _instance(record: JSON) -> str:

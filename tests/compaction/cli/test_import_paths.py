@@ -395,8 +395,9 @@ def test_concurrent_imports_of_one_file_all_succeed(tmp_path: Path) -> None:
     with SessionStore.open(url):
         pass  # create the store once, before the racers start
     many = tmp_path / "many.jsonl"
-    runs = LEGACY_OPENHANDS.read_text().splitlines()
-    many.write_text("\n".join(runs * 10) + "\n")  # 20 sessions (ids differ per line index)
+    runs = [json.loads(line) for line in LEGACY_OPENHANDS.read_text().splitlines()]
+    copies = [{**run, "instance_id": f"copy-{k}"} for k in range(10) for run in runs]  # a repeat is skipped
+    many.write_text("".join(json.dumps(run) + "\n" for run in copies))  # 20 sessions
     command = [str(ENTRY_POINT), "--store", url, "import", str(many), "--json"]
     processes = [
         subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)
