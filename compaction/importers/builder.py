@@ -66,7 +66,7 @@ from compaction.sessions.events import (
     now_utc,
 )
 from compaction.sessions.interrupted import interrupted_result
-from compaction.sessions.invariants import DEFAULT_INVARIANTS
+from compaction.sessions.invariants import STRICT_INVARIANTS
 from compaction.sessions.session import Session
 
 IMPORT_BOUNDARY = "import: the events after this are written under the invariants"
@@ -459,7 +459,7 @@ class SessionBuilder:
         if len(self.session):
             # The imported history is the other harness's, as it wrote it: the audit checks it.
             # What the library writes to the session from here on is checked at append and load.
-            self._append(SessionInvariants(names=DEFAULT_INVARIANTS, origin=IMPORT_BOUNDARY))
+            self._append(SessionInvariants(names=STRICT_INVARIANTS, origin=IMPORT_BOUNDARY))
         return ImportedSession(
             session=self.session,
             source=self.source,
