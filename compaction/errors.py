@@ -15,6 +15,7 @@
     │   ├── SurfaceRuleError                   a surface rule (contiguity, eligibility, replace range, ...)
     │   ├── StructureRuleError                 a turn/step rule (docs/sessions.md)
     │   ├── BracketRuleError                   the compact/* bracket invariant a session put in force
+    │   ├── CallIdRuleError                    the unique-call-ids invariant: a call id already on the surface
     │   └── MessageShapeError                  a message's role, source or tool-result block
     ├── CorruptSurfaceError                    tool-pairing balance went negative
     ├── SessionStateError (ValueError)         a rollback past saved events, adopting another session
@@ -130,6 +131,11 @@ class StructureRuleError(EventRuleError):
 class BracketRuleError(EventRuleError):
     """The ``compact/*`` bracket invariant rejected the event (a session that put it in force);
     the rule is ``compact-brackets`` and ``values`` holds ``expected`` and ``found``."""
+
+
+class CallIdRuleError(EventRuleError):
+    """The ``unique-call-ids`` invariant rejected the event (a session that put it in force): it
+    would put a tool call id on the surface twice; ``values`` holds ``call_id``."""
 
 
 class MessageShapeError(EventRuleError):

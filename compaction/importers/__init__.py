@@ -19,7 +19,7 @@ from pathlib import Path
 
 from compaction.errors import TranscriptError
 from compaction.importers import registry
-from compaction.importers.detect import detect_bytes, detect_format
+from compaction.importers.detect import detect_bytes, detect_format, recognises_file
 from compaction.importers.format import TranscriptFormat
 from compaction.importers.ids import NAMESPACE
 from compaction.importers.json_input import read_bytes
@@ -31,20 +31,27 @@ __all__ = ["ImportedSession", "NAMESPACE", "TranscriptFormat", "detect_format", 
 def import_path(path: Path, format: str = "auto") -> list[ImportedSession]:
     """Import every session of one transcript file (``format`` ``auto`` detects it).
 
-    A forced ``format`` that yields no event at all raises :class:`TranscriptError` naming the
-    format the file looks like: the file is of another format, not an empty conversation."""
+    A forced ``format`` that finds none of its own records (its ``recognises`` accepts neither the
+    document nor any of the first records), or that yields no event at all, raises
+    :class:`TranscriptError` naming the format the file looks like: the file is of another format,
+    not a conversation of this one (an importer would otherwise invent one from what it half
+    understands)."""
     forced = None if format == "auto" else registry.named(format)
     data = read_bytes(path)
+    if forced is not None and not recognises_file(forced, path, data):
+        _refuse_forced(path, data, forced.name, f"none of it is {forced.title}")
     chosen = forced or registry.named(detect_bytes(path, data))
     sessions = chosen.import_file(path, data)
     if forced is not None and not any(len(s.session) for s in sessions):
-        _refuse_forced(path, data, forced.name, sessions)
+        skipped = sum(len(s.skipped) for s in sessions)
+        _refuse_forced(path, data, forced.name, f"0 events, {skipped} items skipped")
     return sessions
 
 
-def _refuse_forced(path: Path, data: bytes, format: str, sessions: list[ImportedSession]) -> None:
-    """A forced format that yields nothing: an error naming what the file looks like (nothing
-    when the file is of that format and merely empty: its sessions are reported as skipped)."""
+def _refuse_forced(path: Path, data: bytes, format: str, found: str) -> None:
+    """A forced format that finds nothing of its own: an error naming what the file looks like
+    (nothing when the file is of that format and merely empty: its sessions are reported as
+    skipped)."""
     try:
         detected = detect_bytes(path, data)
     except TranscriptError as e:
@@ -53,9 +60,6 @@ def _refuse_forced(path: Path, data: bytes, format: str, sessions: list[Imported
         if detected == format:
             return
         looks = f"it looks like {detected!r} (try --format {detected} or --format auto)"
-    skipped = sum(len(s.skipped) for s in sessions)
     raise TranscriptError(
-        str(path), None,
-        f"--format {format} matches nothing in this file (0 events, {skipped} items skipped); "
-        + looks,
-    )  # fmt: skip
+        str(path), None, f"--format {format} matches nothing in this file: {found}; {looks}"
+    )

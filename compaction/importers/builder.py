@@ -16,11 +16,15 @@ tool results) into session events that satisfy the surface rules and the turn/st
     session/invariants                    last: what the library appends later is checked
 
 Tool results that answer no call of the open step are never appended (the surface must stay
-balanced); they are reported in ``skipped``.
+balanced); they are reported in ``skipped``. Each record of the input is imported once
+(:meth:`SessionBuilder.first_time`, by its format's record id: :mod:`compaction.importers.records`),
+and every tool call id is used once in the session: a call whose id an earlier call of another
+record already used gets a fresh one (``ID#2``), its results follow it, and a note names both.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -31,6 +35,8 @@ import msgspec
 
 from compaction.engine.foreign import ForeignCompaction, import_foreign_compaction
 from compaction.errors import EventRuleError, TranscriptError
+from compaction.importers.json_input import read_time
+from compaction.importers.records import RecordIds
 from compaction.importers.result import ImportedSession
 from compaction.sessions.blocks import (
     Block,
@@ -60,7 +66,7 @@ from compaction.sessions.events import (
     now_utc,
 )
 from compaction.sessions.interrupted import interrupted_result
-from compaction.sessions.invariants import DEFAULT_INVARIANTS
+from compaction.sessions.invariants import STRICT_INVARIANTS
 from compaction.sessions.session import Session
 
 IMPORT_BOUNDARY = "import: the events after this are written under the invariants"
@@ -113,6 +119,9 @@ class SessionBuilder:
         self._turn_reason = TurnEndReason(kind="completed")
         self._header: _Header | None = None  # what the next header would say
         self._emitted: tuple[str, str] | None = None  # provider/model of the last header
+        self._bad_times: set[tuple[str, str]] = set()  # (origin, value) of each unusable timestamp noted
+        self.records = RecordIds(source)
+        self._call_ids: dict[str, str] = {}  # every call id used in the session -> its call's origin
 
     # ------------------------------------------------------------ reporting
 
@@ -122,10 +131,31 @@ class SessionBuilder:
     def note(self, text: str) -> None:
         self.notes.append(text)
 
+    def first_time(self, origin: str, key: str | None, record: Any) -> bool:
+        """Whether this record of the input (``key``: its format's record id) is new. A repeat is
+        skipped with the record it repeats; one with the same key and other content raises
+        :class:`TranscriptError` naming both (:class:`~compaction.importers.records.RecordIds`)."""
+        why = self.records.repeat(origin, key, record)
+        if why is not None:
+            self.skip(origin, why)
+        return why is None
+
     def at(self, time: datetime | None) -> None:
         """Events appended from now on carry ``time`` (the input's own timestamp when known)."""
         if time is not None:
             self._time = time
+
+    def time_of(self, value: Any, origin: str) -> datetime | None:
+        """The record's timestamp ``value`` as aware UTC, or None when it has none. One that is not
+        a usable time (out of range, unreadable) is noted once per record, naming the record and the
+        value, and gives None: the record's events keep the time of the record before it."""
+        read = read_time(value)
+        if not isinstance(read, str):
+            return read
+        if (origin, repr(value)) not in self._bad_times:
+            self._bad_times.add((origin, repr(value)))
+            self.note(f"{origin}: timestamp {value!r} {read}; its events keep the previous record's time")
+        return None
 
     # ------------------------------------------------------------ the request envelope
 
@@ -213,6 +243,7 @@ class SessionBuilder:
         could answer only one of them, and the surface would never balance again."""
         self.at(time)
         message = self._without_repeated_calls(message, origin)
+        message, renamed = self._with_unused_call_ids(message, origin, call_origins or {})
         self._close_step(origin)
         self._open_turn(origin)
         provider = message.source.provider or "unknown"
@@ -235,7 +266,9 @@ class SessionBuilder:
         self.messages += 1
         for block in message.content:
             if isinstance(block, ToolCallBlock):
-                self._register_call(block, (call_origins or {}).get(block.id, origin), dispatched)
+                written = renamed.get(block.id, block.id)  # the id the input's results name
+                call_origin = (call_origins or {}).get(written, origin)
+                self._register_call(block, written, call_origin, dispatched)
 
     def _without_repeated_calls(self, message: Message, origin: str) -> Message:
         seen: set[str] = set()
@@ -251,7 +284,37 @@ class SessionBuilder:
             return message
         return msgspec.structs.replace(message, content=tuple(kept))
 
-    def _register_call(self, block: ToolCallBlock, origin: str, dispatched: bool) -> None:
+    def _with_unused_call_ids(
+        self, message: Message, origin: str, call_origins: dict[str, str]
+    ) -> tuple[Message, dict[str, str]]:
+        """The message with a fresh id (``ID#2``, ``ID#3``...) for each tool call whose id an
+        earlier call of the session used (ids on the surface are unique: a provider refuses a
+        request that repeats one), and the new ids -> the input's."""
+        renamed: dict[str, str] = {}
+        kept: list[Block] = []
+        for block in message.content:
+            if not isinstance(block, ToolCallBlock):
+                kept.append(block)
+                continue
+            call = block
+            if call.id in self._call_ids:
+                fresh = next(
+                    f"{call.id}#{n}" for n in itertools.count(2) if f"{call.id}#{n}" not in self._call_ids
+                )
+                self.note(
+                    f"{call_origins.get(call.id, origin)}: tool call id {call.id!r} was already used by "
+                    f"{self._call_ids[call.id]}; imported as {fresh!r} (its results follow it)"
+                )
+                renamed[fresh] = call.id
+                call = msgspec.structs.replace(call, id=fresh)
+            self._call_ids[call.id] = call_origins.get(renamed.get(call.id, call.id), origin)
+            kept.append(call)
+        if not renamed:
+            return message, renamed
+        return msgspec.structs.replace(message, content=tuple(kept)), renamed
+
+    def _register_call(self, block: ToolCallBlock, written: str, origin: str, dispatched: bool) -> None:
+        """Record the call ``block`` (``written``: its id in the input, which its results name)."""
         self.tool_calls += 1
         call_seq: int | None = None
         if dispatched:
@@ -264,7 +327,7 @@ class SessionBuilder:
                 origin=origin,
             )
             call_seq = self._append(call).seq
-        self._pending[block.id] = _PendingCall(block, call_seq, origin)
+        self._pending[written] = _PendingCall(block, call_seq, origin)
 
     def result(
         self,
@@ -298,11 +361,12 @@ class SessionBuilder:
                 )
             ).seq
             self.note(f"{origin}: tool call {call_id} was marked not dispatched but has a result")
+        answered = pending.call_id  # the call's id in the session (a fresh one when it was reused)
         message = Message(
-            id=message_id or f"tool-result-{call_id}",
+            id=message_id or f"tool-result-{answered}",
             role="user",
-            content=(ToolResultBlock(tool_call_id=call_id, content=content, is_error=is_error),),
-            source=Source(kind="tool", call_id=call_id),
+            content=(ToolResultBlock(tool_call_id=answered, content=content, is_error=is_error),),
+            source=Source(kind="tool", call_id=answered),
         )
         self._append(
             ToolResult(
@@ -395,7 +459,7 @@ class SessionBuilder:
         if len(self.session):
             # The imported history is the other harness's, as it wrote it: the audit checks it.
             # What the library writes to the session from here on is checked at append and load.
-            self._append(SessionInvariants(names=DEFAULT_INVARIANTS, origin=IMPORT_BOUNDARY))
+            self._append(SessionInvariants(names=STRICT_INVARIANTS, origin=IMPORT_BOUNDARY))
         return ImportedSession(
             session=self.session,
             source=self.source,

@@ -45,8 +45,8 @@ from compaction.importers.json_input import (
     as_int,
     as_str,
     json_lines,
-    parse_time,
 )
+from compaction.importers.records import RecordIds, record_id, timestamped
 from compaction.importers.result import ImportedSession
 from compaction.sessions.blocks import (
     Block,
@@ -67,6 +67,7 @@ HARNESS_WRITTEN = Source(kind="harness")
 
 def import_file(path: Path, data: bytes) -> list[ImportedSession]:
     lines, truncated = json_lines(path, data)
+    lines, repeats = _each_line_once(RecordIds(str(path)), lines)
     main = [(n, d) for n, d in lines if not d.get("isSidechain")]
     threads = _sidechain_threads([(n, d) for n, d in lines if d.get("isSidechain")])
     sub_agent = not main and len(threads) == 1
@@ -76,13 +77,28 @@ def import_file(path: Path, data: bytes) -> list[ImportedSession]:
     groups += [(k, f"{path}#sidechain-{k}", t) for k, t in enumerate(threads, start=1)]
     digest = file_digest(data)
     sessions = [_import_lines(chain, session_id_for(NAME, digest, k), source) for k, source, chain in groups]
-    sessions[0].skipped[:0] = truncated
+    sessions[0].skipped[:0] = [*truncated, *repeats]
     if sub_agent:
         sessions[0].notes.append("every line is a sidechain (a sub-agent transcript)")
     elif main and threads:
         kept = ", ".join(f"#sidechain-{k} ({len(t)} lines)" for k, t in enumerate(threads, 1))
         sessions[0].notes.append(f"sidechain lines kept apart as separate sessions: {kept}")
     return sessions
+
+
+def _each_line_once(records: RecordIds, lines: list[Line]) -> tuple[list[Line], list[str]]:
+    """The lines without repeats (a line's record id is its ``uuid``; a line without one, such as
+    a queue operation, is told by its content and timestamp), and why each repeat was skipped."""
+    kept: list[Line] = []
+    repeats: list[str] = []
+    for number, line in lines:
+        origin = _origin(number, line)
+        why = records.repeat(origin, record_id("uuid", line.get("uuid")) or timestamped(line), line)
+        if why is None:
+            kept.append((number, line))
+        else:
+            repeats.append(f"{origin}: {why}")
+    return kept, repeats
 
 
 def _sidechain_threads(lines: list[Line]) -> list[list[Line]]:
@@ -146,7 +162,7 @@ class _ChainImporter:
     def line(self, number: int, line: JSON) -> None:
         kind = as_str(line.get("type"))
         origin = _origin(number, line)
-        self.b.at(parse_time(line.get("timestamp")))
+        self.b.at(self.b.time_of(line.get("timestamp"), origin))
         if kind == "assistant":
             self.assistant(number, line, origin)
         elif kind == "user":
@@ -174,7 +190,7 @@ class _ChainImporter:
         message_id = as_str(message.get("id")) or as_str(line.get("uuid")) or f"line-{number}"
         if self.step is None or self.step.message_id != message_id:
             self.flush()
-            time = parse_time(line.get("timestamp"))
+            time = self.b.time_of(line.get("timestamp"), origin)
             self.step = _Step(message_id, as_str(message.get("model")), number, number, time)
             self.last_model = as_str(message.get("model")) or self.last_model
         step = self.step
@@ -233,7 +249,7 @@ class _ChainImporter:
             return
         message = user_message(f"queued-line-{number}", (TextBlock(text),))
         queued_origin = f"{origin} queued while the agent worked"
-        time = parse_time(line.get("timestamp"))
+        time = self.b.time_of(line.get("timestamp"), origin)
         if self.step is None:
             self.b.steering(message, queued_origin, time=time)
         else:
@@ -249,7 +265,7 @@ class _ChainImporter:
                 self.b.result(as_str(part.get("tool_use_id")), (), origin)
             else:
                 result_id = f"{_message_id(line, number)}#{index}"
-                time = parse_time(line.get("timestamp"))
+                time = self.b.time_of(line.get("timestamp"), origin)
                 self.step.results.append(_Result(origin, part, result_id, time))
         if not others:
             return
@@ -257,7 +273,7 @@ class _ChainImporter:
         if self.step is None:
             self.b.user(extra, f"{origin} text sent with tool results")
         else:
-            self.step.after.append((origin, extra, parse_time(line.get("timestamp")), False))
+            self.step.after.append((origin, extra, self.b.time_of(line.get("timestamp"), origin), False))
 
     def user_blocks(self, origin: str, parts: list[Any]) -> tuple[Block, ...]:
         blocks: list[Block] = []

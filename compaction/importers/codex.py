@@ -37,8 +37,8 @@ from compaction.importers.json_input import (
     as_str,
     compact_json,
     json_lines,
-    parse_time,
 )
+from compaction.importers.records import timestamped
 from compaction.importers.result import ImportedSession
 from compaction.sessions.blocks import Block, ImageBlock, Message, ReasoningBlock, TextBlock, ToolCallBlock
 
@@ -195,7 +195,9 @@ def import_file(path: Path, data: bytes) -> list[ImportedSession]:
     builder.skipped.extend(truncated)
     rollout = _Rollout(builder)
     for number, line in lines:
-        builder.at(parse_time(line.get("timestamp")))
+        if not builder.first_time(f"line {number}", timestamped(line), line):
+            continue
+        builder.at(builder.time_of(line.get("timestamp"), f"line {number}"))
         rollout.line(number, line)
     rollout.flush()
     return [builder.finish()]

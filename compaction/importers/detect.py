@@ -8,6 +8,7 @@ else raises :class:`TranscriptError` naming the file and the line that could not
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import msgspec
 
 from compaction.errors import TranscriptError
 from compaction.importers import registry
-from compaction.importers.format import LOOKAHEAD
+from compaction.importers.format import LOOKAHEAD, TranscriptFormat
 from compaction.importers.json_input import JSON, as_list, decode_json, read_bytes, whole_document
 
 
@@ -39,8 +40,22 @@ def detect_bytes(path: Path, data: bytes) -> str:
     return _lines_format(path, data)
 
 
-def _lines_format(path: Path, data: bytes) -> str:
-    first_unknown: tuple[int, JSON] | None = None
+def recognises_file(format: TranscriptFormat, path: Path, data: bytes) -> bool:
+    """Whether ``format`` recognises the file as detection reads it: the whole document, or one of
+    the first records. A file detection cannot read (bad JSON) counts as recognised: the format's
+    importer names the line it cannot read."""
+    document = whole_document(data)
+    if document is not None:
+        return format.recognises(document)
+    try:
+        return any(format.recognises(record) for _, record in _first_records(path, data))
+    except TranscriptError:
+        return True
+
+
+def _first_records(path: Path, data: bytes) -> Iterator[tuple[int, JSON]]:
+    """The first JSONL records (line number, object) detection reads; a line that is not a JSON
+    object raises :class:`TranscriptError` naming it."""
     for number, raw in enumerate(data.split(b"\n")[: LOOKAHEAD * 4], start=1):
         if not raw.strip():
             continue
@@ -56,6 +71,12 @@ def _lines_format(path: Path, data: bytes) -> str:
                 number,
                 f"expected a JSON object per line, found {_describe(record)}; {registry.expected()}",
             )
+        yield number, record
+
+
+def _lines_format(path: Path, data: bytes) -> str:
+    first_unknown: tuple[int, JSON] | None = None
+    for number, record in _first_records(path, data):
         found = registry.recognised(record)
         if found:
             return found

@@ -32,6 +32,7 @@ from compaction.importers.content import image_block, model_source, user_message
 from compaction.importers.format import LOOKAHEAD, TranscriptFormat
 from compaction.importers.ids import file_digest, session_id_for
 from compaction.importers.json_input import JSON, as_dict, as_list, as_str, compact_json, whole_document
+from compaction.importers.records import verbatim
 from compaction.importers.result import ImportedSession
 from compaction.sessions.blocks import Block, ImageBlock, Message, ReasoningBlock, TextBlock, ToolCallBlock
 
@@ -47,7 +48,8 @@ def import_file(path: Path, data: bytes) -> list[ImportedSession]:
     builder = SessionBuilder(session_id_for(NAME, file_digest(data), 0), source=str(path), format=NAME)
     chat = _Chat(builder)
     for index, raw in enumerate(contents):
-        chat.content(f"content[{index}]", as_dict(raw))
+        if builder.first_time(f"content[{index}]", _content_key(as_dict(raw)), raw):
+            chat.content(f"content[{index}]", as_dict(raw))
     return [builder.finish()]
 
 
@@ -135,6 +137,16 @@ class _Chat:
             self.b.context(message, f"{origin} (the Gemini CLI's setup context)")
         else:
             self.b.user(message, origin)
+
+
+def _content_key(content: JSON) -> str | None:
+    """A content carries no id of its own; one whose function calls or responses carry ids is
+    told by its content, which those ids make unique. Any other content has no key."""
+    for part in as_list(content.get("parts")):
+        for kind in ("functionCall", "functionResponse"):
+            if as_str(as_dict(as_dict(part).get(kind)).get("id")):
+                return verbatim(content)
+    return None
 
 
 def _model_block(part: JSON, fallback_id: str) -> Block | None:

@@ -100,17 +100,22 @@ def compact_json(value: Any) -> str:
     return msgspec.json.encode(value).decode()
 
 
-def parse_time(value: Any) -> datetime | None:
-    """An ISO-8601 string (naive means UTC) or epoch milliseconds, as aware UTC; else None."""
-    if isinstance(value, str) and value:
+def read_time(value: Any) -> datetime | str | None:
+    """An ISO-8601 string (naive means UTC) or epoch milliseconds, as aware UTC; None when there is
+    none (``None`` or ``""``); else why ``value`` is not a usable time (out of range, unreadable)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
         try:
             parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            return None
+        except ValueError as e:
+            return f"is not an ISO 8601 time within years 1-9999 ({e})"
         return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not value > 0:
+            return "is not a positive number of epoch milliseconds"
         try:
             return datetime.fromtimestamp(value / 1000, UTC)
-        except (OverflowError, OSError, ValueError):
-            return None
-    return None
+        except (OverflowError, OSError, ValueError) as e:
+            return f"is out of range as epoch milliseconds ({e})"
+    return f"is a JSON {type(value).__name__}, not an ISO 8601 string or epoch milliseconds"

@@ -34,6 +34,7 @@ from compaction.importers.json_input import (
     json_lines,
     whole_document,
 )
+from compaction.importers.records import verbatim
 from compaction.importers.result import ImportedSession
 from compaction.sessions.blocks import Block, ImageBlock, Message, ReasoningBlock, TextBlock, ToolCallBlock
 
@@ -100,6 +101,8 @@ def _import_messages(b: SessionBuilder, messages: list[tuple[str, JSON]], envelo
     b.header(PROVIDER, model, system=system_text, origin=first_system or "request envelope")
     text_actions = 0
     for origin, message in messages:
+        if not b.first_time(origin, _message_key(message), message):
+            continue
         role = as_str(message.get("role"))
         text_actions += role == "assistant" and "action" in message and not message.get("tool_calls")
         if not read_message(b, origin, message, model, header_system=origin == first_system):
@@ -127,6 +130,15 @@ def read_message(
     else:
         return False
     return True
+
+
+def _message_key(message: JSON) -> str | None:
+    """A message carries no id of its own; one that carries tool call ids (a call or its answer)
+    is told by its content, which those ids make unique. Any other message has no key: the same
+    text twice may be two messages."""
+    calls = [as_dict(c).get("id") for c in as_list(message.get("tool_calls"))]
+    answers = [message.get("tool_call_id"), *as_list(message.get("tool_call_ids"))]
+    return verbatim(message) if any(isinstance(i, str) and i for i in (*calls, *answers)) else None
 
 
 def _system(b: SessionBuilder, origin: str, message: JSON, *, first: bool) -> None:

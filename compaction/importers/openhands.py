@@ -44,8 +44,8 @@ from compaction.importers.json_input import (
     compact_json,
     decode_json,
     json_lines,
-    parse_time,
 )
+from compaction.importers.records import RecordIds, record_id, timestamped, verbatim
 from compaction.importers.result import ImportedSession
 from compaction.sessions.blocks import Block, Message, ReasoningBlock, Source, TextBlock, ToolCallBlock
 from compaction.sessions.events import ToolSpec, TurnEndReason, Usage
@@ -57,9 +57,15 @@ def import_file(path: Path, data: bytes) -> list[ImportedSession]:
     lines, truncated = _runs(path, data)
     digest = file_digest(data)
     sessions: list[ImportedSession] = []
+    runs = RecordIds(str(path))
+    repeats: list[str] = []
     for run, (number, record) in enumerate(lines, start=1):
         if not isinstance(record.get("history"), list):
             raise TranscriptError(str(path), number, "expected an OpenHands run with a `history` list")
+        why = runs.repeat(f"line {number} (run {run})", verbatim(record), record)
+        if why is not None:
+            repeats.append(f"line {number} (run {run}): {why}")
+            continue
         builder = SessionBuilder(
             session_id_for(NAME, digest, run - 1), source=f"{path}#run-{run}", format=NAME
         )
@@ -71,6 +77,7 @@ def import_file(path: Path, data: bytes) -> list[ImportedSession]:
         sessions.append(builder.finish())
     if sessions:
         sessions[-1].skipped[:0] = truncated
+        sessions[0].skipped[:0] = repeats
     return sessions
 
 
@@ -116,7 +123,9 @@ class _RunImporter:
 
     def event(self, event: JSON) -> None:
         origin = self.origin(event)
-        self.b.at(parse_time(event.get("timestamp")))
+        if not self.b.first_time(origin, _event_key(event), event):
+            return
+        self.b.at(self.b.time_of(event.get("timestamp"), origin))
         metadata = as_dict(event.get("tool_call_metadata"))
         if "observation" in event:
             self.observation(event, origin, metadata)
@@ -203,13 +212,13 @@ class _RunImporter:
             content=tuple(blocks),
             source=model_source(_provider(self.model), model),
         )
-        first_action = step.calls[0][1] if step.calls else {}
+        first_origin, first_action = step.calls[0] if step.calls else (step.origin, {})
         self.b.assistant(
             message,
             f"{step.origin} model response {step.response_id}",
             usage=_usage(as_dict(step.response.get("usage"))),
             call_origins=origins,
-            time=parse_time(first_action.get("timestamp")),
+            time=self.b.time_of(first_action.get("timestamp"), first_origin),
         )
         for result_origin, observation in step.results:
             call_id = as_str(as_dict(observation.get("tool_call_metadata")).get("tool_call_id"))
@@ -220,7 +229,7 @@ class _RunImporter:
                 result_origin,
                 is_error=observation.get("observation") == "error",
                 message_id=_id(result_origin),
-                time=parse_time(observation.get("timestamp")),
+                time=self.b.time_of(observation.get("timestamp"), result_origin),
             )
 
 
@@ -326,7 +335,9 @@ class _LegacyRun:
         for index, raw in enumerate(_history(self.record)):
             event = as_dict(raw)
             origin = f"run {self.run_no} event {index}"
-            self.b.at(parse_time(event.get("timestamp")))
+            if not self.b.first_time(origin, _event_key(event), event):
+                continue
+            self.b.at(self.b.time_of(event.get("timestamp"), origin))
             if "observation" in event:
                 self.observation(event, origin)
             elif "action" in event:
@@ -392,6 +403,11 @@ class _LegacyRun:
             self.b.context(user_message(_id(origin), (TextBlock(text),)), f"{origin} error observation")
         else:
             self.b.skip(origin, f"{kind or 'untyped'} observation that answers no action")
+
+
+def _event_key(event: JSON) -> str | None:
+    """A history event's record id: its ``id``, else (older output) its content at its time."""
+    return record_id("event id", event.get("id")) or timestamped(event)
 
 
 def _instance(record: JSON) -> str:

@@ -35,8 +35,8 @@ from compaction.importers.json_input import (
     as_str,
     compact_json,
     json_lines,
-    parse_time,
 )
+from compaction.importers.records import record_id, timestamped
 from compaction.importers.result import ImportedSession
 from compaction.sessions.blocks import Block, ImageBlock, Message, ReasoningBlock, TextBlock, ToolCallBlock
 from compaction.sessions.events import TurnEndKind, TurnEndReason, Usage
@@ -51,8 +51,11 @@ def import_file(path: Path, data: bytes) -> list[ImportedSession]:
     builder.skipped.extend(truncated)
     entry_seqs: dict[str, int] = {}
     for index, (number, line) in enumerate(lines):
-        builder.at(parse_time(line.get("timestamp")))
-        entry_seqs[f"index:{index}"] = len(builder.session)
+        entry_seqs[f"index:{index}"] = len(builder.session)  # counts every entry, repeats too
+        key = record_id("id", line.get("id")) or timestamped(line)
+        if not builder.first_time(f"line {number}", key, line):
+            continue
+        builder.at(builder.time_of(line.get("timestamp"), f"line {number}"))
         if isinstance(line.get("id"), str):
             entry_seqs[f"id:{line['id']}"] = len(builder.session)
         if as_str(line.get("type")) == "compaction":

@@ -90,6 +90,7 @@ def test_audit_json_document_passes_with_exit_zero(recorded: tuple[str, UUID, li
         "log-rules",
         "bracket-members",
         "compact-brackets",
+        "unique-call-ids",
     }
     code, every = run_json("--store", url, "audit", "--all")
     assert code == 0 and [s["session_id"] for s in every["sessions"]] == [str(session_id)]
