@@ -225,18 +225,26 @@ def _describe(b: SessionBuilder, envelope: JSON, text_actions: int) -> None:
         b.note(f"top-level `{key}`{size} not imported (run metadata, not conversation)")
 
 
-ROLES = frozenset({"system", "user", "assistant", "tool", "function"})
+ROLES = frozenset({*CHAT_ROLES, "function"})
 
 
 def is_chat_message(value: Any) -> bool:
     return as_str(as_dict(value).get("role")) in ROLES
 
 
+def _has_role(value: Any) -> bool:
+    """A message of some role with chat content (a role this importer does not read is skipped
+    with its reason, not a reason to refuse the file)."""
+    record = as_dict(value)
+    return isinstance(record.get("role"), str) and ("content" in record or "tool_calls" in record)
+
+
 def recognises(value: Any) -> bool:
     """A list of chat messages, an object with a ``history`` holding one (SWE-agent) or a
     ``messages`` list, or one chat message (a JSONL line)."""
     if isinstance(value, list):
-        return bool(value) and all(is_chat_message(m) for m in value[:LOOKAHEAD])
+        head = value[:LOOKAHEAD]
+        return bool(head) and all(map(_has_role, head)) and any(map(is_chat_message, head))
     record = as_dict(value)
     history = record.get("history")
     if isinstance(history, list):

@@ -91,7 +91,7 @@ def test_a_process_killed_inside_a_tool_leaves_a_request_with_every_call_answere
         """Read a file."""
         return f"{path}: 80 lines"
 
-    model = ReadingModel(messages=iter(()), sent=[])
+    model = ReadingModel(messages=iter(()), sent=[], call_prefix="call_restarted")
     middleware = CompactionMiddleware(url, context_window=100_000)
     agent = create_agent(model, tools=[read_file], middleware=[middleware], checkpointer=InMemorySaver())
     try:
