@@ -19,6 +19,7 @@
     ├── SessionStateError (ValueError)         a rollback past saved events, adopting another session
     ├── StoreError                             the event store failed
     │   ├── StoreNotFoundError                 a read-only open found no store at the URL
+    │   ├── StoreUnavailableError              the store did not answer in time (an election): retry
     │   ├── SaveError                          a save failed; ``stored`` says whether its events are stored
     │   ├── ConcurrencyError                   another writer appended to the same session first
     │   ├── SessionNotFoundError (KeyError)    no such session in the store
@@ -146,6 +147,12 @@ class PerhapsStoredError(StoreError):
         self.msg_id = msg_id
 
 
+class StoreUnavailableError(StoreError):
+    """The store could not answer a read within its bounded retries: a JetStream cluster electing a
+    stream leader, a node restarting, no server reachable. Nothing is known to be missing (a
+    session that exists is never reported missing instead): retry the same call later."""
+
+
 class SaveError(StoreError):
     """A save failed in the database. ``stored`` says whether its events are in the store: False
     (the transaction was rolled back: nothing of it is stored), True (the events were stored; what
@@ -194,9 +201,7 @@ class LeaseTakenError(ConcurrencyError):
     outside the log (JetStream's ``<stream>_leases`` bucket): this compaction did not start and
     stored nothing. Names the holder, its compaction and the lease's expiry."""
 
-    def __init__(
-        self, session_id: object, compaction_id: str, host: str, pid: int, expires_at: str
-    ) -> None:
+    def __init__(self, session_id: object, compaction_id: str, host: str, pid: int, expires_at: str) -> None:
         StoreError.__init__(
             self,
             f"session {session_id}: compaction {compaction_id} holds the compaction lease (held "

@@ -55,6 +55,7 @@ from compaction.errors import (
     SessionNotFoundError,
     StoreError,
     StoreNotFoundError,
+    StoreUnavailableError,
     UnreadableRowError,
 )
 from compaction.sessions.collector import collector_paused
@@ -533,7 +534,7 @@ class SessionStore:
         tell: a refused insert is then reported as the conflict it most likely was."""
         try:
             found = self._recorder.select_events(session_id, gt=first - 1, lte=last, limit=1)
-        except (PersistenceError, OSError):
+        except (PersistenceError, OSError, StoreUnavailableError):
             return True
         return bool(found)
 
@@ -543,7 +544,7 @@ class SessionStore:
         first, last = stored[0].originator_version, stored[-1].originator_version
         try:
             rows = self._rows(session_id, first, last + 1)
-        except (PersistenceError, OSError):
+        except (PersistenceError, OSError, StoreUnavailableError):
             return None
         if len(rows) != len(stored):
             return False
@@ -598,6 +599,16 @@ class SessionStore:
         """The id of the last notification (0 when the log is empty)."""
         with database_errors("the notification log: reading its last id"):
             return self._recorder.max_notification_id() or 0
+
+    def count_notifications(self, after: int, upto: int) -> int:
+        """How many events have a notification id in ``(after, upto]``: the difference of the
+        ids where they are numbered one after the other (SQLite, PostgreSQL, memory), counted
+        from the commit headers on JetStream (whose ids follow the stream sequence, with gaps)."""
+        recorder = self._recorder
+        if isinstance(recorder, SparseLog):  # nats://
+            with database_errors(f"the notification log: counting ids {after}..{upto}"):
+                return recorder.count_notifications(after, upto)
+        return max(0, upto - after)
 
     def notifications(
         self,
@@ -813,8 +824,14 @@ class SessionStore:
         return snapshot
 
     def exists(self, session_id: UUID) -> bool:
+        """Does the store hold any event of the session? Never False for one it holds: a store
+        that cannot tell (a JetStream cluster electing a leader) raises
+        :class:`StoreUnavailableError` after its bounded retries."""
+        recorder = self._recorder
         with database_errors(f"session {session_id}: looking it up"):
-            return bool(self._recorder.select_events(session_id, limit=1))
+            if isinstance(recorder, OriginatorIndex):  # nats://
+                return recorder.has_events(session_id)
+            return bool(recorder.select_events(session_id, limit=1))
 
     def session_ids(self) -> list[UUID]:
         """Every session id in the store, in order of first notification."""
@@ -843,6 +860,16 @@ class OriginatorIndex(Protocol):
     def originator_ids(self, *, first_stored: bool) -> list[UUID]: ...
 
     def count_below(self, originator_id: UUID, below: int) -> int: ...
+
+    def has_events(self, originator_id: UUID) -> bool: ...
+
+
+@runtime_checkable
+class SparseLog(Protocol):
+    """A recorder whose notification ids have gaps, which counts the events between two ids
+    itself (JetStream: ids follow the stream sequence)."""
+
+    def count_notifications(self, after: int, upto: int) -> int: ...
 
 
 @runtime_checkable

@@ -107,6 +107,17 @@ class LoopbackCluster:
                     raise AssertionError(f"node {index} did not serve JetStream within {timeout} s")
                 time.sleep(0.2)
 
+    def leader(self, stream: str, timeout: float = 30) -> int:
+        """The index of the node that leads ``stream`` now."""
+        deadline = time.monotonic() + timeout
+        while True:
+            name = asyncio.run(_leader_name(self.url, stream))
+            if name is not None:
+                return int(name.removeprefix("n"))
+            if time.monotonic() > deadline:
+                raise AssertionError(f"stream {stream}: no leader within {timeout} s")
+            time.sleep(0.2)
+
     def wait_current(self, stream: str, timeout: float = 60) -> None:
         """Until the stream has a leader and every other replica is current with no lag."""
         deadline = time.monotonic() + timeout
@@ -153,6 +164,23 @@ async def _replicated_stream_created(url: str) -> bool:
         return True
     except Exception:
         return False
+    finally:
+        with contextlib.suppress(Exception):
+            await nc.close()
+
+
+async def _leader_name(url: str, stream: str) -> str | None:
+    import nats
+
+    try:
+        nc = await nats.connect(url.split(","), connect_timeout=2, error_cb=_quiet)
+    except Exception:
+        return None
+    try:
+        info = await nc.jetstream(timeout=2).stream_info(stream)
+        return info.cluster.leader if info.cluster else None
+    except Exception:
+        return None
     finally:
         with contextlib.suppress(Exception):
             await nc.close()

@@ -87,3 +87,8 @@ def position(headers: dict[str, str] | None) -> int:
     if not headers or POSITION not in headers:
         raise ValueError(f"a commit message without a {POSITION} header: {headers!r}")
     return int(headers[POSITION])
+
+
+def last_id(headers: dict[str, str] | None) -> int:
+    """The notification id of a commit message's last event."""
+    return position(headers) + header_range(headers)[1] - 1

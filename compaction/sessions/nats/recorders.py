@@ -70,6 +70,7 @@ from compaction.sessions.nats.client import (
     Record,
 )
 from compaction.sessions.nats.follow import DurableFollower
+from compaction.sessions.nats.index import Head, HeadIndex
 from compaction.sessions.nats.leases import JetStreamLeases
 from compaction.sessions.nats.loop import LoopThread
 from compaction.sessions.nats.snapshots import JetStreamSnapshotRecorder
@@ -78,6 +79,8 @@ T = TypeVar("T")
 EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
 EXPECTED_LAST_SEQUENCE = "Nats-Expected-Last-Sequence"
 _MAX_TAILS = 100_000
+FEW_COMMITS = 32
+"""Up to this many commits a read gets one by one; more are read in one consumer pass."""
 
 
 class JetStreamConnection:
@@ -130,8 +133,10 @@ class JetStreamAggregateRecorder(AggregateRecorder):
         self.chunk_stream = self.log.chunk_stream
         self.stream = self.log.stream
         self.prefix = f"{self.stream}.s."
+        self.index = HeadIndex(self.log, self.stream)
         self._tails: dict[str, tuple[int, int]] = {}  # subject -> (its last commit's seq, last version)
         self._head: tuple[int, int] | None = None  # (the stream's last seq, the next notification id)
+        self._joined: tuple[int, list[frames.Row]] | None = None  # the last chunked commit read
 
     def subject(self, originator_id: UUID | str) -> str:
         return self.prefix + _token(originator_id)
@@ -215,17 +220,13 @@ class JetStreamAggregateRecorder(AggregateRecorder):
         return position
 
     async def _refresh(self, subject: str) -> None:
-        last = await self.log.last(subject, self.stream)
-        if last is None:
-            self._tails[subject] = (0, -1)
-        else:
-            first, count = frames.header_range(last.headers)
-            self._tails[subject] = (last.seq, first + count - 1)
+        index = await self.index.of(subject)
+        self._tails[subject] = (index.top_seq, index.top_version)
         top = await self.log.last(self.prefix + ">", self.stream)
         if top is None:
             self._head = (0, 1)
         else:
-            self._head = (top.seq, frames.position(top.headers) + frames.header_range(top.headers)[1])
+            self._head = (top.seq, frames.last_id(top.headers) + 1)
 
     def _remember(self, subject: str, seq: int, version: int, next_position: int) -> None:
         if len(self._tails) > _MAX_TAILS:
@@ -266,60 +267,55 @@ class JetStreamAggregateRecorder(AggregateRecorder):
     async def _select(
         self, subject: str, gt: int | None, lte: int | None, desc: bool, limit: int | None
     ) -> list[frames.Row]:
-        records = await self._records(subject, gt, lte, desc, limit)
+        if limit == 0:
+            return []
+        index = await self.index.of(subject, covering=lte)
+        heads = _picked(index.overlapping(gt, lte), desc, limit)
+        if not heads:
+            return []
+        by_seq = {r.seq: r for r in await self._commits(subject, heads) if r is not None}
         rows: list[frames.Row] = []
-        for record in records:
+        for head in heads:
+            record = by_seq.get(head.seq)
+            if record is None:  # the pass read every message up to the last head: not expected
+                raise DataError(
+                    f"{self.connection.where}: {subject}: the commit at stream sequence "
+                    f"{head.seq} (versions {head.first}..{head.last}) was not read back"
+                )
             rows.extend(await self.rows_of(record))
         rows = [r for r in rows if (gt is None or r[0] > gt) and (lte is None or r[0] <= lte)]
-        rows.sort(key=lambda r: r[0], reverse=desc)
+        if desc:
+            rows.reverse()
         return rows if limit is None else rows[:limit]
 
-    async def _records(
-        self, subject: str, gt: int | None, lte: int | None, desc: bool, limit: int | None
-    ) -> list[Record]:
-        """The commit messages that can hold the wanted rows: the last one for "the latest", the
-        newest covering ones for a bounded descending read, from the first needed one on for a
-        read after a version (headers are read first so skipped messages are never decoded)."""
-        if desc and limit is not None and lte is None:
-            last = await self.log.last(subject, self.stream)
-            if last is None:
-                return []
-            first, count = frames.header_range(last.headers)
-            if count >= limit and (gt is None or first > gt):
-                return [last]
-        if not (desc and limit is not None) and not gt:
-            return await self.log.scan(subject, stream=self.stream)
-        heads = await self.log.scan(subject, headers_only=True, stream=self.stream)
-        wanted = [h for h in heads if _overlaps(h, gt, lte)]
-        if desc and limit is not None:
-            picked: list[Record] = []
-            count = 0
-            for head in reversed(wanted):
-                picked.append(head)
-                count += frames.header_range(head.headers)[1]
-                if count >= limit:
-                    break
-            wanted = picked[::-1]
-        if not wanted:
-            return []
-        found = await self.log.scan(subject, wanted[0].seq, stream=self.stream)
-        keep = {h.seq for h in wanted}
-        return [r for r in found if r.seq in keep]
+    async def _commits(self, subject: str, heads: list[Head]) -> list[Record | None]:
+        """The commit messages of ``heads``: got one by one when they are few (a lazy load of a
+        span), else in one ordered pass from the first to the last (a whole session)."""
+        if len(heads) <= FEW_COMMITS:
+            return await self.log.get_many([h.seq for h in heads], self.stream)
+        wanted = {h.seq for h in heads}
+        passed = await self.log.scan(subject, heads[0].seq, upto=heads[-1].seq, stream=self.stream)
+        return [r for r in passed if r.seq in wanted]
 
     async def rows_of(self, record: Record) -> list[frames.Row]:
-        """The rows a commit message holds (its chunks fetched and joined when chunked)."""
+        """The rows a commit message holds (its chunks fetched and joined when chunked; the last
+        chunked commit read is kept decoded: lazy loads of a large import read it piece by piece)."""
         body = record.data
         if frames.is_chunked(record.headers):
+            if self._joined is not None and self._joined[0] == record.seq:
+                return self._joined[1]
+            seqs = frames.decode_chunk_list(body)
             pieces = []
-            for seq in frames.decode_chunk_list(body):
-                chunk = await self.log.get(seq, self.chunk_stream)
+            for seq, chunk in zip(seqs, await self.log.get_many(seqs, self.chunk_stream), strict=True):
                 if chunk is None:
                     raise DataError(
                         f"{self.connection.where}: the save at stream sequence {record.seq} "
                         f"({record.subject}) lost its chunk at sequence {seq} of {self.chunk_stream}"
                     )
                 pieces.append(chunk.data)
-            body = b"".join(pieces)
+            rows = frames.decode_rows(b"".join(pieces))
+            self._joined = (record.seq, rows)
+            return rows
         return frames.decode_rows(body)
 
     # ------------------------------------------------------------ the index of originators
@@ -327,9 +323,7 @@ class JetStreamAggregateRecorder(AggregateRecorder):
     def originator_ids(self, *, first_stored: bool) -> list[UUID]:
         """Originators in order of their first commit: every one, or (``first_stored``) only the
         ones whose version 0 is stored. One pass over the commit headers."""
-        heads = self.connection.call(
-            self.log.scan(self.prefix + ">", headers_only=True, stream=self.stream)
-        )
+        heads = self.connection.call(self.log.scan(self.prefix + ">", headers_only=True, stream=self.stream))
         seen: dict[UUID, None] = {}
         for head in heads:
             if first_stored and frames.header_range(head.headers)[0] != 0:
@@ -339,19 +333,33 @@ class JetStreamAggregateRecorder(AggregateRecorder):
 
     def count_below(self, originator_id: UUID | str, below: int) -> int:
         """How many stored versions of the originator are ``< below``."""
-        heads = self.connection.call(
-            self.log.scan(self.subject(originator_id), headers_only=True, stream=self.stream)
-        )
-        total = 0
-        for head in heads:
-            first, count = frames.header_range(head.headers)
-            total += max(0, min(first + count, below) - first)
-        return total
+        return self.connection.call(self._count_below(self.subject(originator_id), below))
+
+    def has_events(self, originator_id: UUID | str) -> bool:
+        """Does the subject hold a commit? Asked of the stream's leader (a replica that lags, or a
+        node restarting, is never taken for "no"); :class:`StoreUnavailableError` when no leader
+        answers in time."""
+        found = self.connection.call(self.log.last(self.subject(originator_id), self.stream))
+        return found is not None
+
+    async def _count_below(self, subject: str, below: int) -> int:
+        index = await self.index.of(subject, covering=below - 1)
+        return index.count_below(below)
 
 
-def _overlaps(head: Record, gt: int | None, lte: int | None) -> bool:
-    first, count = frames.header_range(head.headers)
-    return (gt is None or first + count - 1 > gt) and (lte is None or first <= lte)
+def _picked(heads: list[Head], desc: bool, limit: int | None) -> list[Head]:
+    """The commits a read with ``limit`` needs: the first ones, or (``desc``) the last ones,
+    until they hold ``limit`` versions."""
+    if limit is None:
+        return heads
+    picked: list[Head] = []
+    count = 0
+    for head in reversed(heads) if desc else heads:
+        picked.append(head)
+        count += head.count
+        if count >= limit:
+            break
+    return picked[::-1] if desc else picked
 
 
 class JetStreamSubscription(ListenNotifySubscription["JetStreamApplicationRecorder"]):
@@ -451,9 +459,24 @@ class JetStreamApplicationRecorder(JetStreamAggregateRecorder, ApplicationRecord
                 lo = mid
         return lo
 
-    def subscribe(
-        self, gt: int | None = None, topics: Sequence[str] = ()
-    ) -> JetStreamSubscription:
+    def count_notifications(self, after: int, upto: int) -> int:
+        """How many events have an id in ``(after, upto]`` (one headers-only pass over their commits)."""
+        return self.connection.call(self._count(after, upto)) if upto > after else 0
+
+    async def _count(self, after: int, upto: int) -> int:
+        start = await self._seq_holding(after + 1)
+        if not start:
+            return 0
+        total = 0
+        for head in await self.log.scan(self.prefix + ">", start, headers_only=True):
+            first = frames.position(head.headers)
+            if first > upto:
+                break
+            last = frames.last_id(head.headers)
+            total += max(0, min(last, upto) - max(first, after + 1) + 1)
+        return total
+
+    def subscribe(self, gt: int | None = None, topics: Sequence[str] = ()) -> JetStreamSubscription:
         return JetStreamSubscription(self, gt, topics)
 
     def follow_durably(self, name: str, gt: int | None = None) -> DurableFollower:
@@ -465,7 +488,7 @@ class JetStreamApplicationRecorder(JetStreamAggregateRecorder, ApplicationRecord
         last = self.connection.call(self.log.last(self.prefix + ">"))
         if last is None:
             return None
-        return frames.position(last.headers) + frames.header_range(last.headers)[1] - 1
+        return frames.last_id(last.headers)
 
 
 class JetStreamTrackingRecorder(TrackingRecorder):
