@@ -22,19 +22,27 @@ def write_transcript(path: Path, messages: int) -> Path:
     ]
     for step in range(max(1, (messages - 2) // 2)):
         call_id = f"call_{step:07d}"
-        items.append({
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [{
-                "id": call_id,
-                "type": "function",
-                "function": {"name": "shell", "arguments": json.dumps({"cmd": f"grep -n step{step} src/"})},
-            }],
-        })
+        items.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {
+                            "name": "shell",
+                            "arguments": json.dumps({"cmd": f"grep -n step{step} src/"}),
+                        },
+                    }
+                ],
+            }
+        )
         items.append({
             "role": "tool",
             "tool_call_id": call_id,
-            "content": f"src/module_{step % 97}.py:{step % 1000}: def handler_{step}(request): return build(request, {step})",
+            "content": f"src/module_{step % 97}.py:{step % 1000}: def handler_{step}(request): "
+            f"return build(request, {step})",
         })  # fmt: skip
     path.write_text(json.dumps(items))
     return path

@@ -87,7 +87,7 @@ def _digests(session: Session) -> list[str]:
 
 
 def _stream(url: str) -> str:
-    return url.split("stream=")[1].split("&")[0]
+    return url.split("stream=")[1].split("&", maxsplit=1)[0]
 
 
 def test_a_long_session_is_read_whole_and_compacted_across_leader_kills(
@@ -122,9 +122,7 @@ def test_a_long_session_is_read_whole_and_compacted_across_leader_kills(
         assert _digests(after)[: len(written)] == written
 
 
-def test_existing_sessions_are_never_missing_across_a_leader_kill(
-    cluster: LoopbackCluster, url: str
-) -> None:
+def test_existing_sessions_are_never_missing_across_a_leader_kill(cluster: LoopbackCluster, url: str) -> None:
     stream = _stream(url)
     with SessionStore.open(url) as store:
         sessions = [store.create() for _ in range(5)]
