@@ -1,6 +1,6 @@
-"""The JetStream store against PostgreSQL, same run: appends per second and a 100k-event load.
+"""The JetStream store against PostgreSQL (and SQLite for the CLI), same run.
 
-    .venv/bin/python -m benchmarks.bench_nats [--events N] [--load-events N]
+    .venv/bin/python -m benchmarks.bench_nats [--events N] [--sizes 50000,250000] [--messages N]
 
 Three stores, each measured the same way in one run: PostgreSQL (a fresh database on
 127.0.0.1:5432), JetStream R1 (a fresh stream on the server at 127.0.0.1:4222) and JetStream R3 (a
@@ -8,16 +8,21 @@ Three stores, each measured the same way in one run: PostgreSQL (a fresh databas
 
 - **1 writer**: one session saved one agent step at a time (``agent_batches``): saves per second;
 - **8 writers**: eight threads, each with its own store handle and session, saving steps at once:
-  saves per second of all of them together;
-- **load**: one session of 100,000 events (saved in batches of 1,000), then ``load_events`` of
-  all of it: seconds;
-- **snapshot load**: the same session opened by another store handle (``get``: its latest
-  snapshot, taken at 100,000 events, and nothing after it): seconds. On JetStream the snapshot is
-  the ``<stream>_snapshots`` key's pointer and its chunks.
+  saves per second of all of them together, against PostgreSQL and against the same store's one
+  writer;
+- **load**: a session of each of ``--sizes`` events (saved in batches of 1,000), then
+  ``load_events`` of all of it by a new store handle with no snapshot: seconds; the growth per
+  event from the smallest to the largest (1.0 is linear);
+- **snapshot load**: the largest session opened by another store handle (``get``: its snapshot,
+  taken at its full length, and nothing after it): seconds. On JetStream the snapshot is the
+  ``<stream>_snapshots`` key's pointer and its chunks;
+- **CLI compaction**: a ``--messages`` OpenAI-style transcript (one tool call and a ~100-character
+  result per step, ``tests/sessions/long_transcript.py``) imported, then
+  ``compaction --store URL compact SID --window 200000`` run as a subprocess: wall time from process
+  start, against the same command on SQLite.
 
-Ratios are JetStream / PostgreSQL of the same run (throughput: higher is better; load time: lower is
-better). Informational: no targets. Not in the default set of ``benchmarks.run`` (it needs both
-servers and starts three more).
+Ratios are of the same run (throughput: higher is better; times: lower is better). Not in the
+default set of ``benchmarks.run`` (it needs both servers and starts three more).
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 SERVER = shutil.which("nats-server") or "/usr/sbin/nats-server"
 NODES = 3
@@ -170,6 +171,11 @@ async def _replicated_stream_created(url: str) -> bool:
 
 
 async def _leader_name(url: str, stream: str) -> str | None:
+    info = await _stream_info(url, stream)
+    return info.cluster.leader if info is not None and info.cluster else None
+
+
+async def _stream_info(url: str, stream: str) -> Any:
     import nats
 
     try:
@@ -177,8 +183,7 @@ async def _leader_name(url: str, stream: str) -> str | None:
     except Exception:
         return None
     try:
-        info = await nc.jetstream(timeout=2).stream_info(stream)
-        return info.cluster.leader if info.cluster else None
+        return await nc.jetstream(timeout=2).stream_info(stream)
     except Exception:
         return None
     finally:
@@ -187,19 +192,9 @@ async def _leader_name(url: str, stream: str) -> str | None:
 
 
 async def _all_current(url: str, stream: str) -> bool:
-    import nats
-
-    try:
-        nc = await nats.connect(url.split(","), connect_timeout=2, error_cb=_quiet)
-    except Exception:
+    info = await _stream_info(url, stream)
+    if info is None:
         return False
-    try:
-        info = await nc.jetstream(timeout=2).stream_info(stream)
-    except Exception:
-        return False
-    finally:
-        with contextlib.suppress(Exception):
-            await nc.close()
     cluster = info.cluster
     if cluster is None or not cluster.leader:
         return False

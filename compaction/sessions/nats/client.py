@@ -325,20 +325,24 @@ class JetStreamLog:
         next_seq = max(1, start)
         while next_seq <= upto and (limit is None or len(records) < limit):
             room = None if limit is None else limit - len(records)
+            before, problem = next_seq, None
             try:
                 async for record in self._pass(
                     subject, next_seq, upto=upto, limit=room, headers_only=headers_only, stream=name
                 ):
                     records.append(record)
                     next_seq = record.seq + 1
-            except RESUMABLE as e:
-                if time.monotonic() > deadline:
-                    raise StoreUnavailableError(
-                        f"JetStream stream {name!r}: reading {subject} from sequence {next_seq} "
-                        f"to {upto} did not finish in {RETRY_FOR:.0f} s of retries ({e!r}); the "
-                        "stream holds these messages: retry when its leader is back"
-                    ) from e
-                await asyncio.sleep(RETRY_PAUSE)  # and resume after the last message read
+            except TRANSIENT as e:
+                problem = e
+            if next_seq > before and problem is None:
+                continue  # a pass that ended at a skipped delivery: the next one resumes
+            if time.monotonic() > deadline:
+                raise StoreUnavailableError(
+                    f"JetStream stream {name!r}: reading {subject} from sequence {next_seq} "
+                    f"to {upto} did not finish in {RETRY_FOR:.0f} s of retries ({problem!r}); "
+                    "the stream's leader holds these messages: retry when it answers"
+                ) from problem
+            await asyncio.sleep(RETRY_PAUSE)  # and resume after the last message read
         return records
 
     async def _pass(
@@ -357,7 +361,7 @@ class JetStreamLog:
         stream, including one that lags the leader: its own count of pending messages is never
         trusted as the end. The pass ends at ``upto`` (what the leader holds); a fetch that gets
         nothing in time raises a timeout, and a consumer sequence that skips one (a message the
-        client dropped) raises :class:`ReadGapError`: the caller resumes after the last message it got,
+        client dropped) ends the pass there: the caller resumes after the last message it got,
         on a new consumer."""
         config = ConsumerConfig(
             filter_subject=subject,
@@ -380,10 +384,10 @@ class JetStreamLog:
                 for msg in await sub.fetch(wanted, timeout=self.timeout):
                     meta = msg.metadata
                     if meta.sequence.consumer != delivered + 1:
-                        raise ReadGapError(
-                            f"{subject}: consumer delivery {meta.sequence.consumer} after "
-                            f"{delivered} (stream sequence {meta.sequence.stream})"
+                        log.debug(
+                            "%s: delivery %d after %d: resumed", subject, meta.sequence.consumer, delivered
                         )
+                        return
                     delivered += 1
                     seq = meta.sequence.stream
                     if seq > upto:
@@ -399,14 +403,6 @@ class JetStreamLog:
         """Messages per fetch of whole messages: as many as fit the subscription's pending bytes
         at the server's maximum payload, so a fetch can never overflow it."""
         return max(1, min(FETCH_BATCH, PENDING_BYTES // max(1, self.max_payload)))
-
-
-class ReadGapError(Exception):
-    """A consumer skipped a delivery (a message the client dropped): the pass is resumed."""
-
-
-RESUMABLE: tuple[type[Exception], ...] = (*TRANSIENT, ReadGapError)
-"""What ends a read pass early without ending the read: it resumes after the last message."""
 
 
 async def _logged(error: Exception) -> None:
