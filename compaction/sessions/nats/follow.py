@@ -97,7 +97,7 @@ class DurableFollower(Subscription[Any]):
         if seq == 0:
             return 1
         record = await self._log.get(seq)
-        if record is not None and frames.last_id(record.headers) < self._next_id:
+        if record is not None and frames.last_id(record.headers, record.seq) < self._next_id:
             return seq + 1
         return seq
 
@@ -121,7 +121,7 @@ class DurableFollower(Subscription[Any]):
     async def _take(self, msg: Msg) -> None:
         seq = msg.metadata.sequence.stream
         record = Record(seq, msg.subject, msg.headers, msg.data)
-        first = frames.position(record.headers)
+        first = frames.position(record.headers, record.seq)
         if seq > self._next_seq:
             raise DataError(
                 f"{self._connection.where}: durable consumer {self.name!r} delivered the commit at "

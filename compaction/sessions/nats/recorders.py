@@ -13,10 +13,10 @@ and waits for it.
   nothing of its save is visible.
 - **Snapshots recorder**: the latest snapshot of each session in the key-value bucket
   ``<stream>_snapshots`` (:mod:`compaction.sessions.nats.snapshots`).
-- **Application recorder**: the notification log is the stream's sequence of commit messages,
-  each also published with ``Nats-Expected-Last-Sequence``: a commit that raced another session's
-  commit is re-read and re-sent (a different session is no conflict), so notification ids are
-  dense and in commit order. A subscription is woken by every commit (:class:`JetStreamSubscription`);
+- **Application recorder**: the notification log is the stream's sequence of commit messages;
+  a notification id is its commit's stream sequence times ``frames.ID_SPACE`` plus its index in
+  the save, so ids follow the stream order without serialising saves of different sessions (not
+  dense, as PostgreSQL's are not). A subscription is woken by every commit (:class:`JetStreamSubscription`);
   a named follower reads through a durable consumer (:meth:`JetStreamApplicationRecorder.follow_durably`).
 - **Tracking recorder**: the highest processed notification id per application name, in the
   key-value bucket ``<stream>_tracking``, advanced only by compare-and-set on the key's revision.
@@ -77,7 +77,6 @@ from compaction.sessions.nats.snapshots import JetStreamSnapshotRecorder
 
 T = TypeVar("T")
 EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
-EXPECTED_LAST_SEQUENCE = "Nats-Expected-Last-Sequence"
 _MAX_TAILS = 100_000
 FEW_COMMITS = 32
 """Up to this many commits a read gets one by one; more are read in one consumer pass."""
@@ -122,10 +121,9 @@ def _token(originator_id: UUID | str) -> str:
 
 
 class JetStreamAggregateRecorder(AggregateRecorder):
-    """Stored events of each originator on its own subject, one commit message per save.
-
-    The recorder also serialises its commits on the stream: each carries
-    ``Nats-Expected-Last-Sequence`` and its notification id (``Compaction-Position``)."""
+    """Stored events of each originator on its own subject, one commit message per save, published
+    with the expected last sequence of that subject only: saves of different sessions go through
+    concurrently, and the stream's sequence orders them (:mod:`compaction.sessions.nats.frames`)."""
 
     def __init__(self, connection: JetStreamConnection) -> None:
         self.connection = connection
@@ -135,7 +133,6 @@ class JetStreamAggregateRecorder(AggregateRecorder):
         self.prefix = f"{self.stream}.s."
         self.index = HeadIndex(self.log, self.stream)
         self._tails: dict[str, tuple[int, int]] = {}  # subject -> (its last commit's seq, last version)
-        self._head: tuple[int, int] | None = None  # (the stream's last seq, the next notification id)
         self._joined: tuple[int, list[frames.Row]] | None = None  # the last chunked commit read
 
     def subject(self, originator_id: UUID | str) -> str:
@@ -152,6 +149,11 @@ class JetStreamAggregateRecorder(AggregateRecorder):
                 f"{self.connection.where}: one save holds the events of one originator (a subject); "
                 f"found {len(originators)}"
             )
+        if len(stored_events) > frames.ID_SPACE:
+            raise NotSupportedError(
+                f"{self.connection.where}: one save holds at most {frames.ID_SPACE} events; "
+                f"found {len(stored_events)} (save in parts)"
+            )
         rows = [(e.originator_version, e.topic, e.state) for e in stored_events]
         first = self.connection.call(self._append(self.subject(stored_events[0].originator_id), rows))
         return list(range(first, first + len(rows)))
@@ -163,32 +165,31 @@ class JetStreamAggregateRecorder(AggregateRecorder):
         headers = frames.commit_headers(rows[0][0], len(rows), chunked)
         deadline = time.monotonic() + RETRY_FOR
         try:
-            if subject not in self._tails or self._head is None:
+            if subject not in self._tails:
                 await self._refresh(subject)
             while True:
-                position = self._expect(subject, rows[0][0], headers)
+                after = self._expect(subject, rows[0][0], headers)
                 try:
                     seq = await self.log.publish(subject, body, headers, save_id)
                 except (PerhapsStoredError, nats.js.errors.BadRequestError) as e:
                     if isinstance(e, PerhapsStoredError):  # stored by an unanswered attempt?
-                        stored = await self._stored_as(subject, save_id, self._tails[subject][0])
-                        if stored is not None:  # yes: with the headers sent, so at `position`
-                            self._remember(subject, stored.seq, rows[-1][0], position + len(rows))
-                            return position
+                        stored = await self._stored_as(subject, save_id, after)
+                        if stored is not None:
+                            self._remember(subject, stored.seq, rows[-1][0])
+                            return frames.position(stored.headers, stored.seq)
                     elif e.err_code != WRONG_LAST_SEQUENCE:
                         raise
                     if time.monotonic() > deadline:
                         raise OperationalError(
                             f"{self.connection.where}: {subject}: no append got through in "
-                            f"{RETRY_FOR:.0f} s of retries (other writers kept appending first)"
+                            f"{RETRY_FOR:.0f} s of retries"
                         ) from e
-                    await self._refresh(subject)  # another session's save, or this one's
+                    await self._refresh(subject)  # a stale tail, or another writer's save
                     continue
-                self._remember(subject, seq, rows[-1][0], position + len(rows))
-                return position
+                self._remember(subject, seq, rows[-1][0])
+                return frames.position(headers, seq)
         except BaseException as e:
             self._tails.pop(subject, None)
-            self._head = None
             # Only a refused commit is known not to be stored; after any other failure (a timeout)
             # it may be, and its chunks must stay (unreferenced chunks are merely never read).
             if chunked and isinstance(e, IntegrityError):
@@ -205,7 +206,7 @@ class JetStreamAggregateRecorder(AggregateRecorder):
         return None
 
     def _expect(self, subject: str, first: int, headers: dict[str, str]) -> int:
-        """Set the expected sequences (and the position) in ``headers``; the position. Raises
+        """Set the expected subject sequence in ``headers``; that sequence. Raises
         :class:`IntegrityError` when the session already holds version ``first``."""
         seq, last_version = self._tails[subject]
         if first <= last_version:
@@ -213,26 +214,16 @@ class JetStreamAggregateRecorder(AggregateRecorder):
                 f"{subject}: version {first} is taken (the last stored version is {last_version})"
             )
         headers[EXPECTED_LAST_SUBJECT_SEQUENCE] = str(seq)
-        assert self._head is not None
-        head_seq, position = self._head
-        headers[EXPECTED_LAST_SEQUENCE] = str(head_seq)
-        headers[frames.POSITION] = str(position)
-        return position
+        return seq
 
     async def _refresh(self, subject: str) -> None:
         index = await self.index.of(subject)
         self._tails[subject] = (index.top_seq, index.top_version)
-        top = await self.log.last(self.prefix + ">", self.stream)
-        if top is None:
-            self._head = (0, 1)
-        else:
-            self._head = (top.seq, frames.last_id(top.headers) + 1)
 
-    def _remember(self, subject: str, seq: int, version: int, next_position: int) -> None:
+    def _remember(self, subject: str, seq: int, version: int) -> None:
         if len(self._tails) > _MAX_TAILS:
             self._tails.clear()
         self._tails[subject] = (seq, version)
-        self._head = (seq, next_position)
 
     async def _body(self, rows: list[frames.Row], save_id: str) -> tuple[bytes, bool]:
         """The commit message's body: the rows, or the list of the chunks they were cut into."""
@@ -422,7 +413,7 @@ class JetStreamApplicationRecorder(JetStreamAggregateRecorder, ApplicationRecord
             records = await self.log.scan(self.prefix + ">", seq, limit=limit)
             for record in records:
                 originator = UUID(record.subject[len(self.prefix) :])
-                position = frames.position(record.headers)
+                position = frames.position(record.headers, record.seq)
                 rows = await self.rows_of(record)
                 self._cursor = (position + len(rows), record.seq + 1)
                 for index, (version, topic, state) in enumerate(rows):
@@ -441,11 +432,18 @@ class JetStreamApplicationRecorder(JetStreamAggregateRecorder, ApplicationRecord
 
     async def _seq_holding(self, notification: int) -> int:
         """The stream sequence of the commit holding ``notification`` (or of the first one after
-        it); 0 when the log ends before it. Where the last read stopped is remembered; anywhere
-        else is found by bisecting the stream (positions grow with the sequence)."""
+        it); 0 when the log ends before it. Where the last read stopped is remembered; an id of a
+        commit numbered by its sequence names that sequence; anywhere else (the commits of
+        earlier versions, numbered densely) is found by bisecting the stream (ids grow with the
+        sequence)."""
         known, at = self._cursor
         if known == notification:
             return at
+        if notification >= frames.ID_SPACE:
+            seq = notification // frames.ID_SPACE
+            record = await self.log.get(seq)
+            if record is not None and frames.POSITION not in (record.headers or {}):
+                return seq if notification <= frames.last_id(record.headers, seq) else seq + 1
         top = await self.log.last(self.prefix + ">")
         if top is None:
             return 0
@@ -453,7 +451,11 @@ class JetStreamApplicationRecorder(JetStreamAggregateRecorder, ApplicationRecord
         while lo < hi:
             mid = (lo + hi + 1) // 2
             record = await self.log.get(mid, subject=self.prefix + ">")
-            if record is None or record.seq > hi or frames.position(record.headers) > notification:
+            if (
+                record is None
+                or record.seq > hi
+                or frames.position(record.headers, record.seq) > notification
+            ):
                 hi = mid - 1
             else:
                 lo = mid
@@ -469,10 +471,10 @@ class JetStreamApplicationRecorder(JetStreamAggregateRecorder, ApplicationRecord
             return 0
         total = 0
         for head in await self.log.scan(self.prefix + ">", start, headers_only=True):
-            first = frames.position(head.headers)
+            first = frames.position(head.headers, head.seq)
             if first > upto:
                 break
-            last = frames.last_id(head.headers)
+            last = frames.last_id(head.headers, head.seq)
             total += max(0, min(last, upto) - max(first, after + 1) + 1)
         return total
 
@@ -488,7 +490,7 @@ class JetStreamApplicationRecorder(JetStreamAggregateRecorder, ApplicationRecord
         last = self.connection.call(self.log.last(self.prefix + ">"))
         if last is None:
             return None
-        return frames.last_id(last.headers)
+        return frames.last_id(last.headers, last.seq)
 
 
 class JetStreamTrackingRecorder(TrackingRecorder):
