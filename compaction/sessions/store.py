@@ -472,7 +472,7 @@ class SessionStore:
     def _snapshot_or_warn(self, session: Session) -> None:
         try:
             self.take_session_snapshot(session)
-        except (PersistenceError, OSError) as e:
+        except (PersistenceError, OSError, StoreUnavailableError) as e:
             message = (
                 f"session {session.id}: its {len(session)} events are stored, but the snapshot at "
                 f"length {len(session)} could not be written ({_reason(e)}); loading "
@@ -754,6 +754,8 @@ class SessionStore:
             session = Session.from_snapshot(
                 session_id, snapshot, loader, strict_structure=strict_structure, picker=picker
             )
+        except StoreUnavailableError:
+            raise  # the store did not answer: the snapshot is fine, and a replay would wait too
         except (EventCompactionError, ValueError, KeyError, TypeError) as e:
             self._fell_back(session_id, snapshot.length, f"it does not restore ({e})")
             return None

@@ -59,7 +59,7 @@ class Entry:
 async def read(kv: KeyValue, key: str) -> Entry | None:
     """The key's value, or None when it has none (never written, or deleted)."""
     try:
-        entry = await retrying(lambda: kv.get(key), unavailable=f"key {key} of bucket {kv._name}")
+        entry = await retrying(lambda: kv.get(key))
     except nats.js.errors.KeyNotFoundError:
         return None
     return Entry(entry.value or b"", int(entry.revision or 0))
