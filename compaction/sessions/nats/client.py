@@ -1,12 +1,16 @@
 """The asyncio side of the JetStream store: one connection, one stream, the few operations it needs.
 
 Everything here runs on the recorders' private event loop (:mod:`compaction.sessions.nats.loop`).
-Reads go through short-lived pull consumers (ack policy none, filtered to one subject or to every
-session subject) told to start at a stream sequence; the consumer's pending count says how many
-messages to fetch, so no fetch waits for a timeout. Publishes carry a ``Nats-Msg-Id`` and are
-retried on a timeout or a missing leader (a cluster electing a new one after a node loss): the
-server's de-duplication window answers a retry of a message it already stored with the original
-acknowledgement instead of storing it twice.
+A read ends at what the stream's leader holds: it asks the leader for the last message of the
+subject (or is told the last sequence it wants), then reads up to it, by single gets from the
+leader (:meth:`JetStreamLog.get_many`) or in ordered passes of a short-lived pull consumer (ack
+policy none) whose pending count is never trusted (the consumer may sit on a replica that lags).
+A pass that times out or skips a delivery is resumed after the last message read; a read that
+cannot finish in :data:`RETRY_FOR` seconds raises :class:`StoreUnavailableError`.
+
+Publishes carry a ``Nats-Msg-Id`` and are retried on a timeout or a missing leader (a cluster
+electing a new one after a node loss): the server's de-duplication window answers a retry of a
+message it already stored with the original acknowledgement instead of storing it twice.
 """
 
 from __future__ import annotations
@@ -70,6 +74,9 @@ TRANSIENT: tuple[type[Exception], ...] = (
     asyncio.TimeoutError,
 )
 """What a cluster shows while a node is down or a stream elects a new leader: retried."""
+RESUMABLE: tuple[type[Exception], ...] = (*TRANSIENT, nats.js.errors.NotFoundError)
+"""What ends a read pass early, to be resumed: a transient error, or a "not found" of the stream
+from a node that is restarting (the read's last sequence came from the leader)."""
 
 
 async def retrying(
@@ -332,7 +339,7 @@ class JetStreamLog:
                 ):
                     records.append(record)
                     next_seq = record.seq + 1
-            except TRANSIENT as e:
+            except RESUMABLE as e:
                 problem = e
             if next_seq > before and problem is None:
                 continue  # a pass that ended at a skipped delivery: the next one resumes
@@ -400,9 +407,9 @@ class JetStreamLog:
 
     @property
     def _body_batch(self) -> int:
-        """Messages per fetch of whole messages: as many as fit the subscription's pending bytes
-        at the server's maximum payload, so a fetch can never overflow it."""
-        return max(1, min(FETCH_BATCH, PENDING_BYTES // max(1, self.max_payload)))
+        """Messages per fetch of whole messages: half as many as fit the subscription's pending
+        bytes at the server's maximum payload (headers and a late previous batch fit beside)."""
+        return max(1, min(FETCH_BATCH, PENDING_BYTES // (2 * max(1, self.max_payload))))
 
 
 async def _logged(error: Exception) -> None:
