@@ -50,10 +50,7 @@ def _paired_run(tmp: Path, attempt: int) -> tuple[float, float]:
                     session.append(event)
                 store.save(session)
                 library += time.perf_counter() - start
-                rows = [
-                    (session.id.hex, e.seq, e.TYPE, encode_event(e))
-                    for e in session.events(first)
-                ]
+                rows = [(session.id.hex, e.seq, e.TYPE, encode_event(e)) for e in session.events(first)]
                 start = time.perf_counter()
                 raw_sqlite.insert_batches(connection, [rows])
                 raw += time.perf_counter() - start

@@ -51,14 +51,10 @@ def build(store: SessionStore, total: int, *, compacted: bool = False) -> UUID:
 def _replay(path: Path) -> Result:
     with SessionStore.open(f"sqlite:///{path}", snapshot_interval=0) as store:
         session_id = build(store, LARGE)
-        library = best_of(
-            REPEAT, lambda: timed(lambda: store.get(session_id, use_snapshots=False))
-        )
+        library = best_of(REPEAT, lambda: timed(lambda: store.get(session_id, use_snapshots=False)))
     connection = raw_sqlite.connect(path)
     try:
-        raw = best_of(
-            REPEAT, lambda: timed(lambda: raw_sqlite.select_and_decode(connection, session_id.hex))
-        )
+        raw = best_of(REPEAT, lambda: timed(lambda: raw_sqlite.select_and_decode(connection, session_id.hex)))
     finally:
         connection.close()
     return Result(
@@ -80,8 +76,7 @@ def _snapshots(path: Path, *, compacted: bool) -> Result:
         nodes = len(store.get(large_id).nodes)
     kind = "compacting" if compacted else "never compacted"
     return Result(
-        name=f"load latest state via snapshots, {kind} ({LARGE:,} vs {SMALL:,} events, "
-        f"{nodes:,} nodes)",
+        name=f"load latest state via snapshots, {kind} ({LARGE:,} vs {SMALL:,} events, {nodes:,} nodes)",
         measured=f"{fmt_seconds(large)}",
         baseline=f"{SMALL:,}-event session {fmt_seconds(small)}",
         ratio=large / small,

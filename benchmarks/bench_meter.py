@@ -101,9 +101,7 @@ def usage_records(session: Session, meter: HeuristicMeter) -> list[UsageRecord]:
         elif isinstance(event, AssistantMessage) and event.usage is not None:
             prompt = event.usage.total - event.usage.output_tokens
             if prompt > 0:
-                records.append(
-                    UsageRecord(event.seq, prompt, event.usage.total, before, tokens, replaced)
-                )
+                records.append(UsageRecord(event.seq, prompt, event.usage.total, before, tokens, replaced))
                 replaced = False
     return records
 
@@ -226,9 +224,7 @@ def sweep_point(session: Session, window: int) -> SweepPoint:
 def sweep(name: str, session_of: dict[str, Session]) -> list[SweepPoint]:
     points: list[SweepPoint] = []
     for window in SWEEP:
-        session = Session.replay(
-            session_of[name].id, list(session_of[name].events()), strict_structure=False
-        )
+        session = Session.replay(session_of[name].id, list(session_of[name].events()), strict_structure=False)
         points.append(sweep_point(session, window))
     return points
 

@@ -488,9 +488,10 @@ def measure(plan: Plan = FULL) -> Figures:
     # (synchronous) do not pay either. ADK's full compaction (async) runs on it too.
     loop = asyncio.new_event_loop()
     adk = adk_runs(loop)
-    with scratch_dir("peers") as tmp, SessionStore.open(
-        f"sqlite:///{tmp / 'sessions.db'}", snapshot_interval=1
-    ) as store:
+    with (
+        scratch_dir("peers") as tmp,
+        SessionStore.open(f"sqlite:///{tmp / 'sessions.db'}", snapshot_interval=1) as store,
+    ):
         stored = {key: _stored(store, messages) for key, messages in lists.items()}
         for _round in range(plan.rounds):
             for size in plan.decision_sizes:
@@ -499,13 +500,9 @@ def measure(plan: Plan = FULL) -> Figures:
                     if key in chains:
                         _time_peers(figures, key, runs, chains[key])
                         _time_adk(figures, key, adk, adk_events[key], adk_configs[key])
-                    _time_decisions(
-                        figures, key, lists[key], retain, store=store, session_id=stored[key]
-                    )
+                    _time_decisions(figures, key, lists[key], retain, store=store, session_id=stored[key])
                     if key in chains:
-                        _time_compactions(
-                            figures, key, lists[key], loop, store=store, session_id=stored[key]
-                        )
+                        _time_compactions(figures, key, lists[key], loop, store=store, session_id=stored[key])
     # ADK's summarizer leaves the model's response generator open (it breaks out of it): close it.
     loop.run_until_complete(loop.shutdown_asyncgens())
     loop.close()
@@ -603,16 +600,12 @@ def _time_compactions(
     # What the pressure checks of an agent loop do as the messages arrive (from half the threshold
     # on): each message read once for the compaction to come. Timed apart, per message.
     figures.add(OURS[4], source, size, timed(lambda: service.observe(fresh)) / len(messages))
-    figures.add(OURS[2], source, size, timed(
-        lambda: loop.run_until_complete(service.compact_to_fit(fresh))
-    ))
+    figures.add(OURS[2], source, size, timed(lambda: loop.run_until_complete(service.compact_to_fit(fresh))))
     figures.checks[(OURS[2], source, size)] = check_session(fresh, messages[0].id)
     again = store.get(session_id)
     # a process that just loaded the session: nothing read yet (its analysis is the service's)
     service = BasicCompactService(BasicConfig(context_window=WINDOW))
-    figures.add(OURS[3], source, size, timed(
-        lambda: loop.run_until_complete(service.compact_to_fit(again))
-    ))
+    figures.add(OURS[3], source, size, timed(lambda: loop.run_until_complete(service.compact_to_fit(again))))
     figures.checks[(OURS[3], source, size)] = check_session(again, messages[0].id)
 
 
@@ -708,7 +701,7 @@ def run(plan: Plan = FULL) -> list[Result]:
     if not available():
         return [
             Result(
-                "peers: skipped (the bench extra is not installed: pip install -e \".[bench]\")",
+                'peers: skipped (the bench extra is not installed: pip install -e ".[bench]")',
                 "-",
                 "-",
                 0.0,

@@ -85,16 +85,13 @@ def _raw_sqlite(store_path: Path, view_path: Path) -> float:
         view = sqlite3.connect(view_path, isolation_level=None)
         connections.extend((source, view))
         rows = source.execute(
-            "SELECT originator_id, originator_version, topic, state FROM stored_events "
-            "ORDER BY rowid"
+            "SELECT originator_id, originator_version, topic, state FROM stored_events ORDER BY rowid"
         ).fetchall()
         view_rows = _decode_surface_rows(rows)
         # The same journal and sync settings as the library's views file.
         view.execute("PRAGMA journal_mode=WAL")
         view.execute("PRAGMA synchronous=NORMAL")
-        view.execute(
-            "CREATE TABLE surface (session_id TEXT, seq INTEGER, PRIMARY KEY (session_id, seq))"
-        )
+        view.execute("CREATE TABLE surface (session_id TEXT, seq INTEGER, PRIMARY KEY (session_id, seq))")
         view.execute("BEGIN")
         view.executemany("INSERT INTO surface VALUES (?, ?)", view_rows)
         view.execute("COMMIT")

@@ -140,9 +140,7 @@ def follower(url: str, ready: Barrier, done: Event, out: Queue[Any]) -> None:
     from projections import ProjectionRunner, surfaces
 
     with open_store(url) as store:
-        parts: Sequence[SessionStore] = (
-            store.parts if isinstance(store, PartitionedSessionStore) else [store]
-        )
+        parts: Sequence[SessionStore] = store.parts if isinstance(store, PartitionedSessionStore) else [store]
         runners = [ProjectionRunner(part, ["surface"], poll_interval=0.05) for part in parts]
         stop = threading.Event()
         threads = [threading.Thread(target=r.run_forever, args=(stop,)) for r in runners]

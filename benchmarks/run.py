@@ -67,8 +67,7 @@ def table(results: list[Result]) -> str:
     for r in results:
         verdict = "info" if r.target is None else ("pass" if r.passed else "MISS")
         lines.append(
-            f"| {r.name} | {r.measured} | {r.baseline} | {r.ratio:.2f} | {r.target_text} "
-            f"| {verdict} |"
+            f"| {r.name} | {r.measured} | {r.baseline} | {r.ratio:.2f} | {r.target_text} | {verdict} |"
         )
     return "\n".join(lines)
 

@@ -45,9 +45,7 @@ RESULT_TEXT = "line of tool output with a path src/app/module.py:42 and an error
 
 
 def _turn_open(turn: int) -> list[SessionEvent]:
-    prompt = Message(
-        id=f"u{turn}", role="user", content=(TextBlock(f"turn {turn}: fix the failing tests"),)
-    )
+    prompt = Message(id=f"u{turn}", role="user", content=(TextBlock(f"turn {turn}: fix the failing tests"),))
     return [TurnStart(turn=turn), UserMessage(message=prompt, surface_op="append")]
 
 
@@ -80,7 +78,9 @@ def _tool_step(turn: int, step: int) -> list[SessionEvent]:
 
 def _turn_close(turn: int, step: int) -> list[SessionEvent]:
     answer = Message(
-        id=f"a{turn}.{step}", role="assistant", content=(TextBlock("All tests pass now."),),
+        id=f"a{turn}.{step}",
+        role="assistant",
+        content=(TextBlock("All tests pass now."),),
         source=MODEL,
     )
     return [
@@ -148,9 +148,7 @@ def compaction_batches(session: Session, number: int) -> Iterator[list[SessionEv
     yield [summary, replacement, CompactEnd(compaction_id=compaction_id, turn=None)]
 
 
-def compacted_batches(
-    session: Session, total: int, every_turns: int = 20
-) -> Iterator[list[SessionEvent]]:
+def compacted_batches(session: Session, total: int, every_turns: int = 20) -> Iterator[list[SessionEvent]]:
     """Like :func:`agent_batches` for ``session``, compacting the surface every ``every_turns``."""
     left, turn, compactions = total, 0, 0
     for batch in _all_batches():

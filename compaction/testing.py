@@ -27,9 +27,7 @@ if TYPE_CHECKING:
     pass
 
 ScriptItem = (
-    ModelResponse
-    | Callable[[ModelRequest], ModelResponse | Awaitable[ModelResponse]]
-    | BaseException
+    ModelResponse | Callable[[ModelRequest], ModelResponse | Awaitable[ModelResponse]] | BaseException
 )
 
 
@@ -88,5 +86,3 @@ def reply(
         chunks=streamed,
         stop_reason=stop_reason,
     )
-
-

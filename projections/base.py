@@ -143,8 +143,7 @@ class SessionProjection(Projection[ViewRecorder], Generic[S]):
             recorded = self.view.max_tracking_id(self.application_name) or 0
         except PersistenceError as e:
             raise ViewStoreError(
-                f"projection {self.name!r}: reading the tracking record in {self.view.location} "
-                f"failed: {e}"
+                f"projection {self.name!r}: reading the tracking record in {self.view.location} failed: {e}"
             ) from e
         if recorded != self.position:
             self.discard()
@@ -162,8 +161,7 @@ class SessionProjection(Projection[ViewRecorder], Generic[S]):
             recorded = self.view.max_tracking_id(self.application_name) or 0
         except PersistenceError as e:
             raise ViewStoreError(
-                f"projection {self.name!r}: reading the tracking record in {self.view.location} "
-                f"failed: {e}"
+                f"projection {self.name!r}: reading the tracking record in {self.view.location} failed: {e}"
             ) from e
         if recorded != self.position:
             self._states.clear()

@@ -44,37 +44,54 @@ def positive_seconds(text: str) -> float:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--projection", action="append", choices=(*ALL, "all"), metavar="NAME",
+        "--projection",
+        action="append",
+        choices=(*ALL, "all"),
+        metavar="NAME",
         help=f"which view ({', '.join(ALL)} or all; repeatable; default all)",
     )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
-        "--resume", action="store_true",
+        "--resume",
+        action="store_true",
         help="catch up from the tracking records instead of dropping and rebuilding",
     )
     mode.add_argument(
-        "--follow", action="store_true",
+        "--follow",
+        action="store_true",
         help="catch up, then apply new events until SIGTERM/SIGINT (never drops)",
     )
     parser.add_argument(
-        "--poll", type=positive_seconds, default=DEFAULT_POLL_INTERVAL, metavar="SECONDS",
+        "--poll",
+        type=positive_seconds,
+        default=DEFAULT_POLL_INTERVAL,
+        metavar="SECONDS",
         help=f"--follow: seconds between looks for new events (default {DEFAULT_POLL_INTERVAL})",
     )
     parser.add_argument(
-        "--reconnect-attempts", type=int, default=Reconnect.attempts, metavar="N",
+        "--reconnect-attempts",
+        type=int,
+        default=Reconnect.attempts,
+        metavar="N",
         help="--follow: failed attempts in a row to reach the store or the views before giving "
         f"up (default {Reconnect.attempts}; 0 gives up at the first)",
     )
     parser.add_argument(
-        "--batch-size", type=positive_int, default=DEFAULT_BATCH_SIZE, metavar="N",
+        "--batch-size",
+        type=positive_int,
+        default=DEFAULT_BATCH_SIZE,
+        metavar="N",
         help=f"notifications per transaction (default {DEFAULT_BATCH_SIZE})",
     )
     parser.add_argument(
-        "--views", metavar="PATH",
+        "--views",
+        metavar="PATH",
         help="SQLite only: the views file (default: NAME.views.db next to the store file)",
     )
     parser.add_argument(
-        "--meter", default="heuristic", metavar="NAME",
+        "--meter",
+        default="heuristic",
+        metavar="NAME",
         help="the usage view's meter: heuristic, heuristic:N or tiktoken:ENCODING",
     )
 
@@ -85,8 +102,13 @@ def run(context: Context, args: argparse.Namespace) -> Document:
     mode = "follow" if args.follow else "resume" if args.resume else "rebuild"
     store = context.store
     with ProjectionRunner(
-        store, names, views_path=args.views, batch_size=args.batch_size,
-        poll_interval=args.poll, meter=meter, reconnect=Reconnect(args.reconnect_attempts),
+        store,
+        names,
+        views_path=args.views,
+        batch_size=args.batch_size,
+        poll_interval=args.poll,
+        meter=meter,
+        reconnect=Reconnect(args.reconnect_attempts),
     ) as runner:
         if mode == "follow":
             reports = _follow(context, runner)
@@ -120,8 +142,13 @@ def _follow(context: Context, runner: ProjectionRunner) -> list[ProjectionReport
 def _progress(context: Context, label: str, total: int) -> Iterator[Callable[[int], None]]:
     """A progress bar counted in notifications (stderr, only on a terminal)."""
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=context.err, transient=True, disable=not context.err.is_terminal,
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=context.err,
+        transient=True,
+        disable=not context.err.is_terminal,
     ) as bar:
         task = bar.add_task(label, total=total)
         yield lambda n: bar.advance(task, n)

@@ -31,12 +31,27 @@ from projections.tables import table
 from projections.views.base import ViewRecorder
 
 LEDGER = table(
-    "ledger_compactions", ("session_id", "compaction_id"),
-    session_id="text", compaction_id="text", turn="int", strategy="text",
-    start_seq="int", summary_seq="int", replacement_seq="int", end_seq="int",
-    shadowed_start="int", shadowed_end="int", shadowed_seqs="text",
-    shadowed_tokens="int", summary_tokens="int", meter="text",
-    provider="text", model="text", fidelity="text", outcome="text", error="text",
+    "ledger_compactions",
+    ("session_id", "compaction_id"),
+    session_id="text",
+    compaction_id="text",
+    turn="int",
+    strategy="text",
+    start_seq="int",
+    summary_seq="int",
+    replacement_seq="int",
+    end_seq="int",
+    shadowed_start="int",
+    shadowed_end="int",
+    shadowed_seqs="text",
+    shadowed_tokens="int",
+    summary_tokens="int",
+    meter="text",
+    provider="text",
+    model="text",
+    fidelity="text",
+    outcome="text",
+    error="text",
 )
 COLUMNS = LEDGER.column_names
 _AT = {name: i for i, name in enumerate(COLUMNS)}
@@ -95,12 +110,16 @@ class LedgerProjection(SessionProjection[LedgerState]):
         elif isinstance(event, CompactSummary):
             row = self._row(state, event.compaction_id)
             _set(
-                row, summary_seq=event.seq, shadowed_start=event.shadowed_range.start,
+                row,
+                summary_seq=event.seq,
+                shadowed_start=event.shadowed_range.start,
                 shadowed_end=event.shadowed_range.end,
                 shadowed_seqs=_json(event.shadowed_seqs),
                 shadowed_tokens=event.shadowed_token_count,
-                summary_tokens=event.summary_token_count, meter=event.meter,
-                provider=event.provider, model=event.model,
+                summary_tokens=event.summary_token_count,
+                meter=event.meter,
+                provider=event.provider,
+                model=event.model,
                 fidelity=_json(event.fidelity),
             )
         elif isinstance(event, CompactEnd):

@@ -109,9 +109,7 @@ class ProjectionReport:
     position: int
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name, "events": self.events, "rows": self.rows, "position": self.position
-        }
+        return {"name": self.name, "events": self.events, "rows": self.rows, "position": self.position}
 
 
 def resolve_names(names: Sequence[str]) -> tuple[str, ...]:
@@ -126,9 +124,7 @@ def resolve_names(names: Sequence[str]) -> tuple[str, ...]:
             if one not in chosen:
                 chosen.append(one)
     if not chosen:
-        raise ProjectionConfigError(
-            f"no projection selected; expected one of {', '.join(ALL)} or all"
-        )
+        raise ProjectionConfigError(f"no projection selected; expected one of {', '.join(ALL)} or all")
     return tuple(chosen)
 
 
@@ -219,9 +215,7 @@ class ProjectionRunner:
             pass
         return self.reports()
 
-    def run_forever(
-        self, stop: threading.Event, on_batch: OnBatch | None = None
-    ) -> list[ProjectionReport]:
+    def run_forever(self, stop: threading.Event, on_batch: OnBatch | None = None) -> list[ProjectionReport]:
         """Catch up, then follow new notifications until ``stop`` is set; the batch under way when
         it is set is finished and recorded first. A lost store or view is waited out and the run
         resumes from the views' tracking records (:class:`Reconnect`)."""
@@ -252,9 +246,7 @@ class ProjectionRunner:
         if stop.is_set():
             return
         connected(0)
-        feed = self.store.follow(
-            self.position, poll_interval=self.poll_interval, durable=self.follower_name
-        )
+        feed = self.store.follow(self.position, poll_interval=self.poll_interval, durable=self.follower_name)
         with feed, _stopped_by(stop, feed):
             while True:
                 batch = self._gather(feed)
@@ -326,9 +318,7 @@ class ProjectionRunner:
             on_batch(len(batch))
         return len(batch)
 
-    def _fold(
-        self, batch: list[StoredNotification], active: list[SessionProjection[Any]]
-    ) -> None:
+    def _fold(self, batch: list[StoredNotification], active: list[SessionProjection[Any]]) -> None:
         """Fold each event into every view that has not applied it yet."""
         keys = self._keys
         first = batch[0].notification_id
@@ -386,7 +376,10 @@ def _fold_errors() -> Iterator[None]:
         yield
     except UnreadableRowError as e:
         raise ProjectionFoldError(
-            "decode", e.session_id, e.seq, e.notification_id,
+            "decode",
+            e.session_id,
+            e.seq,
+            e.notification_id,
             f"the stored {e.event_type} row cannot be decoded: {e.reason}",
         ) from e
 

@@ -25,12 +25,21 @@ from projections.tables import table
 from projections.views.base import ViewRecorder
 
 NODES = table(
-    "surface_nodes", ("session_id", "seq"),
-    session_id="text", seq="int", slot="int", delta="int", shadowed_by="int",
+    "surface_nodes",
+    ("session_id", "seq"),
+    session_id="text",
+    seq="int",
+    slot="int",
+    delta="int",
+    shadowed_by="int",
 )
 SESSIONS = table(
-    "surface_sessions", ("session_id",),
-    session_id="text", events="int", nodes="int", generation="int",
+    "surface_sessions",
+    ("session_id",),
+    session_id="text",
+    events="int",
+    nodes="int",
+    generation="int",
 )
 
 
@@ -55,7 +64,9 @@ class SurfaceProjection(SessionProjection[SurfaceState]):
             return None
         events, generation = found[0]
         live = self.view.select(
-            NODES.name, ("seq", "slot", "delta"), {"session_id": key, "shadowed_by": None},
+            NODES.name,
+            ("seq", "slot", "delta"),
+            {"session_id": key, "shadowed_by": None},
             order_by=("slot",),
         )
         surface = Surface.restore([r[0] for r in live], [r[2] for r in live], generation, events)
@@ -104,9 +115,7 @@ def surface_of(view: ViewRecorder, session_id: UUID) -> SurfaceRecord | None:
     found = view.select(SESSIONS.name, ("events", "generation"), {"session_id": key})
     if not found:
         return None
-    live = view.select(
-        NODES.name, ("seq",), {"session_id": key, "shadowed_by": None}, order_by=("slot",)
-    )
+    live = view.select(NODES.name, ("seq",), {"session_id": key, "shadowed_by": None}, order_by=("slot",))
     events, generation = found[0]
     return SurfaceRecord(session_id, tuple(r[0] for r in live), generation, events)
 
@@ -114,7 +123,9 @@ def surface_of(view: ViewRecorder, session_id: UUID) -> SurfaceRecord | None:
 def surface_at(view: ViewRecorder, session_id: UUID, seq: int) -> list[int]:
     """The surface exactly as it was right after event ``seq`` (what the model saw then)."""
     rows = view.select(
-        NODES.name, ("seq", "shadowed_by"), {"session_id": str(session_id)},
+        NODES.name,
+        ("seq", "shadowed_by"),
+        {"session_id": str(session_id)},
         order_by=("slot", "seq"),
     )
     return [s for s, by in rows if s <= seq and (by is None or by > seq)]

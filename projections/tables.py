@@ -39,8 +39,7 @@ class Table:
             return self.column_names.index(column)
         except ValueError:
             raise KeyError(
-                f"view table {self.name!r} has no column {column!r}; it has "
-                f"{', '.join(self.column_names)}"
+                f"view table {self.name!r} has no column {column!r}; it has {', '.join(self.column_names)}"
             ) from None
 
     @property

@@ -25,13 +25,24 @@ from projections.tables import table
 from projections.views.base import ViewRecorder
 
 SESSIONS = table(
-    "usage_sessions", ("session_id",),
-    session_id="text", events="int", nodes="int", surface_tokens="int", generation="int",
+    "usage_sessions",
+    ("session_id",),
+    session_id="text",
+    events="int",
+    nodes="int",
+    surface_tokens="int",
+    generation="int",
     meter="text",
 )
 STEPS = table(
-    "usage_steps", ("session_id", "seq"),
-    session_id="text", seq="int", turn="int", step="int", surface_tokens="int", nodes="int",
+    "usage_steps",
+    ("session_id", "seq"),
+    session_id="text",
+    seq="int",
+    turn="int",
+    step="int",
+    surface_tokens="int",
+    nodes="int",
 )
 
 
@@ -97,7 +108,11 @@ class UsageProjection(SessionProjection[UsageState]):
     def flush(self, state: UsageState) -> None:
         surface = state.surface
         row = (
-            state.key, surface.length, len(surface.nodes), state.tokens, surface.generation,
+            state.key,
+            surface.length,
+            len(surface.nodes),
+            state.tokens,
+            surface.generation,
             self.meter.name,
         )
         self.changes.upsert(SESSIONS.name, (state.key,), row)

@@ -41,9 +41,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="--follow poll interval (default 5)",
     )
-    parser.add_argument(
-        "--max-polls", type=positive_int, metavar="N", help="--follow: stop after N polls"
-    )
+    parser.add_argument("--max-polls", type=positive_int, metavar="N", help="--follow: stop after N polls")
     parser.add_argument(
         "--no-pid-check",
         action="store_true",

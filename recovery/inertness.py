@@ -149,9 +149,7 @@ def _evidence(
         )
     for name, result in (("with", with_orphan), ("without", without)):
         if result.error is not None:
-            lines.append(
-                f"{where}: the surface fold {name} the orphan's events failed: {result.error}"
-            )
+            lines.append(f"{where}: the surface fold {name} the orphan's events failed: {result.error}")
     if with_orphan.error is None and without.error is None and with_orphan.seqs != without.seqs:
         lines.append(
             f"{where}: surface with the orphan's events {_seqs(with_orphan.seqs)} (hash "

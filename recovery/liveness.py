@@ -45,9 +45,7 @@ def judge(
     """Live or stale for the unmatched ``start``; ``resume_seq`` is the session's latest resume."""
     lease = start.lease
     if resume_seq is not None and resume_seq > start.seq:
-        return Liveness(
-            True, "resume", f"a later session/resume (seq {resume_seq}) started a new lifecycle"
-        )
+        return Liveness(True, "resume", f"a later session/resume (seq {resume_seq}) started a new lifecycle")
     if lease.expires_at <= now:
         ago = (now - lease.expires_at).total_seconds()
         return Liveness(
@@ -70,8 +68,7 @@ def judge(
     return Liveness(
         False,
         "live",
-        f"held by {lease.host} pid {lease.pid} until {lease.expires_at.isoformat()} "
-        f"({left:.1f}s left)",
+        f"held by {lease.host} pid {lease.pid} until {lease.expires_at.isoformat()} ({left:.1f}s left)",
     )
 
 

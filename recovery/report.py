@@ -50,9 +50,7 @@ class OrphanReport:
     evidence: tuple[str, ...] = ()
 
     @classmethod
-    def of(
-        cls, orphan: Orphan, liveness: Liveness, settlement: Settlement, now: datetime
-    ) -> OrphanReport:
+    def of(cls, orphan: Orphan, liveness: Liveness, settlement: Settlement, now: datetime) -> OrphanReport:
         proof = settlement.proof
         lease = orphan.lease
         return cls(
@@ -130,9 +128,7 @@ class UnreadableRecord:
 
     @classmethod
     def of(cls, error: UnreadableRowError) -> UnreadableRecord:
-        return cls(
-            str(error.session_id), error.seq, error.notification_id, error.event_type, error.reason
-        )
+        return cls(str(error.session_id), error.seq, error.notification_id, error.event_type, error.reason)
 
     def describe(self) -> str:
         return (
@@ -201,4 +197,3 @@ class RecoveryReport:
             "corrupt": len(self.corrupt),
             "passed": self.passed,
         }
-

@@ -62,9 +62,7 @@ def user_event(
 def user(session: Session, text: str, msg_id: str | None = None) -> int:
     event = session.append(
         UserMessage(
-            message=Message(
-                id=msg_id or f"u{len(session)}", role="user", content=(TextBlock(text),)
-            ),
+            message=Message(id=msg_id or f"u{len(session)}", role="user", content=(TextBlock(text),)),
             surface_op="append",
         )
     )
@@ -101,9 +99,7 @@ def tool_step(
     step = session.structure.next_step
     session.append(StepStart(turn=turn, step=step))
     calls = tuple(
-        ToolCallBlock(
-            f"c{len(session)}-{i}", "bash", json.dumps({"command": f"cat src/mod_{step}_{i}.py"})
-        )
+        ToolCallBlock(f"c{len(session)}-{i}", "bash", json.dumps({"command": f"cat src/mod_{step}_{i}.py"}))
         for i in range(n_calls)
     )
     assistant = session.append(
@@ -124,9 +120,7 @@ def tool_step(
         return assistant.seq, results
     for call in calls:
         call_event = session.append(
-            ToolCall(
-                turn=turn, step=step, call_id=call.id, name=call.name, arguments=call.arguments
-            )
+            ToolCall(turn=turn, step=step, call_id=call.id, name=call.name, arguments=call.arguments)
         )
         result = session.append(
             ToolResult(

@@ -34,13 +34,13 @@ PUBLIC_TRANSCRIPTS: list[Path] = sorted(
     and "LICENSES" not in p.parts
 )
 
+
 @pytest.fixture(autouse=True)
 def _terminal_size_unset(monkeypatch: pytest.MonkeyPatch) -> None:
     """The command line's tables follow ``COLUMNS`` when it is set; pytest-xdist's workers set it
     (80), a plain pytest run does not. Tests that want a width set it themselves."""
     monkeypatch.delenv("COLUMNS", raising=False)
     monkeypatch.delenv("LINES", raising=False)
-
 
 
 PG_BASE = os.environ.get("COMPACTION_TEST_PG", "postgresql://postgres@127.0.0.1:5432")
@@ -78,9 +78,7 @@ def require_pg() -> None:
     if reason is None:
         return
     if os.environ.get("CI") == "true":
-        pytest.fail(
-            f"PostgreSQL is required under CI=true but is unreachable at {PG_BASE}: {reason}"
-        )
+        pytest.fail(f"PostgreSQL is required under CI=true but is unreachable at {PG_BASE}: {reason}")
     pytest.skip(f"PostgreSQL unreachable at {PG_BASE}: {reason}")
 
 
@@ -121,8 +119,10 @@ def nats_available(base: str = NATS_BASE) -> str | None:
             greeting = sock.recv(4096)
     except OSError as e:
         return str(e)
-    return None if greeting.startswith(b"INFO ") and b'"jetstream":true' in greeting else (
-        f"the server at {base} did not announce JetStream"
+    return (
+        None
+        if greeting.startswith(b"INFO ") and b'"jetstream":true' in greeting
+        else (f"the server at {base} did not announce JetStream")
     )
 
 

@@ -137,7 +137,7 @@ def compare_json(shown: str, real: str, *, abridged: bool, where: str) -> None:
     pairs = PAIR.findall(_masked(shown))
     assert pairs, f"{where}: no value shown to check"
     for key, value in pairs:
-        assert f'"{key}": {value}' in flat, f"{where}: \"{key}\": {value} is not in the output:\n{real}"
+        assert f'"{key}": {value}' in flat, f'{where}: "{key}": {value} is not in the output:\n{real}'
 
 
 def _masked(text: str) -> str:

@@ -201,12 +201,11 @@ def _check_log_rules(folded: Replay) -> Check:
 def _check_members(events: Sequence[SessionEvent]) -> Check:
     """Every compact/summary, compact/end and checkpoint replacement belongs to a compact/start."""
     started = {e.compaction_id for e in events if isinstance(e, CompactStart)}
-    strays = [
-        e.seq for e in events if (cid := member_of(e)) is not None and cid not in started
-    ]
+    strays = [e.seq for e in events if (cid := member_of(e)) is not None and cid not in started]
     if strays:
         return Check(
-            "bracket-members", False,
+            "bracket-members",
+            False,
             f"events at seqs {_seqs(strays)} belong to compactions with no compact/start",
         )
     return Check("bracket-members", True, f"{len(started)} brackets; no stray bracket members")
@@ -343,7 +342,8 @@ def _check_bracket(bracket: Bracket) -> Check:
     start = bracket.start.seq
     if bracket.end is None:
         return Check(
-            "bracket", False,
+            "bracket",
+            False,
             f"compact/start seq {start} has no compact/end (orphaned: a crash, a deleted row, or "
             "a compaction still running; `compaction recover` closes stale ones)",
         )
@@ -351,7 +351,8 @@ def _check_bracket(bracket: Bracket) -> Check:
     if bracket.outcome == FAILED:
         if bracket.replacement is not None:
             return Check(
-                "bracket", False,
+                "bracket",
+                False,
                 f"compact/end seq {end} records an error but replacement seq "
                 f"{bracket.replacement.seq} landed",
             )
@@ -383,11 +384,13 @@ def _check_untouched(bracket: Bracket, folded: Replay) -> Check:
         citing = sorted({*citing, bracket.replacement.seq})
     if citing:
         return Check(
-            "surface-untouched", False,
+            "surface-untouched",
+            False,
             f"the {bracket.outcome} bracket at seq {start} changed the surface: replacements {citing}",
         )
     return Check(
-        "surface-untouched", True,
+        "surface-untouched",
+        True,
         f"the {bracket.outcome} bracket at seq {start} left the surface untouched",
     )
 
@@ -439,19 +442,22 @@ def _check_range(c: Committed) -> Check:
     shadowed = moment.nodes[i : j + 1]
     if shadowed != summary.shadowed_seqs:
         return Check(
-            "replace-range", False,
+            "replace-range",
+            False,
             f"seq {seq}: the range shadows {_seqs(shadowed)} but compact/summary seq {summary.seq} "
             f"records {_seqs(summary.shadowed_seqs)}",
         )
     recorded = summary.shadowed_range
     if (recorded.start, recorded.end) != (op.start, op.end):
         return Check(
-            "replace-range", False,
+            "replace-range",
+            False,
             f"seq {seq} replaces {op.start}..{op.end} but compact/summary seq {summary.seq} records "
             f"the range {recorded.start}..{recorded.end}",
         )
     return Check(
-        "replace-range", True,
+        "replace-range",
+        True,
         f"seq {seq} replaces seqs {op.start}..{op.end} at positions {i}..{j} ({len(shadowed)} "
         f"of {len(moment.nodes)} nodes)",
     )
@@ -472,12 +478,14 @@ def _check_provenance(c: Committed) -> Check:
     expected = summary.summary if imported else frame(summary.summary)
     if text_of(c.replacement.message.content) != text_of(expected):
         return Check(
-            "provenance", False,
+            "provenance",
+            False,
             f"replacement seq {seq} does not carry the summary recorded on compact/summary seq "
             f"{summary.seq} (its text differs from the {'' if imported else 'framed '}summary)",
         )
     return Check(
-        "provenance", True,
+        "provenance",
+        True,
         f"replacement seq {seq} cites start {c.bracket.start.seq}, summary {summary.seq} "
         f"and {len(summary.shadowed_seqs)} shadowed seqs",
     )
@@ -499,7 +507,8 @@ def _check_tokens(c: Committed) -> Check:
     meter, priced = _priced(c)
     recorded = c.summary.shadowed_token_count
     return Check(
-        "shadowed-tokens", priced == recorded,
+        "shadowed-tokens",
+        priced == recorded,
         f"re-priced with {meter.name}: {priced}; recorded {recorded}",
     )
 
@@ -510,7 +519,8 @@ def _check_shrink(c: Committed) -> Check:
     ok = framed < shadowed
     ratio = f"{shadowed / framed:.1f}x smaller" if framed else "empty"
     return Check(
-        "summary-smaller", ok,
+        "summary-smaller",
+        ok,
         f"replacement {framed} tokens vs shadowed {shadowed} ({ratio if ok else 'not smaller'})",
     )
 
@@ -527,7 +537,8 @@ def _check_cuts(c: Committed) -> Check:
     i, j = positions
     before, after = moment.balance[i], moment.balance[j + 1]
     return Check(
-        "balanced-cuts", before == 0 and after == 0,
+        "balanced-cuts",
+        before == 0 and after == 0,
         f"open tool calls before seq {op.start}: {before}; after seq {op.end}: {after}",
     )
 
@@ -546,7 +557,8 @@ def _check_first_user(c: Committed) -> Check:
         return Check("first-user-message", True, "the session has no user message")
     if c.moment is not None and first not in c.moment.nodes:
         return Check(
-            "first-user-message", True,
+            "first-user-message",
+            True,
             f"first user message seq {first} was already off the surface before seq {seq} "
             "(an earlier replacement shadowed it)",
         )
@@ -586,7 +598,8 @@ def _check_retention(c: Committed) -> Check:
     ratio = 1.0 if not wanted else len(kept) / len(wanted)
     sample = ", ".join(missing[:6])
     check = Check(
-        "identifier-retention", ratio >= c.policy.min_ratio,
+        "identifier-retention",
+        ratio >= c.policy.min_ratio,
         f"{len(kept)}/{len(wanted)} verbatim identifiers kept ({ratio:.0%}; required "
         f"{c.policy.min_ratio:.0%})" + (f"; missing e.g. {sample}" if missing else ""),
     )
@@ -604,12 +617,14 @@ def _check_hashes(c: Committed) -> Check:
             changed.append(seq)
     if changed:
         return Check(
-            "content-hashes", False,
+            "content-hashes",
+            False,
             f"shadowed events changed since the compaction: seqs {_seqs(changed)} no longer match "
             f"the hashes recorded on compact/summary seq {summary.seq}",
         )
     return Check(
-        "content-hashes", True,
+        "content-hashes",
+        True,
         f"{len(summary.shadowed_seqs)} shadowed events match their recorded hashes",
     )
 
@@ -624,7 +639,8 @@ def _check_completion(c: Committed) -> Check:
     model = model_text(text, record)
     if block and appended(model, block) != text:
         return Check(
-            "completion", False,
+            "completion",
+            False,
             f"compact/summary seq {c.summary.seq}: the summary does not end with the recorded "
             f"appendix ({len(block)} characters)",
         )
@@ -633,7 +649,8 @@ def _check_completion(c: Committed) -> Check:
     absent = [i for i in items if i not in block]
     if absent:
         return Check(
-            "completion", False,
+            "completion",
+            False,
             f"recorded as added but not in the appendix: {', '.join(absent[:6])}",
         )
     shadowed = _messages(c.folded, c.summary.shadowed_seqs)
@@ -641,7 +658,8 @@ def _check_completion(c: Committed) -> Check:
     invented = [i for i in record.added_identifiers if i not in span]
     if invented:
         return Check(
-            "completion", False,
+            "completion",
+            False,
             f"the appendix adds identifiers the shadowed span does not hold: {', '.join(invented[:6])}",
         )
     kept = record.model_fidelity
@@ -650,7 +668,8 @@ def _check_completion(c: Committed) -> Check:
         wrote += f" keeping {kept.identifiers_kept}/{kept.identifiers_total} identifiers"
     repaired = " after one repair request" if record.draft is not None else ""
     return Check(
-        "completion", True,
+        "completion",
+        True,
         f"{record.mode}: {wrote}{repaired}; the compaction added {len(block)} characters "
         f"({_added(record)}), all from the shadowed span",
     )
@@ -689,7 +708,8 @@ def _audit_prune(record: CompactPrune, folded: Replay) -> CompactionAudit:
         audit.outcome = ORPHANED
         audit.checks.append(
             Check(
-                "bracket", False,
+                "bracket",
+                False,
                 f"compact/prune seq {record.seq} is not followed by a tool/result replacement",
             )
         )
@@ -698,7 +718,8 @@ def _audit_prune(record: CompactPrune, folded: Replay) -> CompactionAudit:
     violation = folded.violations.get(nxt.seq)
     audit.checks.append(
         Check(
-            "replace-range", violation is None,
+            "replace-range",
+            violation is None,
             violation or f"seq {nxt.seq} rewrites seq {_seqs(record.shadowed_seqs)} (content only)",
         )
     )
@@ -725,7 +746,8 @@ def _check_prune_tokens(record: CompactPrune, folded: Replay) -> Check:
     original = _pruned_original(record, folded)
     priced = meter_named(record.meter).event(original)
     return Check(
-        "shadowed-tokens", priced == record.shadowed_token_count,
+        "shadowed-tokens",
+        priced == record.shadowed_token_count,
         f"re-priced seq {original.seq}: {priced}; recorded {record.shadowed_token_count}",
     )
 
@@ -735,6 +757,7 @@ def _check_pair_kept(record: CompactPrune, replacement: ToolResult, folded: Repl
     call_id = replacement.message.source.call_id
     ok = isinstance(original, ToolResult) and original.message.source.call_id == call_id
     return Check(
-        "pair-kept", ok,
+        "pair-kept",
+        ok,
         f"call id {call_id} " + ("kept" if ok else f"differs from the pruned seq {original.seq}'s"),
     )

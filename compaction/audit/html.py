@@ -183,8 +183,10 @@ def _limit_lines(limits: Limits, x: _Scale, y: _Scale, last: int) -> list[str]:
 
 def _marker(seq: int, c: CompactionAudit, x: _Scale, y: _Scale, points: Sequence[int]) -> str:
     color = "#dc2626" if not c.passed else "#16a34a" if c.outcome == "committed" else "#d97706"
-    tip = html.escape(f"{c.compaction_id} {c.strategy} {c.outcome} at seq {seq}: "
-                      f"{'all checks passed' if c.passed else 'checks failed'}")
+    tip = html.escape(
+        f"{c.compaction_id} {c.strategy} {c.outcome} at seq {seq}: "
+        f"{'all checks passed' if c.passed else 'checks failed'}"
+    )
     tokens = points[seq] if seq < len(points) else 0
     return (
         f'<a href="#c-{html.escape(c.compaction_id)}" class="compaction-mark">'
@@ -299,7 +301,7 @@ def compaction_section(events: Sequence[SessionEvent], c: CompactionAudit) -> st
     tokens = f"{c.shadowed_tokens} → {c.summary_tokens} tokens" if c.shadowed_tokens is not None else ""
     return (
         f'<section class="compaction {state}" id="c-{html.escape(c.compaction_id)}">'
-        f"<h3>{html.escape(title)}</h3><p class=\"meta\">{len(c.shadowed_seqs)} shadowed nodes {tokens}</p>"
+        f'<h3>{html.escape(title)}</h3><p class="meta">{len(c.shadowed_seqs)} shadowed nodes {tokens}</p>'
         + _warnings_html(c.warnings)
         + checks_table(c.checks, f"checks of {c.compaction_id}")
         + '<div class="side"><div class="shadowed"><h4>shadowed span</h4>'
@@ -337,9 +339,9 @@ def session_section(audit: SessionAudit, limits: Limits, meter: Meter, index: in
     )
     return (
         f'<section class="session {state}" id="s-{audit.session_id}">'
-        f"<h2>session {audit.session_id} <span class=\"badge {state}\">{badge}</span></h2>"
+        f'<h2>session {audit.session_id} <span class="badge {state}">{badge}</span></h2>'
         f'<p class="meta">{counted(len(events), "event")} · '
-        f'{counted(len(audit.compactions), "compaction")} · {failed} with failed checks</p>'
+        f"{counted(len(audit.compactions), 'compaction')} · {failed} with failed checks</p>"
         + timeline_svg(audit, limits, meter, index)
         + note
         + checks_table(audit.log_checks, "log-level checks", "log-checks")

@@ -226,7 +226,8 @@ def completion_line(completion: Document) -> str:
         added += (", " if added else "") + _n(len(completion["added_sections"]), "section")
     return (
         f"completed by {completion['mode']}: {model}{repaired}; added "
-        f"{completion['appendix_chars']} characters" + (f" ({added})" if added else "")
+        f"{completion['appendix_chars']} characters"
+        + (f" ({added})" if added else "")
         + f" to its {completion['model_chars']}"
     )
 

@@ -39,26 +39,36 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--all", action="store_true", help="audit every session in the store")
     parser.add_argument("--html", type=Path, metavar="PATH", help="also write a self-contained HTML report")
     parser.add_argument(
-        "--request", metavar="COMPACTION_ID",
+        "--request",
+        metavar="COMPACTION_ID",
         help="print the summarization request of one compaction (id or unique prefix) as it was sent",
     )
     parser.add_argument(
-        "--min-ratio", type=_ratio, default=0.9, metavar="R",
+        "--min-ratio",
+        type=_ratio,
+        default=0.9,
+        metavar="R",
         help="identifier retention required of this library's summaries (default 0.9)",
     )
     parser.add_argument(
-        "--keep-first-user", action=argparse.BooleanOptionalAction, default=True,
+        "--keep-first-user",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="require the first user message to stay on the surface (default: required)",
     )
     parser.add_argument(
-        "--window", type=positive_int, metavar="N",
+        "--window",
+        type=positive_int,
+        metavar="N",
         help="HTML: the context window to draw (default: the latest request/header's)",
     )
     parser.add_argument(
         "--threshold", type=_ratio, default=0.8, metavar="R", help="HTML: threshold ratio (default 0.8)"
     )
     parser.add_argument(
-        "--max-tokens-field", choices=("max_tokens", "max_completion_tokens"), default="max_tokens",
+        "--max-tokens-field",
+        choices=("max_tokens", "max_completion_tokens"),
+        default="max_tokens",
         help="--request, OpenAI-compatible providers: how max_tokens was spelled",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="print every check's evidence")
@@ -143,8 +153,11 @@ def _request_in(context: Context, session_id: UUID, args: argparse.Namespace) ->
     if find_bracket(events, args.request) is None:
         return None
     rebuilt: RebuiltRequest = rebuild_request(
-        session_id, events, args.request,
-        keep_first_user=args.keep_first_user, max_tokens_field=args.max_tokens_field,
+        session_id,
+        events,
+        args.request,
+        keep_first_user=args.keep_first_user,
+        max_tokens_field=args.max_tokens_field,
     )
     return rebuilt.as_json()
 

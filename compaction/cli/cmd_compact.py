@@ -225,16 +225,20 @@ async def _compact(
     if args.strategy == "prune":
         pruner = context.settings.pruner if context.settings is not None else PruneConfig()
         report = prune_session(session, meter, pruner, store=store)
-        return [], [
-            {
-                "original_seq": p.original_seq,
-                "replacement_seq": p.replacement_seq,
-                "call_id": p.call_id,
-                "chars_before": p.chars_before,
-                "chars_after": p.chars_after,
-            }
-            for p in report.pruned
-        ], None
+        return (
+            [],
+            [
+                {
+                    "original_seq": p.original_seq,
+                    "replacement_seq": p.replacement_seq,
+                    "call_id": p.call_id,
+                    "chars_before": p.chars_before,
+                    "chars_after": p.chars_after,
+                }
+                for p in report.pruned
+            ],
+            None,
+        )
     config = _config(args, base)
     if args.strategy == "checkpoint":
         result = await CheckpointCompactService(config, meter=meter).compact_now(

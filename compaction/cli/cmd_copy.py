@@ -32,9 +32,7 @@ from compaction.sessions.store import SessionStore
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--to", required=True, metavar="URL", help="the target store URL")
     which = parser.add_mutually_exclusive_group(required=True)
-    which.add_argument(
-        "--session", action="append", metavar="ID", help="a session id or prefix (repeatable)"
-    )
+    which.add_argument("--session", action="append", metavar="ID", help="a session id or prefix (repeatable)")
     which.add_argument("--all", action="store_true", help="every session of the source store")
     parser.add_argument(
         "--batch", type=positive_int, default=BATCH, metavar="N",

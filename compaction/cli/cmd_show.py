@@ -43,11 +43,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="SEQ",
         help="the surface right after event SEQ (default: after the latest event)",
     )
+    parser.add_argument("--format", dest="shape", choices=SHAPES, default="text", help="message shape")
     parser.add_argument(
-        "--format", dest="shape", choices=SHAPES, default="text", help="message shape"
-    )
-    parser.add_argument(
-        "--diff", type=int, nargs=2, metavar=("A", "B"),
+        "--diff",
+        type=int,
+        nargs=2,
+        metavar=("A", "B"),
         help="what the model saw after seq A and after seq B: shadowed spans beside their checkpoints",
     )
 

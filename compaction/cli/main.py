@@ -66,6 +66,7 @@ def all_commands() -> list[Command]:
     plugins = plugin_commands(c.name for c in COMMANDS)
     return sorted([*COMMANDS, *plugins], key=lambda c: c.name)
 
+
 FAILURE = 1
 USAGE = 2
 INTERRUPTED = 130

@@ -26,9 +26,6 @@ from compaction.errors import PluginError
 GROUP = "compaction.commands"
 
 
-
-
-
 def plugin_commands(core: Iterable[str], found: Iterable[EntryPoint] | None = None) -> list[Command]:
     """One command per entry point of :data:`GROUP`, sorted by name; broken ones report themselves.
 

@@ -134,6 +134,4 @@ def committed_count(session: Session) -> int:
     """How many of ``session``'s compactions committed (reads the log only when any ended)."""
     if not session.type_counts.get(CompactEnd.TYPE):
         return 0
-    return sum(
-        1 for e in session.events() if isinstance(e, CompactEnd) and outcome_of(e) == COMMITTED
-    )
+    return sum(1 for e in session.events() if isinstance(e, CompactEnd) and outcome_of(e) == COMMITTED)

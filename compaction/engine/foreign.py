@@ -46,9 +46,7 @@ def shadowed_positions(session: Session, first_kept_seq: int | None) -> tuple[in
 def import_foreign_compaction(session: Session, foreign: ForeignCompaction) -> None:
     shadowed = shadowed_positions(session, foreign.first_kept_seq)
     if not shadowed:
-        session.append(
-            UserMessage(message=foreign.summary, surface_op="append", origin=foreign.origin)
-        )
+        session.append(UserMessage(message=foreign.summary, surface_op="append", origin=foreign.origin))
         return
     meter = HeuristicMeter()
     compaction_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{session.id}:{foreign.origin}"))
@@ -88,4 +86,3 @@ def import_foreign_compaction(session: Session, foreign: ForeignCompaction) -> N
             CompactEnd(compaction_id=compaction_id, turn=None, origin=foreign.origin),
         ]
     )
-

@@ -85,9 +85,7 @@ def busy_message(stage: str, session: Session, lock: LockState) -> str:
 
 def new_lease(seconds: float, now: datetime | None = None) -> Lease:
     now = now or now_utc()
-    return Lease(
-        host=socket.gethostname(), pid=os.getpid(), expires_at=now + timedelta(seconds=seconds)
-    )
+    return Lease(host=socket.gethostname(), pid=os.getpid(), expires_at=now + timedelta(seconds=seconds))
 
 
 def own_lease(lock: LockState) -> bool:

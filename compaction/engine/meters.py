@@ -150,9 +150,7 @@ class Meter(ABC):
         """Tokens of a bare string (no overhead)."""
 
     def __init__(self) -> None:
-        self._sessions: weakref.WeakKeyDictionary[Session, _SessionPrices] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._sessions: weakref.WeakKeyDictionary[Session, _SessionPrices] = weakref.WeakKeyDictionary()
 
     # ------------------------------------------------------------ pricing
 
@@ -247,9 +245,7 @@ class Meter(ABC):
             price = state.prices[seq] = self.event(session.event(seq))
         return price
 
-    def node_prices(
-        self, session: Session, seqs: Iterable[int] | None = None
-    ) -> list[tuple[int, int]]:
+    def node_prices(self, session: Session, seqs: Iterable[int] | None = None) -> list[tuple[int, int]]:
         """``(seq, tokens)`` for the given seqs (default: the whole surface, in order)."""
         chosen = list(session.nodes if seqs is None else seqs)
         prices = self.prices_for(session, chosen)
@@ -391,9 +387,7 @@ class Meter(ABC):
         return fold
 
 
-def _fit(
-    first: tuple[int, int, int], last: tuple[int, int, int], records: int, prior: float
-) -> Calibration:
+def _fit(first: tuple[int, int, int], last: tuple[int, int, int], records: int, prior: float) -> Calibration:
     """The line through the first and the latest request (ratio shrunk toward ``prior``, bounded)."""
     first_seq, first_prompt, first_surface = first
     seq, prompt, surface = last
@@ -402,9 +396,7 @@ def _fit(
     ratio = 1.0
     if fitted:
         low, high = RATIO_BOUNDS
-        slope = ((prompt - first_prompt) * grown + RATIO_PRIOR * prior) / (
-            grown * grown + RATIO_PRIOR
-        )
+        slope = ((prompt - first_prompt) * grown + RATIO_PRIOR * prior) / (grown * grown + RATIO_PRIOR)
         ratio = min(high, max(low, slope))
     return Calibration(
         ratio=ratio,
@@ -445,9 +437,7 @@ class HeuristicMeter(Meter):
         if not chars_per_token > 0:
             from compaction.errors import CompactionConfigError
 
-            raise CompactionConfigError(
-                f"chars_per_token must be a positive number; got {chars_per_token!r}"
-            )
+            raise CompactionConfigError(f"chars_per_token must be a positive number; got {chars_per_token!r}")
         super().__init__()
         self.chars_per_token = chars_per_token
 

@@ -40,9 +40,7 @@ class PruneConfig:
             )
         for name, value in (("headChars", self.head_chars), ("tailChars", self.tail_chars)):
             if not _is_int(value) or value < 0:
-                raise CompactionConfigError(
-                    f"{NAME}: {name} ({value!r}) must be a non-negative integer"
-                )
+                raise CompactionConfigError(f"{NAME}: {name} ({value!r}) must be a non-negative integer")
         total = self.head_chars + len(MARKER) + self.tail_chars
         if total > self.threshold_chars:
             raise CompactionConfigError(
@@ -90,9 +88,7 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def prune_content(
-    blocks: tuple[ResultPart, ...], config: PruneConfig
-) -> tuple[ResultPart, ...] | None:
+def prune_content(blocks: tuple[ResultPart, ...], config: PruneConfig) -> tuple[ResultPart, ...] | None:
     """The pruned content, or None when its text fits ``threshold_chars``."""
     total = sum(len(b.text) for b in blocks if isinstance(b, TextBlock))
     if total <= config.threshold_chars:

@@ -154,9 +154,7 @@ def span_for(session: Session, start: int, end: int, *, keep_first_user: bool = 
     surface = session.surface
     first = surface.position(start)
     if first is None:
-        raise SpanError(
-            f"compactRegion: start seq {start} not found in surface (session {session.id})"
-        )
+        raise SpanError(f"compactRegion: start seq {start} not found in surface (session {session.id})")
     last = surface.position(end)
     if last is None:
         raise SpanError(f"compactRegion: end seq {end} not found in surface (session {session.id})")

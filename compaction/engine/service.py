@@ -196,9 +196,7 @@ class CompactionEngine(CompactService):
             )
         return list(report.compactions)
 
-    async def compact_to_fit(
-        self, session: Session, *, store: SessionStore | None = None
-    ) -> FitReport:
+    async def compact_to_fit(self, session: Session, *, store: SessionStore | None = None) -> FitReport:
         """Offline compaction between turns (the CLI): standalone brackets until the request total
         is under the threshold or nothing more can be compacted, then where it ended and why.
 
@@ -267,7 +265,9 @@ class CompactionEngine(CompactService):
         status: FitStatus = (
             "under_threshold"
             if total < threshold
-            else "above_threshold" if total < window else "above_window"
+            else "above_threshold"
+            if total < window
+            else "above_window"
         )
         shortfall = None
         if status != "under_threshold":
@@ -280,8 +280,7 @@ class CompactionEngine(CompactService):
                 limit_text=(
                     f"the context window ({window:,})"
                     if above_window
-                    else f"the threshold ({threshold:,} = {self.config.threshold_ratio:g} x "
-                    f"{window:,})"
+                    else f"the threshold ({threshold:,} = {self.config.threshold_ratio:g} x {window:,})"
                 ),
                 retained=retained,
                 failure=failure,
@@ -305,9 +304,7 @@ class CompactionEngine(CompactService):
         assert self.pruner is not None
         report = prune_session(session, self.meter, self.pruner, store=store)
         if report.pruned:
-            log.info(
-                "pruned %d tool results (%d chars removed)", len(report.pruned), report.chars_removed
-            )
+            log.info("pruned %d tool results (%d chars removed)", len(report.pruned), report.chars_removed)
         return bool(report.pruned)
 
     async def _overflow(self, session: Session, store: SessionStore | None) -> CompactionResult | None:
@@ -365,9 +362,7 @@ class CompactionEngine(CompactService):
     ) -> CompactionResult:
         lock = self._lock_free("compaction", session)
         if manual and session.open_turn is not None:
-            raise BusyError(
-                f"manual compaction: the session already has an open turn ({session.open_turn})"
-            )
+            raise BusyError(f"manual compaction: the session already has an open turn ({session.open_turn})")
         if not manual and session.open_turn is None:
             raise SpanError(
                 "compactRegion: no open turn — automatic compaction events must be enclosed in a turn"

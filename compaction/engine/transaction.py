@@ -135,8 +135,7 @@ class Transaction:
             except Exception as close_error:  # cancellation wins; the unclosed start is kept
                 self._hold(start, f"cancelled: {reason}", close_error)
                 log.error(
-                    "compaction %s was cancelled and its compact/start (seq %d) could not be "
-                    "closed: %s",
+                    "compaction %s was cancelled and its compact/start (seq %d) could not be closed: %s",
                     start.compaction_id,
                     start.seq,
                     error_chain(close_error),
@@ -415,9 +414,7 @@ class Transaction:
     def _check_stable(self, session: Session, captured: tuple[int, ...]) -> None:
         if self.stability == "whole-surface":
             if tuple(session.nodes) != captured:
-                raise SurfaceChangedError(
-                    "compaction: session surface changed during summarization"
-                )
+                raise SurfaceChangedError("compaction: session surface changed during summarization")
             return
         try:
             span = span_for(
@@ -452,9 +449,7 @@ class Transaction:
             except ConcurrencyError as e:
                 session.rollback(mark)
                 if attempt == 2:
-                    raise CommitError(
-                        f"compaction: commit conflicted twice in session {session.id}"
-                    ) from e
+                    raise CommitError(f"compaction: commit conflicted twice in session {session.id}") from e
                 self._refresh_for_commit(start, captured)
                 continue
             except StoreError as e:
@@ -645,9 +640,7 @@ def _commit_events(
     ]
 
 
-def _result(
-    start: CompactStart, events: list[SessionEvent], summary: CompactSummary
-) -> CompactionResult:
+def _result(start: CompactStart, events: list[SessionEvent], summary: CompactSummary) -> CompactionResult:
     summary_event, replacement, end = events
     return CompactionResult(
         compaction_id=start.compaction_id,

@@ -26,71 +26,73 @@ from types import MappingProxyType
 from compaction.errors import CompactionConfigError
 from compaction.sessions.events import RequestHeader
 
-KNOWN_WINDOWS: Mapping[str, int] = MappingProxyType({
-    # Anthropic Claude: 200k since Claude 3 (the 1M Sonnet window is an opt-in beta)
-    "claude": 200_000,
-    "claude-2": 100_000,
-    "claude-instant": 100_000,
-    # OpenAI
-    "gpt-3.5-turbo": 16_385,
-    "gpt-4": 8_192,
-    "gpt-4-32k": 32_768,
-    "gpt-4-turbo": 128_000,
-    "gpt-4-1106": 128_000,
-    "gpt-4-0125": 128_000,
-    "gpt-4o": 128_000,
-    "gpt-4.1": 1_047_576,
-    "gpt-4.5": 128_000,
-    "gpt-5": 272_000,
-    "gpt-oss": 131_072,
-    "o1": 200_000,
-    "o1-mini": 128_000,
-    "o3": 200_000,
-    "o4-mini": 200_000,
-    "codex-mini": 200_000,
-    # Google Gemini
-    "gemini": 1_048_576,
-    "gemini-pro": 32_760,
-    "gemini-1.0": 32_760,
-    "gemini-1.5-pro": 2_097_152,
-    # DeepSeek (API and open weights)
-    "deepseek": 128_000,
-    "deepseek-coder": 16_384,
-    "deepseek-coder-v2": 128_000,
-    # Qwen (native windows; YaRN extensions are a deployment choice)
-    "qwen": 32_768,
-    "qwen-plus": 131_072,
-    "qwen-turbo": 1_000_000,
-    "qwen-long": 10_000_000,
-    "qwen2.5-1m": 1_010_000,
-    "qwen3-coder": 262_144,
-    "qwq": 131_072,
-    # Meta Llama
-    "llama": 4_096,
-    "llama-3": 8_192,
-    "llama-3.1": 131_072,
-    "llama-3.2": 131_072,
-    "llama-3.3": 131_072,
-    "llama-4": 1_048_576,
-    "codellama": 16_384,
-    # Mistral
-    "mistral": 32_768,
-    "mistral-large": 131_072,
-    "mistral-medium": 131_072,
-    "mistral-small": 131_072,
-    "mistral-nemo": 131_072,
-    "open-mistral-nemo": 131_072,
-    "open-mistral-7b": 32_768,
-    "open-mixtral-8x7b": 32_768,
-    "open-mixtral-8x22b": 65_536,
-    "mixtral-8x7b": 32_768,
-    "mixtral-8x22b": 65_536,
-    "codestral": 256_000,
-    "devstral": 131_072,
-    "ministral": 131_072,
-    "magistral": 40_000,
-    "pixtral": 131_072,
-})
+KNOWN_WINDOWS: Mapping[str, int] = MappingProxyType(
+    {
+        # Anthropic Claude: 200k since Claude 3 (the 1M Sonnet window is an opt-in beta)
+        "claude": 200_000,
+        "claude-2": 100_000,
+        "claude-instant": 100_000,
+        # OpenAI
+        "gpt-3.5-turbo": 16_385,
+        "gpt-4": 8_192,
+        "gpt-4-32k": 32_768,
+        "gpt-4-turbo": 128_000,
+        "gpt-4-1106": 128_000,
+        "gpt-4-0125": 128_000,
+        "gpt-4o": 128_000,
+        "gpt-4.1": 1_047_576,
+        "gpt-4.5": 128_000,
+        "gpt-5": 272_000,
+        "gpt-oss": 131_072,
+        "o1": 200_000,
+        "o1-mini": 128_000,
+        "o3": 200_000,
+        "o4-mini": 200_000,
+        "codex-mini": 200_000,
+        # Google Gemini
+        "gemini": 1_048_576,
+        "gemini-pro": 32_760,
+        "gemini-1.0": 32_760,
+        "gemini-1.5-pro": 2_097_152,
+        # DeepSeek (API and open weights)
+        "deepseek": 128_000,
+        "deepseek-coder": 16_384,
+        "deepseek-coder-v2": 128_000,
+        # Qwen (native windows; YaRN extensions are a deployment choice)
+        "qwen": 32_768,
+        "qwen-plus": 131_072,
+        "qwen-turbo": 1_000_000,
+        "qwen-long": 10_000_000,
+        "qwen2.5-1m": 1_010_000,
+        "qwen3-coder": 262_144,
+        "qwq": 131_072,
+        # Meta Llama
+        "llama": 4_096,
+        "llama-3": 8_192,
+        "llama-3.1": 131_072,
+        "llama-3.2": 131_072,
+        "llama-3.3": 131_072,
+        "llama-4": 1_048_576,
+        "codellama": 16_384,
+        # Mistral
+        "mistral": 32_768,
+        "mistral-large": 131_072,
+        "mistral-medium": 131_072,
+        "mistral-small": 131_072,
+        "mistral-nemo": 131_072,
+        "open-mistral-nemo": 131_072,
+        "open-mistral-7b": 32_768,
+        "open-mixtral-8x7b": 32_768,
+        "open-mixtral-8x22b": 65_536,
+        "mixtral-8x7b": 32_768,
+        "mixtral-8x22b": 65_536,
+        "codestral": 256_000,
+        "devstral": 131_072,
+        "ministral": 131_072,
+        "magistral": 40_000,
+        "pixtral": 131_072,
+    }
+)
 """Model-name prefix (normalised, see :func:`normalise`) -> context window in tokens."""
 
 _VENDOR = re.compile(r"^(?:[a-z]{2}\.)?(?:anthropic|meta|mistral|amazon|deepseek|qwen|google)\.")
@@ -153,9 +155,7 @@ class WindowTable:
 DEFAULT_WINDOWS = WindowTable()
 
 
-def header_window(
-    header: RequestHeader | None, table: WindowTable | None = None
-) -> tuple[int, str] | None:
+def header_window(header: RequestHeader | None, table: WindowTable | None = None) -> tuple[int, str] | None:
     """The context window a session's latest ``request/header`` gives, and where it comes from:
     the window recorded on it, else the known window of its model (``table``, default
     :data:`KNOWN_WINDOWS`); None when neither says."""

@@ -83,9 +83,7 @@ class Gaps:
     errors: tuple[ErrorFact, ...] = ()
 
     def __bool__(self) -> bool:
-        return bool(
-            self.sections or self.identifiers or self.user_asks or self.open_tasks or self.errors
-        )
+        return bool(self.sections or self.identifiers or self.user_asks or self.open_tasks or self.errors)
 
 
 @dataclass(frozen=True)
@@ -239,9 +237,7 @@ def _call_line(lines: Sequence[tuple[ErrorFact, int]], commands: Container[str] 
         where = f"{first.tool} {_code(first.command)}"
     else:
         where = f"{first.tool}: {clip(first.command, ERROR_COMMAND_CHARS)}"
-    said = [
-        f"{clip(e.first_line)}{f' ×{times}' if times > 1 else ''} ({_state(e)})" for e, times in lines
-    ]
+    said = [f"{clip(e.first_line)}{f' ×{times}' if times > 1 else ''} ({_state(e)})" for e, times in lines]
     return f"{where} -> " + "; ".join(said)
 
 
@@ -621,9 +617,7 @@ def appendix_budget(facts: SpanFacts) -> int:
     return max(MIN_APPENDIX_CHARS, int(APPENDIX_SHARE * facts.chars))
 
 
-def gate_needs(
-    text: str, counted: Identifiers, required_ratio: float, *, require_sections: bool
-) -> Needs:
+def gate_needs(text: str, counted: Identifiers, required_ratio: float, *, require_sections: bool) -> Needs:
     """What the gate needs added to ``text``: its missing sections (when required) and the first
     missing counted identifiers, as many as lift it to ``required_ratio``."""
     wanted = counted.all()

@@ -1015,9 +1015,7 @@ def created_task_id(result: ToolResultBlock | None) -> str | None:
 
 def _files(steps: list[_Step]) -> tuple[list[str], list[str], list[str]]:
     return files_of(
-        file_action(step.call, step.result)
-        for step in steps
-        if step.result is not None and not step.failed
+        file_action(step.call, step.result) for step in steps if step.result is not None and not step.failed
     )
 
 

@@ -378,15 +378,30 @@ class FactsFold(SurfaceFold):
 
     def encode(self) -> bytes:
         state = FactsState(
-            self.generation, self.begin, self.begin_seq, self.stop, self.last_seq, self.halt_at,
-            self.first_call_at, self.awaits_reply,
-            self.char_at.tobytes(), self.char_sum.tobytes(),
-            self.asks, self.slash, self.context, self.interrupts.tobytes(), self.agent_at.tobytes(),
-            self.intents, list(self.names),
+            self.generation,
+            self.begin,
+            self.begin_seq,
+            self.stop,
+            self.last_seq,
+            self.halt_at,
+            self.first_call_at,
+            self.awaits_reply,
+            self.char_at.tobytes(),
+            self.char_sum.tobytes(),
+            self.asks,
+            self.slash,
+            self.context,
+            self.interrupts.tobytes(),
+            self.agent_at.tobytes(),
+            self.intents,
+            list(self.names),
             [a.tobytes() for a in self._step_arrays()],
             [(id_, step, key) for id_, (step, key) in self.pending.items()],
             [(step, f.key, f.line, f.fixed_at) for step, f in self.failures.items()],
-            self.feedback, self.todos, self.files, self.opaque,
+            self.feedback,
+            self.todos,
+            self.files,
+            self.opaque,
         )
         return _ENCODER.encode(state)
 
@@ -443,4 +458,3 @@ def folded_facts(session: Session, shadowed: tuple[int, ...]) -> SpanFacts | Non
         return None
     stop = fold.span_stop(session, shadowed)
     return None if stop is None else fold.facts(session, stop, identifiers)
-

@@ -159,7 +159,12 @@ class IdentifierFold(SurfaceFold):
     def encode(self) -> bytes:
         first_seen = [list(seen.items()) for seen in self.first_seen]
         state = FoldState(
-            self.generation, self.begin, self.begin_seq, self.stop, self.last_seq, self.halt_at,
+            self.generation,
+            self.begin,
+            self.begin_seq,
+            self.stop,
+            self.last_seq,
+            self.halt_at,
             first_seen,
         )
         return _ENCODER.encode(state)

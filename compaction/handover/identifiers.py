@@ -29,9 +29,7 @@ ERROR_LINE_RE = re.compile(
     r"^[^\S\n]*(?:E[^\S\n]+)?([A-Z][A-Za-z0-9]*(?:Error|Exception)(?::[^\n]{0,140})?)[^\S\n]*$",
     re.MULTILINE,
 )
-ID_RE = re.compile(
-    r"\b(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{12,40})\b"
-)
+ID_RE = re.compile(r"\b(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{12,40})\b")
 # Faster equivalents, the same matches in the same order (tests/compaction/test_fact_caches.py checks
 # them against the patterns above): an error name is found from its suffix and extended back over
 # its word; a path is searched for only inside a run of path characters that holds a slash.
@@ -84,7 +82,11 @@ def extract(messages: Iterable[Message]) -> Identifiers:
 def _union(messages: Iterable[Message]) -> Identifiers:
     found = Identifiers()
     paths, commands, errors, lines, ids = (
-        found.paths, found.commands, found.errors, found.error_lines, found.ids,
+        found.paths,
+        found.commands,
+        found.errors,
+        found.error_lines,
+        found.ids,
     )
     analysis = active_analysis()
     found_kinds = _kinds_of if analysis is None else functools.partial(analysis.kinds.get, compute=_kinds_of)
@@ -300,4 +302,3 @@ def whole_words(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return word_head(text, limit).removesuffix(" " + ELLIPSIS)
-

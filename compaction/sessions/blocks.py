@@ -17,6 +17,7 @@ import msgspec
 # numbers, ``None`` and tuples of these same Structs; a tuple is built before the Struct that holds
 # it, so it cannot hold that Struct, and no field holds a mutable container that could come to.
 
+
 class TextBlock(msgspec.Struct, frozen=True, gc=False, tag="text", tag_field="type"):
     text: str
 

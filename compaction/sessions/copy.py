@@ -56,9 +56,7 @@ def copy_sessions(
     progress: Progress | None = None,
     batch: int = BATCH,
 ) -> list[CopyReport]:
-    return [
-        copy_session(source, target, sid, progress=progress, batch=batch) for sid in session_ids
-    ]
+    return [copy_session(source, target, sid, progress=progress, batch=batch) for sid in session_ids]
 
 
 def copy_session(
@@ -109,7 +107,5 @@ def copy_session(
     verified = len(copied_session) == len(events) and actual == expected
     if verified and copied and len(copied_session) >= home.snapshot_interval > 0:
         home.take_session_snapshot(copied_session)  # loads in the target stay cheap
-    detail = (
-        "" if verified else f"target has {len(copied_session)} events, surface hash {actual[:12]}"
-    )
+    detail = "" if verified else f"target has {len(copied_session)} events, surface hash {actual[:12]}"
     return CopyReport(session_id, len(events), copied, expected, verified, status, detail)

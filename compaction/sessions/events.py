@@ -89,12 +89,7 @@ class Usage(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
 
     @property
     def total(self) -> int:
-        return (
-            self.input_tokens
-            + self.cache_read_tokens
-            + self.cache_write_tokens
-            + self.output_tokens
-        )
+        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens + self.output_tokens
 
 
 class AssistantMessage(SessionEvent, frozen=True, gc=False, kw_only=True):

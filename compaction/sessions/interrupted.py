@@ -153,8 +153,13 @@ def turn_closers(
     for pending in opened.pending.values():
         closers.append(
             interrupted_result(
-                turn, pending.step, pending.call_id, pending.call_seq, seq + len(closers),
-                time=time, stamp=True,
+                turn,
+                pending.step,
+                pending.call_id,
+                pending.call_seq,
+                seq + len(closers),
+                time=time,
+                stamp=True,
             )
         )
     if opened.step is not None:

@@ -104,18 +104,14 @@ class SessionMapper(Mapper[UUID]):
             topic, state = SNAPSHOT_TOPIC, _SNAPSHOT_ENCODER.encode(domain_event.snapshot)
         else:
             raise StoreError(f"cannot store {type(domain_event).__qualname__}: not a session event")
-        return self._stored(
-            domain_event.originator_id, domain_event.originator_version, topic, state
-        )
+        return self._stored(domain_event.originator_id, domain_event.originator_version, topic, state)
 
     def _stored(self, originator_id: UUID, version: int, topic: str, state: bytes) -> StoredEvent:
         if self.compressor:
             state = self.compressor.compress(state)
         if self.cipher:
             state = self.cipher.encrypt(state)
-        return StoredEvent(
-            originator_id=originator_id, originator_version=version, topic=topic, state=state
-        )
+        return StoredEvent(originator_id=originator_id, originator_version=version, topic=topic, state=state)
 
     def _state(self, state: bytes) -> bytes:
         if self.cipher:
@@ -125,13 +121,9 @@ class SessionMapper(Mapper[UUID]):
         return state
 
     def decode_event(self, stored: StoredEvent) -> SessionEvent:
-        return self.decode_row(
-            stored.originator_id, stored.originator_version, stored.topic, stored.state
-        )
+        return self.decode_row(stored.originator_id, stored.originator_version, stored.topic, stored.state)
 
-    def decode_row(
-        self, originator_id: object, version: int, topic: str, state: bytes
-    ) -> SessionEvent:
+    def decode_row(self, originator_id: object, version: int, topic: str, state: bytes) -> SessionEvent:
         """Decode one stored row of stream ``originator_id`` at position ``version``."""
         decoder = _TYPE_DECODERS.get(topic)
         if decoder is not None and not (self.cipher or self.compressor):  # the hot path
@@ -144,9 +136,7 @@ class SessionMapper(Mapper[UUID]):
                     return event
         return self._decode_row(originator_id, version, topic, state)
 
-    def _decode_row(
-        self, originator_id: object, version: int, topic: str, state: bytes
-    ) -> SessionEvent:
+    def _decode_row(self, originator_id: object, version: int, topic: str, state: bytes) -> SessionEvent:
         def where() -> str:
             return f"session {originator_id} seq {version}"
 
@@ -193,6 +183,4 @@ class SessionMapper(Mapper[UUID]):
                     "has an older layout; reload the session from its events"
                 )
             return SnapshotEnvelope(originator_id, stored_event.originator_version, snapshot)
-        return EventEnvelope(
-            originator_id, stored_event.originator_version, self.decode_event(stored_event)
-        )
+        return EventEnvelope(originator_id, stored_event.originator_version, self.decode_event(stored_event))

@@ -161,13 +161,9 @@ def import_session(path: Path) -> Session:
         if header["version"] >= HASHED_SINCE:
             hashes.append((number, raw))
         if event.time.tzinfo is None:
-            raise _fail(
-                str(path), number, f"time {event.time.isoformat()} has no timezone; expected UTC"
-            )
+            raise _fail(str(path), number, f"time {event.time.isoformat()} has no timezone; expected UTC")
         if event.seq != len(session):
-            raise _fail(
-                str(path), number, f"seq {event.seq} is not contiguous; expected {len(session)}"
-            )
+            raise _fail(str(path), number, f"seq {event.seq} is not contiguous; expected {len(session)}")
         try:
             session.append(event)
         except (EventRuleError, CorruptSurfaceError) as e:
@@ -219,9 +215,7 @@ def _check_hash(path: str, number: int, raw: str, event: SessionEvent) -> None:
     the rest: an edited event that is no longer on the surface (a shadowed one)."""
     recorded = json.loads(raw).get("hash")
     if not isinstance(recorded, str):
-        raise _fail(
-            path, number, f"event seq {event.seq} has no content hash; expected \"hash\": a sha256"
-        )
+        raise _fail(path, number, f'event seq {event.seq} has no content hash; expected "hash": a sha256')
     actual = event_hash(event)
     if recorded != actual:
         raise _fail(
@@ -235,9 +229,7 @@ def _check_hash(path: str, number: int, raw: str, event: SessionEvent) -> None:
 def _verify(path: str, header: dict[str, Any], session: Session) -> None:
     expected = header.get("events")
     if expected is not None and expected != len(session):
-        raise _fail(
-            path, 1, f"the header announces {expected} events but the file holds {len(session)}"
-        )
+        raise _fail(path, 1, f"the header announces {expected} events but the file holds {len(session)}")
     recorded = header.get("surface_hash")
     if recorded and recorded != surface_hash(session):
         raise _fail(path, 1, "the rebuilt surface hash differs from the header's (file altered?)")

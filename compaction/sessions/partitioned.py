@@ -200,9 +200,7 @@ class PartitionedSessionStore:
             session_id, at=at, use_snapshots=use_snapshots, strict_structure=strict_structure
         )
 
-    def load_events(
-        self, session_id: UUID, lo: int = 0, hi: int | None = None
-    ) -> list[SessionEvent]:
+    def load_events(self, session_id: UUID, lo: int = 0, hi: int | None = None) -> list[SessionEvent]:
         return self.partition_for(session_id).load_events(session_id, lo, hi)
 
     def read_rows(self, session_id: UUID, lo: int = 0, hi: int | None = None) -> list[StoredRow]:
@@ -281,8 +279,11 @@ def _existing_partitions(location: StoreLocation) -> set[int]:
     env = location.env
     try:
         with psycopg.connect(
-            dbname=env["POSTGRES_DBNAME"], host=env["POSTGRES_HOST"], port=env["POSTGRES_PORT"],
-            user=env["POSTGRES_USER"], password=env["POSTGRES_PASSWORD"] or None,
+            dbname=env["POSTGRES_DBNAME"],
+            host=env["POSTGRES_HOST"],
+            port=env["POSTGRES_PORT"],
+            user=env["POSTGRES_USER"],
+            password=env["POSTGRES_PASSWORD"] or None,
             connect_timeout=10,
         ) as connection:
             rows = connection.execute(

@@ -57,9 +57,7 @@ class SessionPostgresRecorder(PostgresApplicationRecorder):
             table=Identifier(self.events_table_name),
         )
 
-    def insert_events(
-        self, stored_events: Sequence[StoredEvent], **kwargs: Any
-    ) -> Sequence[int] | None:
+    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int] | None:
         if self.datastore.enable_db_functions or self.datastore.originator_id_type != "uuid":
             stock: Sequence[int] | None = super().insert_events(stored_events, **kwargs)
             return stock

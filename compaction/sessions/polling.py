@@ -61,7 +61,9 @@ class PollingSubscription(Subscription[ApplicationRecorder]):
 
     def _select(self) -> Sequence[Notification]:
         return self._recorder.select_notifications(
-            start=self.position, limit=self.batch_size, topics=self._topics,
+            start=self.position,
+            limit=self.batch_size,
+            topics=self._topics,
             inclusive_of_start=False,
         )
 

@@ -86,9 +86,7 @@ def _save(store: SessionStore, session: Session, attempt: int) -> int:
 
 
 def _retrying(session: Session, error: SaveError, delay: float) -> None:
-    log.warning(
-        "session %s: a save failed (%s); retrying in %.1f s", session.id, error, delay
-    )
+    log.warning("session %s: a save failed (%s); retrying in %.1f s", session.id, error, delay)
 
 
 def _landed(store: SessionStore, session: Session) -> int | None:

@@ -152,9 +152,7 @@ def parse_store_url(url: str, *, create: bool = True) -> StoreLocation:
                 "postgresql://USER@HOST:PORT/DB"
             )
         if port == 0:
-            raise ConfigurationError(
-                f"store URL {_redacted(url)!r}: port 0 is not a port; expected 1..65535"
-            )
+            raise ConfigurationError(f"store URL {_redacted(url)!r}: port 0 is not a port; expected 1..65535")
         env |= {
             "PERSISTENCE_MODULE": "eventsourcing.postgres",
             "POSTGRES_DBNAME": unquote(parsed.path.strip("/")),
@@ -195,8 +193,7 @@ def _sqlite_path(url: str, *, create: bool) -> str:
     path = raw[1:] if raw.startswith("/") else ""
     if not path:
         raise ConfigurationError(
-            f"store URL {url!r} has no database path; expected sqlite:///PATH, for example "
-            f"{DEFAULT_URL}"
+            f"store URL {url!r} has no database path; expected sqlite:///PATH, for example {DEFAULT_URL}"
         )
     if path == ":memory:":
         return path
@@ -220,33 +217,36 @@ def _sqlite_path(url: str, *, create: bool) -> str:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ConfigurationError(
-            f"store URL {url!r}: cannot create the folder {str(folder)!r} for the database: "
-            f"{e.strerror or e}"
+            f"store URL {url!r}: cannot create the folder {str(folder)!r} for the database: {e.strerror or e}"
         ) from e
     return path
 
 
 # URL query parameter -> eventsourcing setting (POSTGRES_STATEMENT_TIMEOUT is this library's),
 # with the type its value must have.
-POSTGRES_PARAMETERS: Mapping[str, tuple[str, type]] = MappingProxyType({
-    "connect_timeout": ("POSTGRES_CONNECT_TIMEOUT", int),
-    "lock_timeout": ("POSTGRES_LOCK_TIMEOUT", int),
-    "statement_timeout": ("POSTGRES_STATEMENT_TIMEOUT", float),
-    "idle_in_transaction_session_timeout": ("POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT", int),
-    "pool_size": ("POSTGRES_POOL_SIZE", int),
-    "max_overflow": ("POSTGRES_MAX_OVERFLOW", int),
-    "max_waiting": ("POSTGRES_MAX_WAITING", int),
-    "conn_max_age": ("POSTGRES_CONN_MAX_AGE", float),
-    "pre_ping": ("POSTGRES_PRE_PING", bool),
-    "schema": ("POSTGRES_SCHEMA", str),
-    "enable_db_functions": ("POSTGRES_ENABLE_DB_FUNCTIONS", bool),
-})
-POSTGRES_DEFAULTS: Mapping[str, str] = MappingProxyType({
-    "POSTGRES_POOL_SIZE": "4",
-    "POSTGRES_LOCK_TIMEOUT": "10",
-    "POSTGRES_CONNECT_TIMEOUT": "5",
-    "POSTGRES_STATEMENT_TIMEOUT": "300",
-})
+POSTGRES_PARAMETERS: Mapping[str, tuple[str, type]] = MappingProxyType(
+    {
+        "connect_timeout": ("POSTGRES_CONNECT_TIMEOUT", int),
+        "lock_timeout": ("POSTGRES_LOCK_TIMEOUT", int),
+        "statement_timeout": ("POSTGRES_STATEMENT_TIMEOUT", float),
+        "idle_in_transaction_session_timeout": ("POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT", int),
+        "pool_size": ("POSTGRES_POOL_SIZE", int),
+        "max_overflow": ("POSTGRES_MAX_OVERFLOW", int),
+        "max_waiting": ("POSTGRES_MAX_WAITING", int),
+        "conn_max_age": ("POSTGRES_CONN_MAX_AGE", float),
+        "pre_ping": ("POSTGRES_PRE_PING", bool),
+        "schema": ("POSTGRES_SCHEMA", str),
+        "enable_db_functions": ("POSTGRES_ENABLE_DB_FUNCTIONS", bool),
+    }
+)
+POSTGRES_DEFAULTS: Mapping[str, str] = MappingProxyType(
+    {
+        "POSTGRES_POOL_SIZE": "4",
+        "POSTGRES_LOCK_TIMEOUT": "10",
+        "POSTGRES_CONNECT_TIMEOUT": "5",
+        "POSTGRES_STATEMENT_TIMEOUT": "300",
+    }
+)
 _BOOLEANS = ("y", "yes", "t", "true", "on", "1", "n", "no", "f", "false", "off", "0")
 
 
@@ -313,9 +313,7 @@ class SessionApplication(Application[UUID]):
 
     def construct_mapper(self) -> Mapper[UUID]:
         # Through the factory, so COMPRESSOR_TOPIC and CIPHER_TOPIC settings take effect.
-        return self.factory.mapper(
-            transcoder=self.construct_transcoder(), mapper_class=SessionMapper
-        )
+        return self.factory.mapper(transcoder=self.construct_transcoder(), mapper_class=SessionMapper)
 
 
 class StoredNotification(msgspec.Struct, frozen=True):
@@ -712,9 +710,7 @@ class SessionStore:
             )
         return session
 
-    def _load(
-        self, session_id: UUID, at: int | None, use_snapshots: bool, strict_structure: bool
-    ) -> Session:
+    def _load(self, session_id: UUID, at: int | None, use_snapshots: bool, strict_structure: bool) -> Session:
         snapshot = self._latest_snapshot(session_id, at) if use_snapshots else None
         if snapshot is not None:
             session = self._from_snapshot(session_id, snapshot, at, strict_structure)
@@ -781,9 +777,7 @@ class SessionStore:
         if table is None:  # memory://
             return len(recorder.select_events(session_id, lte=below - 1))
         if isinstance(recorder, SQLiteAggregateRecorder):
-            statement = (
-                f"SELECT COUNT(*) FROM {table} WHERE originator_id=? AND originator_version<?"
-            )
+            statement = f"SELECT COUNT(*) FROM {table} WHERE originator_id=? AND originator_version<?"
             with recorder.datastore.transaction(commit=False) as cursor:
                 cursor.sqlite_cursor.row_factory = None
                 cursor.execute(statement, (session_id.hex, below))
@@ -935,8 +929,7 @@ def _sqlite_rows(
     """Plain tuples straight from sqlite3: the stock ``select_events`` builds a ``sqlite3.Row``,
     a ``StoredEvent`` and a ``UUID`` per row, which costs more than decoding the payload."""
     statement = (
-        "SELECT originator_version, topic, state FROM "
-        f"{recorder.events_table_name} WHERE originator_id=? "
+        f"SELECT originator_version, topic, state FROM {recorder.events_table_name} WHERE originator_id=? "
     )
     params: list[object] = [session_id.hex]
     if gt is not None:
@@ -970,9 +963,7 @@ def _notification_rows(recorder: ApplicationRecorder, after: int, limit: int) ->
     return [(n.id, n.originator_id, n.originator_version, n.topic, n.state) for n in found]
 
 
-def _sqlite_notifications(
-    recorder: SQLiteApplicationRecorder, after: int, limit: int
-) -> list[_Notified]:
+def _sqlite_notifications(recorder: SQLiteApplicationRecorder, after: int, limit: int) -> list[_Notified]:
     statement = (
         "SELECT rowid, originator_id, originator_version, topic, state "
         f"FROM {recorder.events_table_name} WHERE rowid > ? ORDER BY rowid LIMIT ?"
@@ -1074,8 +1065,11 @@ def _probe_postgres(display: str, env: Mapping[str, str]) -> None:
     try:
         timeout = max(1, int(env.get("POSTGRES_CONNECT_TIMEOUT") or 5))
         connection = psycopg.connect(
-            dbname=env["POSTGRES_DBNAME"], host=env["POSTGRES_HOST"], port=env["POSTGRES_PORT"],
-            user=env["POSTGRES_USER"], password=env.get("POSTGRES_PASSWORD") or None,
+            dbname=env["POSTGRES_DBNAME"],
+            host=env["POSTGRES_HOST"],
+            port=env["POSTGRES_PORT"],
+            user=env["POSTGRES_USER"],
+            password=env.get("POSTGRES_PASSWORD") or None,
             connect_timeout=timeout,
         )
     except psycopg.Error as e:

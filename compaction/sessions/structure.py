@@ -77,8 +77,7 @@ class Structure:
             if event.step != self.next_step:
                 _fail(
                     seq,
-                    f"step/start expected step {self.next_step} in turn {event.turn}, "
-                    f"got {event.step}",
+                    f"step/start expected step {self.next_step} in turn {event.turn}, got {event.step}",
                 )
         elif isinstance(event, (StepEnd, AssistantChunk, AssistantMessage, ToolCall)):
             self._require_step(event.TYPE, seq, event.turn, event.step)
@@ -87,8 +86,7 @@ class Structure:
         elif isinstance(event, RequestHeader) and self.open_turn is None:
             _fail(
                 seq,
-                "request/header appended outside any open turn (core execution events must be "
-                "turn-enclosed)",
+                "request/header appended outside any open turn (core execution events must be turn-enclosed)",
             )
 
     def _check_tool_result(self, event: ToolResult) -> None:

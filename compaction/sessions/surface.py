@@ -139,9 +139,7 @@ class Surface:
     # ------------------------------------------------------------ state
 
     @classmethod
-    def restore(
-        cls, nodes: Sequence[int], deltas: Sequence[int], generation: int, length: int
-    ) -> Surface:
+    def restore(cls, nodes: Sequence[int], deltas: Sequence[int], generation: int, length: int) -> Surface:
         return cls.adopt(packed(NODE_CODE, nodes), packed(DELTA_CODE, deltas), generation, length)
 
     @classmethod
@@ -266,23 +264,28 @@ class Surface:
         i = self.position(op.start)
         if i is None:
             raise SurfaceRuleError(
-                "replace-range", seq,
+                "replace-range",
+                seq,
                 f"surface replace: start seq {op.start} not found in surface (event seq {seq})",
                 start=op.start,
             )
         j = self.position(op.end)
         if j is None:
             raise SurfaceRuleError(
-                "replace-range", seq,
+                "replace-range",
+                seq,
                 f"surface replace: end seq {op.end} not found in surface (event seq {seq})",
                 end=op.end,
             )
         if i > j:
             raise SurfaceRuleError(
-                "replace-range", seq,
-                f"surface replace: start seq {op.start} (index {i}) is after end seq {op.end} "
-                f"(index {j})",
-                start=op.start, end=op.end, start_index=i, end_index=j,
+                "replace-range",
+                seq,
+                f"surface replace: start seq {op.start} (index {i}) is after end seq {op.end} (index {j})",
+                start=op.start,
+                end=op.end,
+                start_index=i,
+                end_index=j,
             )
         return i, j
 
@@ -350,15 +353,16 @@ class Surface:
 def _check_log_only(event: SessionEvent) -> None:
     if event.surface_op is not None:
         raise SurfaceRuleError(
-            "eligibility", event.seq,
+            "eligibility",
+            event.seq,
             f'session event "{event.TYPE}" is not surface-eligible and cannot carry surfaceOp',
             event_type=event.TYPE,
         )
     if event.source_event_seqs is not None:
         raise SurfaceRuleError(
-            "eligibility", event.seq,
-            f'session event "{event.TYPE}" is not surface-eligible and cannot carry '
-            "sourceEventSeqs",
+            "eligibility",
+            event.seq,
+            f'session event "{event.TYPE}" is not surface-eligible and cannot carry sourceEventSeqs',
             event_type=event.TYPE,
         )
 
@@ -380,9 +384,9 @@ def _check_provenance(event: SessionEvent, shadowed: tuple[int, ...]) -> None:
         )
     if not sources and event.TYPE != "assistant/message":
         raise SurfaceRuleError(
-            "provenance", seq,
-            f"sourceEventSeqs must not be empty except on assistant/message (seq {seq}, "
-            f'type "{event.TYPE}")',
+            "provenance",
+            seq,
+            f'sourceEventSeqs must not be empty except on assistant/message (seq {seq}, type "{event.TYPE}")',
         )
     if _plain_seqs(sources, seq):  # the common case, checked at C speed
         absent = set(shadowed).difference(sources) if shadowed else set()
@@ -393,20 +397,23 @@ def _check_provenance(event: SessionEvent, shadowed: tuple[int, ...]) -> None:
     for value in sources:
         if not _is_seq(value):
             raise SurfaceRuleError(
-                "provenance", seq,
+                "provenance",
+                seq,
                 f'session event "{event.TYPE}" sourceEventSeqs must densely contain non-negative '
                 f"safe integers; found {value!r} at seq {seq}",
                 value=value,
             )
         if value in seen:
             raise SurfaceRuleError(
-                "provenance", seq,
+                "provenance",
+                seq,
                 f"sourceEventSeqs must not contain duplicates; {value} repeats at seq {seq}",
                 value=value,
             )
         if value >= seq:
             raise SurfaceRuleError(
-                "provenance", seq,
+                "provenance",
+                seq,
                 f"sourceEventSeqs must reference earlier events: {value} >= current seq {seq}",
                 value=value,
             )
@@ -433,7 +440,8 @@ def _is_seq(value: object) -> bool:
 
 def _missing(seq: int, missing: tuple[int, ...]) -> None:
     raise SurfaceRuleError(
-        "provenance", seq,
+        "provenance",
+        seq,
         "surface replace: sourceEventSeqs must include every shadowed surface node; missing "
         + ", ".join(map(str, missing))
         + f" (event seq {seq})",
@@ -441,13 +449,12 @@ def _missing(seq: int, missing: tuple[int, ...]) -> None:
     )
 
 
-def _check_tool_result_rewrite(
-    event: ToolResult, shadowed: tuple[int, ...], lookup: EventLookup
-) -> None:
+def _check_tool_result_rewrite(event: ToolResult, shadowed: tuple[int, ...], lookup: EventLookup) -> None:
     seq = event.seq
     if len(shadowed) != 1:
         raise SurfaceRuleError(
-            "tool-result-rewrite", seq,
+            "tool-result-rewrite",
+            seq,
             "tool/result surface replacement must rewrite exactly one current node; it shadows "
             f"{len(shadowed)} (seqs {', '.join(map(str, shadowed))})",
             shadowed=list(shadowed),
@@ -455,14 +462,16 @@ def _check_tool_result_rewrite(
     original = lookup(shadowed[0])
     if not isinstance(original, ToolResult):
         raise SurfaceRuleError(
-            "tool-result-rewrite", seq,
+            "tool-result-rewrite",
+            seq,
             f"tool/result surface replacement must target a current tool/result; seq "
             f"{shadowed[0]} is {original.TYPE}",
             target=shadowed[0],
         )
     if _blank_content(event) != _blank_content(original):
         raise SurfaceRuleError(
-            "tool-result-rewrite", seq,
+            "tool-result-rewrite",
+            seq,
             f"tool/result surface replacement may change only content (replacing seq "
             f"{shadowed[0]} at seq {seq}: turn, step, error, meta, message id, role, source, "
             "tool call id and error flag must stay identical)",
@@ -554,10 +563,7 @@ def _check_tool_result(event: SessionEvent, message: Message) -> None:
 
 def _shape(event: SessionEvent, rule_text: str, expected: object, found: object) -> NoReturn:
     """``session event at seq <s> <rule_text>`` (the reference's text), then type and values."""
-    text = (
-        f"session event at seq {event.seq} {rule_text} ({event.TYPE}: expected {expected}, "
-        f"found {found})"
-    )
+    text = f"session event at seq {event.seq} {rule_text} ({event.TYPE}: expected {expected}, found {found})"
     raise MessageShapeError(
         "message-shape", event.seq, text, event_type=event.TYPE, expected=expected, found=found
     )

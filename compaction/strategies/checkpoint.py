@@ -77,9 +77,7 @@ def render_checkpoint(pad: Scratchpad, next_instruction: str, compactions: int) 
 
 
 def _value(value: Any) -> str:
-    return (
-        value if isinstance(value, str) else json.dumps(value, sort_keys=True, ensure_ascii=False)
-    )
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 
 class _ScratchpadRenderer(Summarizer):
@@ -100,9 +98,7 @@ class CheckpointCompactService(CompactService):
         base = config or BasicConfig()
         # The rebuild keeps decisions and drops evidence by design: the summary gates do not apply,
         # and nothing is completed from the evidence.
-        self.config = replace(
-            base, min_identifier_ratio=0.0, require_sections=False, completion="off"
-        )
+        self.config = replace(base, min_identifier_ratio=0.0, require_sections=False, completion="off")
         self.meter = meter or HeuristicMeter()
         self.next_instruction = "Continue with the next phase."
         self.unreleased = UnreleasedLeases()  # failed rebuilds whose compact/end was not stored
@@ -112,11 +108,7 @@ class CheckpointCompactService(CompactService):
     ) -> CompactionResult | None:
         """Rebuild only right after a boundary event, never mid-step."""
         last = len(session) - 1
-        if (
-            last < 0
-            or session.event(last).TYPE not in BOUNDARY_TYPES
-            or session.open_step is not None
-        ):
+        if last < 0 or session.event(last).TYPE not in BOUNDARY_TYPES or session.open_step is not None:
             return None
         return await self.compact_now(session, store=store)
 
@@ -194,10 +186,7 @@ class CheckpointCompactService(CompactService):
         nodes = session.nodes
         if position + 1 >= len(nodes):
             return None
-        if (
-            not session.surface.balanced_before(nodes[position + 1])
-            or not session.surface.is_balanced()
-        ):
+        if not session.surface.balanced_before(nodes[position + 1]) or not session.surface.is_balanced():
             raise SpanError(
                 f"checkpoint rebuild: the surface after seq {first} is not tool-pairing balanced "
                 "(a tool call is still waiting for its result)"

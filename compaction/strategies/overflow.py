@@ -42,9 +42,9 @@ class OverflowRecovery:
             config = getattr(service, "config", None)
             max_overflow_retries = getattr(config, "max_overflow_retries", 1)
         self.max_overflow_retries: int = max_overflow_retries
-        self._retries: weakref.WeakKeyDictionary[
-            Session, tuple[tuple[int, int | None], int]
-        ] = weakref.WeakKeyDictionary()
+        self._retries: weakref.WeakKeyDictionary[Session, tuple[tuple[int, int | None], int]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     @staticmethod
     def _anchor(context: StepContext) -> tuple[int, int | None]:
@@ -62,9 +62,7 @@ class OverflowRecovery:
             return False
         count = self._count(context)
         if count >= self.max_overflow_retries:
-            log.warning(
-                "context overflow: %d recovery attempts used; preserving the original error", count
-            )
+            log.warning("context overflow: %d recovery attempts used; preserving the original error", count)
             return False
         generation = session.surface.generation
         try:
@@ -82,9 +80,7 @@ class OverflowRecovery:
                 )
                 self._retries[session] = (self._anchor(context), count + 1)
                 return True
-            log.warning(
-                "context-overflow compaction failed: %s; preserving the original request error", e
-            )
+            log.warning("context-overflow compaction failed: %s; preserving the original request error", e)
             return False
         if session.surface.generation <= generation:
             return False

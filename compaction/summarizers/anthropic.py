@@ -174,8 +174,7 @@ class AnthropicSummarizer(HttpSummarizer):
         self.anthropic_version = anthropic_version
         if self.url.startswith(ANTHROPIC_URL) and self._key is None:
             raise CompactionConfigError(
-                f"AnthropicSummarizer: no API key for {ANTHROPIC_URL}: set "
-                "ANTHROPIC_API_KEY or pass api_key="
+                f"AnthropicSummarizer: no API key for {ANTHROPIC_URL}: set ANTHROPIC_API_KEY or pass api_key="
             )
 
     def payload(self, request: SummaryRequest) -> JSON:

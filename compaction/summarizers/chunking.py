@@ -106,9 +106,7 @@ def framed_partial(output: SummaryOutput, request: SummaryRequest, index: int) -
         id=f"{request.compaction_id}/partial/{index}",
         role="user",
         content=(TextBlock(f"{OPEN_TAG}\n{output.text}\n{CLOSE_TAG}"),),
-        source=Source(
-            kind="plugin", plugin=INSTRUCTION_PLUGIN, compaction_id=request.compaction_id
-        ),
+        source=Source(kind="plugin", plugin=INSTRUCTION_PLUGIN, compaction_id=request.compaction_id),
     )
 
 

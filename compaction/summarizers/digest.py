@@ -226,8 +226,7 @@ def without_harness(text: str) -> str:
 def _condensed_result(block: ToolResultBlock) -> ToolResultBlock:
     error = first_informative_line(result_text(block)) if failed(block) else None
     content = tuple(
-        TextBlock(condense_lines(b.text, error)) if isinstance(b, TextBlock) else b
-        for b in block.content
+        TextBlock(condense_lines(b.text, error)) if isinstance(b, TextBlock) else b for b in block.content
     )
     return msgspec.structs.replace(block, content=content)
 

@@ -270,9 +270,7 @@ def finished_output(
             f"summarization produced no text summary content: {where} finished with "
             f"{result.reason!r} {spent} but no text (reasoning only or an empty reply)"
         )
-    return SummaryOutput(
-        text=text, provider=provider, model=model, max_tokens=max_tokens, usage=result.usage
-    )
+    return SummaryOutput(text=text, provider=provider, model=model, max_tokens=max_tokens, usage=result.usage)
 
 
 # ---------------------------------------------------------------- error classification
@@ -308,9 +306,7 @@ def is_context_length(kind: str, message: str) -> bool:
     return any(pattern in haystack for pattern in _CONTEXT_PATTERNS)
 
 
-def status_error(
-    provider: str, url: str, status: int, body: bytes, key_hint: str
-) -> SummarizerError:
+def status_error(provider: str, url: str, status: int, body: bytes, key_hint: str) -> SummarizerError:
     try:
         kind, message = error_details(msgspec.json.decode(body))
     except msgspec.DecodeError:
@@ -558,9 +554,7 @@ class HttpSummarizer(Summarizer):
     async def summarize(self, request: SummaryRequest) -> SummaryOutput:
         fold = self.new_fold()
         try:
-            async with self._client.stream(
-                self.url, self.payload(request), self.headers()
-            ) as response:
+            async with self._client.stream(self.url, self.payload(request), self.headers()) as response:
                 await self._client.read(self.url, response, fold)
         except SummarizerError as e:
             error = redacted(e, self._key)

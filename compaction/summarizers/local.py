@@ -85,9 +85,7 @@ def checkpoint_grammar(*, bullets: int = 2, bullet_chars: int = 120) -> str:
         )
     optional = " bullet?" * (bullets - 1)
     rules = ["root ::= " + " ".join(f"section{i}" for i in range(len(SECTIONS)))]
-    rules += [
-        f'section{i} ::= "## {name}\\n" bullet{optional} "\\n"' for i, name in enumerate(SECTIONS)
-    ]
+    rules += [f'section{i} ::= "## {name}\\n" bullet{optional} "\\n"' for i, name in enumerate(SECTIONS)]
     rules.append(f'bullet ::= "- " [^\\n]{{1,{bullet_chars}}} "\\n"')
     return "\n".join(rules) + "\n"
 
@@ -100,9 +98,7 @@ class LocalSummarizer(OpenAISummarizer):
         return {**super().headers(), "connection": "close"}
 
 
-def local_estimate(
-    estimate: Callable[[Message], int], ratio: float = LOCAL_TOKEN_RATIO
-) -> ScaledEstimate:
+def local_estimate(estimate: Callable[[Message], int], ratio: float = LOCAL_TOKEN_RATIO) -> ScaledEstimate:
     """``estimate`` scaled to the local model's tokenizer (see :data:`LOCAL_TOKEN_RATIO`): a
     :class:`~compaction.summarizers.digest.ScaledEstimate`, which a digest records by name (the
     meter's and the ratio) so the audit prices its messages the same way."""

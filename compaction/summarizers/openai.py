@@ -117,9 +117,7 @@ class OpenAIStreamFold:
         )
 
     def result(self) -> StreamResult:
-        stop = (
-            "refused" if self._reason == "refusal" else _STOPS.get(self._reason or "", "complete")
-        )
+        stop = "refused" if self._reason == "refusal" else _STOPS.get(self._reason or "", "complete")
         return StreamResult("".join(self._parts), self._model, self._usage, stop, self._reason)
 
 

@@ -74,11 +74,7 @@ def build_openai_payload(
 
 def _empty_assistant(message: JSON) -> bool:
     """A reasoning-only assistant turn renders to no content and no calls; providers reject it."""
-    return (
-        message["role"] == "assistant"
-        and message.get("content") is None
-        and not message.get("tool_calls")
-    )
+    return message["role"] == "assistant" and message.get("content") is None and not message.get("tool_calls")
 
 
 def _openai_tool(name: str, description: str, parameters: dict[str, Any]) -> JSON:

@@ -91,8 +91,7 @@ def decode_event(event: SSEEvent, provider: str) -> dict[str, Any]:
         value = msgspec.json.decode(event.data)
     except msgspec.DecodeError as e:
         raise SummarizerError(
-            f"{provider} stream: expected a JSON object in a {event.event!r} event, got "
-            f"{event.data[:200]!r}",
+            f"{provider} stream: expected a JSON object in a {event.event!r} event, got {event.data[:200]!r}",
             code="protocol",
         ) from e
     if not isinstance(value, dict):

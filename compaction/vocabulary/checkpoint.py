@@ -31,9 +31,7 @@ def checkpoint_message(
 def foreign_checkpoint(compaction_id: str, summary: Message) -> Message:
     """The checkpoint of another harness's compaction: its summary message's id and content as the
     harness wrote them (unframed, so the audit compares them verbatim), our provenance."""
-    return Message(
-        id=summary.id, role="user", content=summary.content, source=_provenance(compaction_id)
-    )
+    return Message(id=summary.id, role="user", content=summary.content, source=_provenance(compaction_id))
 
 
 def _provenance(compaction_id: str, source_command_id: str | None = None) -> Source:

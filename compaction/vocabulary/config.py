@@ -40,37 +40,26 @@ class BasicConfig:
     def __post_init__(self) -> None:
         if self.completion not in COMPLETION_MODES:
             raise CompactionConfigError(
-                f"{NAME}.completion ({self.completion!r}) must be one of "
-                f"{', '.join(COMPLETION_MODES)}"
+                f"{NAME}.completion ({self.completion!r}) must be one of {', '.join(COMPLETION_MODES)}"
             )
         _ratio("threshold_ratio", self.threshold_ratio)
         if self.retain_ratio is not None:
             _ratio("retain_ratio", self.retain_ratio)
         if self.retain_ratio is not None and self.retain_tokens is not None:
-            raise CompactionConfigError(
-                f"{NAME}: retain_ratio and retain_tokens are mutually exclusive"
-            )
+            raise CompactionConfigError(f"{NAME}: retain_ratio and retain_tokens are mutually exclusive")
         _non_negative_int("retain_tokens", self.retain_tokens)
         _non_negative_int("compaction_retries", self.compaction_retries)
         _non_negative_int("max_overflow_retries", self.max_overflow_retries)
         if not _is_int(self.max_tokens) or self.max_tokens <= 0:
-            raise CompactionConfigError(
-                f"{NAME}.max_tokens ({self.max_tokens!r}) must be a positive integer"
-            )
-        if self.context_window is not None and (
-            not _is_int(self.context_window) or self.context_window <= 0
-        ):
+            raise CompactionConfigError(f"{NAME}.max_tokens ({self.max_tokens!r}) must be a positive integer")
+        if self.context_window is not None and (not _is_int(self.context_window) or self.context_window <= 0):
             raise CompactionConfigError(
                 f"{NAME}.context_window ({self.context_window!r}) must be a positive integer"
             )
         for name in ("auto", "keep_first_user_message", "require_sections"):
             if not isinstance(getattr(self, name), bool):
-                raise CompactionConfigError(
-                    f"{NAME}: {name} must be a boolean; got {getattr(self, name)!r}"
-                )
-        if not (
-            _is_number(self.min_identifier_ratio) and 0 <= self.min_identifier_ratio <= 1
-        ):
+                raise CompactionConfigError(f"{NAME}: {name} must be a boolean; got {getattr(self, name)!r}")
+        if not (_is_number(self.min_identifier_ratio) and 0 <= self.min_identifier_ratio <= 1):
             raise CompactionConfigError(
                 f"{NAME}.min_identifier_ratio ({self.min_identifier_ratio!r}) must be a number in [0, 1]"
             )

@@ -79,8 +79,7 @@ SQL_TYPES = {
 def create_statement(table: Table, dialect: str, qualified: str) -> str:
     types = SQL_TYPES[dialect]
     columns = ", ".join(
-        f"{c.name} {types[c.kind]}{' NOT NULL' if c.name in table.key else ''}"
-        for c in table.columns
+        f"{c.name} {types[c.kind]}{' NOT NULL' if c.name in table.key else ''}" for c in table.columns
     )
     key = ", ".join(table.key)
     return f"CREATE TABLE IF NOT EXISTS {qualified} ({columns}, PRIMARY KEY ({key}))"

@@ -26,12 +26,16 @@ from projections.views.memory import MemoryView
 from projections.views.postgres import PostgresView
 from projections.views.sqlite import SQLiteView
 
-_MEMORY_VIEWS: weakref.WeakKeyDictionary[SessionStore, dict[str, MemoryView]] = (
-    weakref.WeakKeyDictionary()
-)
+_MEMORY_VIEWS: weakref.WeakKeyDictionary[SessionStore, dict[str, MemoryView]] = weakref.WeakKeyDictionary()
 _PG_KEYS = (
-    "POSTGRES_DBNAME", "POSTGRES_HOST", "POSTGRES_PORT", "POSTGRES_USER", "POSTGRES_PASSWORD",
-    "POSTGRES_SCHEMA", "POSTGRES_LOCK_TIMEOUT", "POSTGRES_CONNECT_TIMEOUT",
+    "POSTGRES_DBNAME",
+    "POSTGRES_HOST",
+    "POSTGRES_PORT",
+    "POSTGRES_USER",
+    "POSTGRES_PASSWORD",
+    "POSTGRES_SCHEMA",
+    "POSTGRES_LOCK_TIMEOUT",
+    "POSTGRES_CONNECT_TIMEOUT",
 )
 
 
@@ -76,8 +80,11 @@ class ViewDatabase:
             self._reject_views_path(views_path, "PostgreSQL")
             self.kind = "postgresql"
             env = {k: v for k in _PG_KEYS if (v := settings.get(k)) is not None}
-            env |= {"PERSISTENCE_MODULE": "eventsourcing.postgres", "POSTGRES_POOL_SIZE": "1",
-                    "POSTGRES_MAX_OVERFLOW": "2"}
+            env |= {
+                "PERSISTENCE_MODULE": "eventsourcing.postgres",
+                "POSTGRES_POOL_SIZE": "1",
+                "POSTGRES_MAX_OVERFLOW": "2",
+            }
             self._factory = self._open_factory(env, PostgresFactory)
             self.location = f"{settings.get('POSTGRES_HOST')}/{settings.get('POSTGRES_DBNAME')}"
         elif backend == "memory":
@@ -118,9 +125,7 @@ class ViewDatabase:
             return view
         try:
             if isinstance(self._factory, SQLiteFactory):
-                made: ViewRecorder = SQLiteView(
-                    self._factory.datastore, projection=projection, tables=tables
-                )
+                made: ViewRecorder = SQLiteView(self._factory.datastore, projection=projection, tables=tables)
             else:
                 assert isinstance(self._factory, PostgresFactory)
                 made = PostgresView(self._factory.datastore, projection=projection, tables=tables)

@@ -51,7 +51,8 @@ class MemoryView(POPOTrackingRecorder, ViewRecorder):
         order = [table.index_of(c) for c in (order_by or table.key)]
         with self._database_lock:
             found = [
-                row for row in self._rows[table_name].values()
+                row
+                for row in self._rows[table_name].values()
                 if all(row[i] == v if v is not None else row[i] is None for i, v in conditions)
             ]
         found.sort(key=lambda row: tuple(row[i] for i in order))

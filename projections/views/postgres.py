@@ -25,9 +25,7 @@ from projections.views.base import (
 
 
 class PostgresView(PostgresTrackingRecorder, ViewRecorder):
-    def __init__(
-        self, datastore: PostgresDatastore, *, projection: str, tables: tuple[Table, ...]
-    ) -> None:
+    def __init__(self, datastore: PostgresDatastore, *, projection: str, tables: tuple[Table, ...]) -> None:
         super().__init__(datastore, tracking_table_name=f"{projection}_tracking")
         self.projection_name = projection
         self.tables = tables
@@ -77,7 +75,11 @@ class PostgresView(PostgresTrackingRecorder, ViewRecorder):
     ) -> list[Row]:
         table = self.table(table_name)
         statement, params = select_statement(
-            table, self._qualified[table_name], columns, where or {}, order_by=order_by,
+            table,
+            self._qualified[table_name],
+            columns,
+            where or {},
+            order_by=order_by,
             placeholder="%s",
         )
         with self.datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row) as cursor:

@@ -24,9 +24,7 @@ from projections.views.base import (
 
 
 class SQLiteView(SQLiteTrackingRecorder, ViewRecorder):
-    def __init__(
-        self, datastore: SQLiteDatastore, *, projection: str, tables: tuple[Table, ...]
-    ) -> None:
+    def __init__(self, datastore: SQLiteDatastore, *, projection: str, tables: tuple[Table, ...]) -> None:
         # Set before the base initializer, which asks for the create statements.
         self.projection_name = projection
         self.tables = tables
@@ -66,9 +64,7 @@ class SQLiteView(SQLiteTrackingRecorder, ViewRecorder):
             for t in self.tables:
                 cursor.execute(f"DROP TABLE IF EXISTS {t.name}")
                 cursor.execute(create_statement(t, "sqlite", t.name))
-            cursor.execute(
-                f"DELETE FROM {self.tracking_table} WHERE application_name=?", (application_name,)
-            )
+            cursor.execute(f"DELETE FROM {self.tracking_table} WHERE application_name=?", (application_name,))
 
     def select(
         self,

@@ -168,4 +168,3 @@ def _first_summary(session: Session, service: BasicCompactService) -> tuple[Comp
     event = session.event(report.compactions[0].summary_seq)
     assert isinstance(event, CompactSummary)
     return event, len(report.compactions)
-

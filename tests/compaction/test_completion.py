@@ -51,9 +51,7 @@ from tests.compaction.test_support import ScriptedSummarizer, bracket, sectioned
 from tests.conftest import PUBLIC_TRANSCRIPTS, TRANSCRIPTS
 
 OUTPUT = "ValueError: bad value in src/app/core.py line 3\n" + "    rows = compute(rows)\n" * 20
-WEAK = "\n\n".join(
-    f"## {name}\n- Worked on the task; made progress and will continue." for name in SECTIONS
-)
+WEAK = "\n\n".join(f"## {name}\n- Worked on the task; made progress and will continue." for name in SECTIONS)
 """A plausible eight-section summary that keeps no identifier at all (a "weak model")."""
 SHORT_SESSION = TRANSCRIPTS / "swe-agent" / "6e44b9__sweagenttestrepo-1c2844.traj"
 
@@ -365,9 +363,7 @@ def test_cli_openai_summaries_without_identifiers_commit_with_the_default_config
     session = import_path(SHORT_SESSION)[0].session
     with SessionStore.open(url) as store:
         store.save(session)
-    server.script(
-        *[Reply(frames=openai_frames([WEAK[:200], WEAK[200:]], usage=openai_usage(900, 120)))] * 6
-    )
+    server.script(*[Reply(frames=openai_frames([WEAK[:200], WEAK[200:]], usage=openai_usage(900, 120)))] * 6)
     code, document = run_json(
         "--store", url, "compact", str(session.id), "--summarizer", "openai",
         "--base-url", server.base_url, "--model", "gpt-4o-mini", "--window", "2000",

@@ -115,7 +115,7 @@ def test_harness_feedback_is_told_apart_by_its_shape_while_the_agent_works() -> 
         *step("c1", "str_replace_editor", "ok", command="view", path="/w/p.py"),
         user(REJECTED_ARGUMENT),
         *step("c2", "str_replace_editor", "ERROR: no such file /w/q.py", command="view", path="/w/q.py"),
-        user("Missing required argument \"command\" in tool call str_replace_editor"),
+        user('Missing required argument "command" in tool call str_replace_editor'),
         agent("Which parser do you mean?"),
         user("Parameter 'mode' is expected to be one of the documented values, I think: use strict"),
         *step("c3", "Bash", "done", command="make"),

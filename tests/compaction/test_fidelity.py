@@ -29,9 +29,7 @@ class _Clock:
 
 def test_a_numbered_list_item_inside_a_section_does_not_end_it() -> None:
     body = "1. Next step is to rerun the tests\n2. Current work stays here too"
-    summary = "\n\n".join(
-        f"## {name}\n{body if name == 'Pending Jobs' else '- (none)'}" for name in SECTIONS
-    )
+    summary = "\n\n".join(f"## {name}\n{body if name == 'Pending Jobs' else '- (none)'}" for name in SECTIONS)
     bodies = section_bodies(summary)
     assert list(bodies) == list(SECTIONS)
     assert bodies["Pending Jobs"] == body

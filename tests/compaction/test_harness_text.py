@@ -36,9 +36,7 @@ def _cc(kind: str, uid: str, content: Any, **extra: Any) -> dict[str, Any]:
     return {"type": kind, "uuid": uid, "sessionId": "s", "message": message, **extra}
 
 
-def _tool(
-    uid: str, mid: str, call_id: str, name: str, args: dict[str, Any], *, text: str = ""
-) -> list[Any]:
+def _tool(uid: str, mid: str, call_id: str, name: str, args: dict[str, Any], *, text: str = "") -> list[Any]:
     blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
     blocks.append({"type": "tool_use", "id": call_id, "name": name, "input": args})
     return [_cc("assistant", uid, blocks, mid=mid)]

@@ -149,9 +149,7 @@ def test_a_snapshot_without_readings_still_restores() -> None:
     assert folded_identifiers(restored, tuple(restored.nodes[1:])) is None
 
 
-def test_a_cold_compaction_uses_the_fold_and_commits_the_same(
-    tmp_path: Path, extracted: list[str]
-) -> None:
+def test_a_cold_compaction_uses_the_fold_and_commits_the_same(tmp_path: Path, extracted: list[str]) -> None:
     extractions = extracted
     summaries: dict[bool, CompactSummary] = {}
     counts: dict[bool, int] = {}

@@ -233,8 +233,8 @@ def test_provider_usage_anchors_the_total() -> None:
     assert reading.total_tokens == 5300 + assistant
     later = user(session, text_of_price(30))  # the surface grows after the anchor
     grown = meter.measure(session)
-    assert grown.total_tokens == 5300 + assistant + 30 == reading.total_tokens + meter.node_price(
-        session, later
+    assert (
+        grown.total_tokens == 5300 + assistant + 30 == reading.total_tokens + meter.node_price(session, later)
     )
 
 
@@ -273,9 +273,7 @@ async def test_a_fresh_meter_agrees_with_the_live_one_after_a_later_replacement(
     session.append(StepStart(turn=turn, step=step))
     message = Message("a", "assistant", (TextBlock("done"),), MODEL)
     usage = Usage(input_tokens=1700, output_tokens=10)
-    session.append(
-        AssistantMessage(turn=turn, step=step, message=message, usage=usage, surface_op="append")
-    )
+    session.append(AssistantMessage(turn=turn, step=step, message=message, usage=usage, surface_op="append"))
     session.append(StepEnd(turn=turn, step=step))
     live = HeuristicMeter()
     before = live.measure(session)

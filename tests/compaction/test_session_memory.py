@@ -181,6 +181,7 @@ def test_the_check_finds_what_a_module_keeps(
     kept = built_session("planted")
     message = next(m for m in map(project, kept.events()) if m is not None)
     output = next(e for e in kept.events() if MARK in msgspec.json.encode(e).decode())
+
     def measured(text: str) -> int:
         return len(text)
 

@@ -50,22 +50,14 @@ def test_pruning_every_public_transcript(path: Path) -> None:
             rewritten = session.event(pruned.replacement_seq)
             assert isinstance(original, ToolResult) and isinstance(rewritten, ToolResult)
             assert rewritten.message.id == original.message.id
-            assert (
-                rewritten.message.source.call_id
-                == original.message.source.call_id
-                == pruned.call_id
-            )
+            assert rewritten.message.source.call_id == original.message.source.call_id == pruned.call_id
             block = rewritten.message.content[0]
             assert isinstance(block, ToolResultBlock)
             text = "".join(b.text for b in block.content if isinstance(b, TextBlock))
             assert MARKER in text and len(text) == LOW.head_chars + len(MARKER) + LOW.tail_chars
-            assert (
-                pruned.original_seq not in session.nodes and pruned.replacement_seq in session.nodes
-            )
+            assert pruned.original_seq not in session.nodes and pruned.replacement_seq in session.nodes
             record = session.event(pruned.replacement_seq - 1)
-            assert isinstance(record, CompactPrune) and record.shadowed_seqs == (
-                pruned.original_seq,
-            )
+            assert isinstance(record, CompactPrune) and record.shadowed_seqs == (pruned.original_seq,)
         assert session.surface.is_balanced()
         assert pairing_problems(session.derive_messages()) == []
         if report.pruned:
@@ -155,9 +147,7 @@ def _overflowing_model(fail_always: bool) -> tuple[ScriptedModel, list[ContextLe
     return ScriptedModel([answer] * 6), raised
 
 
-def _overflow_loop(
-    session: Session, store: SessionStore, model: ScriptedModel, retries: int
-) -> AgentLoop:
+def _overflow_loop(session: Session, store: SessionStore, model: ScriptedModel, retries: int) -> AgentLoop:
     service = BasicCompactService(BasicConfig(context_window=20000, max_overflow_retries=retries))
     return AgentLoop(
         session,

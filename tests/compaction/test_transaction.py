@@ -215,9 +215,7 @@ async def test_the_fidelity_gate_rejects_a_summary_that_drops_identifiers() -> N
     ):
         await service(
             ScriptedSummarizer(sectioned("ValueError seen twice")), completion="off"
-        ).compact_region(
-            session, session.nodes[1], session.nodes[4]
-        )
+        ).compact_region(session, session.nodes[1], session.nodes[4])
     assert surface_snapshot(session) == before
 
 
@@ -537,9 +535,7 @@ async def test_a_store_failure_at_close_is_retried_until_the_store_answers() -> 
         store.save(session)
         failing_saves(store, 2, 3)  # the close fails twice, then lands
         with pytest.raises(SummarizerError, match="boom"):
-            await service(FailingSummarizer(SummarizerError("boom"))).compact_now(
-                session, store=store
-            )
+            await service(FailingSummarizer(SummarizerError("boom"))).compact_now(session, store=store)
         assert session.pending == []
         assert not inspect_lock(session).live and not inspect_lock(store.get(session.id)).live
         end = store.get(session.id).event(len(session) - 1)

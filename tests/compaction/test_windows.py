@@ -75,9 +75,12 @@ def test_an_imported_claude_sonnet_session_needs_no_window() -> None:
 
 
 def test_config_then_header_then_table() -> None:
-    assert BasicCompactService(BasicConfig(context_window=5000)).context_window(
-        header_session("claude-sonnet-4-5", 9000)
-    ) == 5000
+    assert (
+        BasicCompactService(BasicConfig(context_window=5000)).context_window(
+            header_session("claude-sonnet-4-5", 9000)
+        )
+        == 5000
+    )
     assert BasicCompactService().context_window(header_session("claude-sonnet-4-5", 9000)) == 9000
     custom = WindowTable().with_overrides({"claude-sonnet-4-5": 1_000_000})
     assert BasicCompactService(windows=custom).context_window(header_session("claude-sonnet-4-5")) == (
@@ -86,6 +89,9 @@ def test_config_then_header_then_table() -> None:
 
 
 def test_an_unknown_model_still_names_how_to_configure_it() -> None:
-    with pytest.raises(CompactionConfigError, match=r"no context capacity for anthropic/house-model.*"
-                       r"WindowTable\.with_overrides"):
+    with pytest.raises(
+        CompactionConfigError,
+        match=r"no context capacity for anthropic/house-model.*"
+        r"WindowTable\.with_overrides",
+    ):
         BasicCompactService().context_window(header_session("house-model"))

@@ -58,4 +58,3 @@ async def test_a_cancelled_waiter_lets_the_lock_go_once_its_thread_gets_it() -> 
     assert lock.locked()
     lock.release()
     assert not lock.locked()
-

@@ -32,7 +32,6 @@ def store(durable_store_url: str) -> Iterator[SessionStore]:
         yield opened
 
 
-
 def positions(store: SessionStore, views: dict[str, ViewRecorder]) -> dict[str, int]:
     return {name: view.max_tracking_id(store.name) or 0 for name, view in views.items()}
 

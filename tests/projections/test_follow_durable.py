@@ -41,7 +41,6 @@ def store(nats_url: str) -> Iterator[SessionStore]:
         yield opened
 
 
-
 def consumer(store: SessionStore, name: str) -> Any:
     """The consumer's info, read with a plain connection on a thread of its own; None if none."""
     import nats

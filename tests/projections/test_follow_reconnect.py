@@ -40,7 +40,6 @@ def store(pg_url: str) -> Iterator[SessionStore]:
         yield opened
 
 
-
 def follower(url: str, *arguments: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [*CLI, "--store", url, "rebuild", "--follow", "--poll", "0.05", *arguments, "--json"],
@@ -103,9 +102,7 @@ def test_a_follower_reconnects_and_catches_up_after_its_connections_are_ended(
         if child.poll() is None:
             child.kill()
             child.communicate()
-    assert [(p["name"], p["position"]) for p in document["projections"]] == [
-        (name, second) for name in ALL
-    ]
+    assert [(p["name"], p["position"]) for p in document["projections"]] == [(name, second) for name in ALL]
     check_against_aggregate(store, probe)
     code, resumed = run_json("--store", pg_url, "rebuild", "--resume")
     assert code == 0

@@ -132,9 +132,7 @@ def repair_config(**kwargs: object) -> RecoveryConfig:
     return RecoveryConfig(repair=True, **kwargs)  # type: ignore[arg-type]
 
 
-def assert_repaired_then_idle(
-    store: SessionStore, session_id: UUID, report: RecoveryReport
-) -> None:
+def assert_repaired_then_idle(store: SessionStore, session_id: UUID, report: RecoveryReport) -> None:
     """After a repair: the lock is free, and a second repair finds nothing and writes nothing."""
     assert [o.action for o in report.orphans] == ["repaired"]
     assert not inspect_lock(store.get(session_id)).live
@@ -218,9 +216,7 @@ def test_sigkill_just_after_the_commit_leaves_no_orphan(
         (start,) = starts(events)
         summary, replacement, end = events[-3:]
         assert isinstance(summary, CompactSummary) and summary.compaction_id == start.compaction_id
-        assert isinstance(replacement, UserMessage) and start.seq in (
-            replacement.source_event_seqs or ()
-        )
+        assert isinstance(replacement, UserMessage) and start.seq in (replacement.source_event_seqs or ())
         assert isinstance(end, CompactEnd) and end.compaction_id == start.compaction_id
         assert end.error is None
         report = recover(store, repair_config())
@@ -249,9 +245,7 @@ def test_expired_lease_of_a_killed_worker_is_stale_without_pid_checks(
         assert [(o.stale, o.rule, o.action) for o in early.orphans] == [(False, "live", "none")]
         after = repair_config(check_pids=False, clock=lambda: expires + timedelta(seconds=1))
         repaired = recover(store, after)
-        assert [(o.stale, o.rule, o.inert) for o in repaired.orphans] == [
-            (True, "lease-expired", True)
-        ]
+        assert [(o.stale, o.rule, o.inert) for o in repaired.orphans] == [(True, "lease-expired", True)]
         assert_repaired_then_idle(store, session_id, repaired)
         compact_again(store, session_id)
 

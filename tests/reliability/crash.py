@@ -39,8 +39,7 @@ def crash_round(url: str, workdir: Path, rng: random.Random, *, events: int = 40
     with SessionStore.open(url) as store:
         before = set(store.all_session_ids())  # only the writer's sessions are checked
     child = subprocess.Popen(
-        [sys.executable, "-m", "tests.reliability.crash_writer", url, str(acked),
-         "--events", str(events)],
+        [sys.executable, "-m", "tests.reliability.crash_writer", url, str(acked), "--events", str(events)],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -58,9 +57,7 @@ def crash_round(url: str, workdir: Path, rng: random.Random, *, events: int = 40
     result.kills = 1
     saved = {UUID(line) for line in acked.read_text().split()}
     with SessionStore.open(url) as store:
-        stored = {
-            sid: store.stream_length(sid) for sid in store.all_session_ids() if sid not in before
-        }
+        stored = {sid: store.stream_length(sid) for sid in store.all_session_ids() if sid not in before}
     result.sessions = len(stored)
     result.torn = sum(length not in (0, events) for length in stored.values())
     result.lost = sum(stored.get(sid, 0) != events for sid in saved)

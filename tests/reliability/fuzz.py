@@ -137,8 +137,21 @@ DEEP = "__deep__"  # replaced by nested brackets after encoding (json cannot enc
 def _hostile(rng: random.Random) -> object:
     return rng.choice(
         [
-            None, True, -1, 0, 10**40, -(10**40), 1.5e308, "", "x" * 100_000, "\u202e\ud7ff<script>",
-            [], {}, [[1]], {"type": None}, DEEP,
+            None,
+            True,
+            -1,
+            0,
+            10**40,
+            -(10**40),
+            1.5e308,
+            "",
+            "x" * 100_000,
+            "\u202e\ud7ff<script>",
+            [],
+            {},
+            [[1]],
+            {"type": None},
+            DEEP,
         ]
     )
 
@@ -200,15 +213,34 @@ def edit_native_line(rng: random.Random, data: bytes) -> bytes:
 
 def whole_file(rng: random.Random, data: bytes) -> bytes:
     return rng.choice(
-        [b"", b"\n\n", b"{}", b"[]", b"null", b"\"x\"", b"{" * 5000, b"[" * 100_000, b"\x00" * 64,
-         b'{"format": "compaction-events", "version": 2}\n',
-         b'{"format": "compaction-events", "version": 99, "session_id": "x"}\n']
+        [
+            b"",
+            b"\n\n",
+            b"{}",
+            b"[]",
+            b"null",
+            b'"x"',
+            b"{" * 5000,
+            b"[" * 100_000,
+            b"\x00" * 64,
+            b'{"format": "compaction-events", "version": 2}\n',
+            b'{"format": "compaction-events", "version": 99, "session_id": "x"}\n',
+        ]
     )
 
 
 MUTATIONS: tuple[Mutation, ...] = (
-    truncate, flip_bytes, invalid_utf8, bom, delete_line, repeat_line, swap_lines, hostile_value,
-    hostile_value, edit_native_line, whole_file,
+    truncate,
+    flip_bytes,
+    invalid_utf8,
+    bom,
+    delete_line,
+    repeat_line,
+    swap_lines,
+    hostile_value,
+    hostile_value,
+    edit_native_line,
+    whole_file,
 )
 
 
@@ -255,9 +287,7 @@ def cli(*argv: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-def run_case(
-    case: Case, url: str, workdir: Path, tally: Tally, *, seconds: float = CASE_SECONDS
-) -> str:
+def run_case(case: Case, url: str, workdir: Path, tally: Tally, *, seconds: float = CASE_SECONDS) -> str:
     """Import ``case`` into the store at ``url``, check the store, count the outcome."""
     path = workdir / "case.jsonl"
     path.write_bytes(case.data)

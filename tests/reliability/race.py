@@ -34,9 +34,7 @@ class RaceResult:
 
 
 def _message(tag: str) -> UserMessage:
-    return UserMessage(
-        message=Message(id=tag, role="user", content=(TextBlock(tag),)), surface_op="append"
-    )
+    return UserMessage(message=Message(id=tag, role="user", content=(TextBlock(tag),)), surface_op="append")
 
 
 @dataclass
@@ -91,9 +89,7 @@ def race_round(url: str, *, writers: int = 4, saves: int = 15) -> RaceResult:
         store.save(session)
     stop = threading.Event()
     threads = [
-        threading.Thread(
-            target=_writer, args=(url, session.id, f"w{i}", saves, shared), daemon=True
-        )
+        threading.Thread(target=_writer, args=(url, session.id, f"w{i}", saves, shared), daemon=True)
         for i in range(writers)
     ]
     reader = threading.Thread(target=_reader, args=(url, stop, result, lock), daemon=True)

@@ -76,9 +76,7 @@ def restart_round(
     saved = _acked(acked)
     result.acknowledged = len(saved)
     with SessionStore.open(url) as store:
-        stored = {
-            sid: store.stream_length(sid) for sid in store.all_session_ids() if sid not in before
-        }
+        stored = {sid: store.stream_length(sid) for sid in store.all_session_ids() if sid not in before}
     result.torn = sum(length not in (0, events) for length in stored.values())
     result.lost = sum(stored.get(sid, 0) != events for sid in saved)
     if child.returncode not in (-signal.SIGKILL, None) and "Traceback" in err:

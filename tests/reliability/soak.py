@@ -85,8 +85,7 @@ class Counts:
     def clean(self) -> bool:
         row = self.row()
         return not (
-            row["tracebacks"] or row["hangs"] or row["lost events"] or self.torn
-            or self.harness_errors
+            row["tracebacks"] or row["hangs"] or row["lost events"] or self.torn or self.harness_errors
         )
 
 

@@ -25,8 +25,11 @@ def execute(url: str, statement: str, params: tuple[object, ...]) -> int:
 
     env = location.env
     with psycopg.connect(
-        dbname=env["POSTGRES_DBNAME"], host=env["POSTGRES_HOST"], port=env["POSTGRES_PORT"],
-        user=env["POSTGRES_USER"], autocommit=True,
+        dbname=env["POSTGRES_DBNAME"],
+        host=env["POSTGRES_HOST"],
+        port=env["POSTGRES_PORT"],
+        user=env["POSTGRES_USER"],
+        autocommit=True,
     ) as pg:
         return pg.execute(statement.replace("?", "%s"), params).rowcount
 

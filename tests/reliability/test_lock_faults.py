@@ -135,9 +135,7 @@ async def test_an_end_that_cannot_be_stored_is_taken_over_by_its_own_process(
             connection.execute("DROP TRIGGER refuse")
         engine.on_progress = None
         with pytest.raises(BusyError):  # another engine does not own the failure
-            await BasicCompactService(BasicConfig(**RELAXED)).compact_now(
-                store.get(session.id), store=store
-            )
+            await BasicCompactService(BasicConfig(**RELAXED)).compact_now(store.get(session.id), store=store)
         result = await engine.compact_now(store.get(session.id), store=store)
         loaded = store.get(session.id)
         report = recover(store, RecoveryConfig(repair=True))

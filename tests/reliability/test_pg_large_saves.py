@@ -206,8 +206,9 @@ def test_partitioned_unannounced_stores_use_the_bounded_insert(pg_url: str) -> N
         began = time.perf_counter()
         store.save(session)
         assert time.perf_counter() - began < 10.0
-        assert isinstance(store.partition_for(session.id).application.recorder,
-                          pgrecorder.SessionPostgresRecorder)
+        assert isinstance(
+            store.partition_for(session.id).application.recorder, pgrecorder.SessionPostgresRecorder
+        )
 
 
 def test_copy_of_a_session_holding_a_10_mb_event_to_postgresql(pg_url: str, sqlite_url: str) -> None:

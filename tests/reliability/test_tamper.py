@@ -64,7 +64,6 @@ UNREADABLE: dict[str, Damage] = {
 }
 
 
-
 def _listing(url: str) -> dict[str, dict[str, object]]:
     code, document = run_json("--store", url, "sessions")
     assert code == 0, document
@@ -73,12 +72,11 @@ def _listing(url: str) -> dict[str, dict[str, object]]:
 
 @pytest.mark.parametrize("case", sorted(UNREADABLE))
 @pytest.mark.parametrize(
-    "durable_store_url", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)],
+    "durable_store_url",
+    ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)],
     indirect=True,
 )
-def test_sessions_lists_every_session_and_marks_the_damaged_one(
-    durable_store_url: str, case: str
-) -> None:
+def test_sessions_lists_every_session_and_marks_the_damaged_one(durable_store_url: str, case: str) -> None:
     url = durable_store_url
     healthy, damaged = _two_sessions(url)
     assert len(damaged) == LENGTH
@@ -93,11 +91,13 @@ def test_sessions_lists_every_session_and_marks_the_damaged_one(
 
 
 @pytest.mark.parametrize(
-    "durable_store_url", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)],
+    "durable_store_url",
+    ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)],
     indirect=True,
 )
 @pytest.mark.parametrize(
-    "snapshot", [b"\xc1not msgpack", b"", b"\x80", b"\x93\x01\x02\x03"],
+    "snapshot",
+    [b"\xc1not msgpack", b"", b"\x80", b"\x93\x01\x02\x03"],
     ids=["garbage", "empty", "empty-map", "wrong-shape"],
 )
 def test_a_corrupt_snapshot_falls_back_to_the_events_and_says_so(

@@ -40,7 +40,11 @@ def test_the_issue_repro_cannot_corrupt_the_log(store_url: str) -> None:
         reply = Message(id="a1", role="assistant", content=(TextBlock("on it"),), source=MODEL)
         session.append(
             AssistantMessage(
-                turn=1, step=1, message=reply, surface_op="append", source_event_seqs=sources  # type: ignore[arg-type]
+                turn=1,
+                step=1,
+                message=reply,
+                surface_op="append",
+                source_event_seqs=sources,  # type: ignore[arg-type]
             )
         )
         sources.append(7)
@@ -67,7 +71,10 @@ def _tool_session(meta: dict[str, Any], content: list[Any]) -> Session:
     session.append(ToolCall(turn=1, step=1, call_id="c1", name="bash", arguments="{}"))
     block = ToolResultBlock("c1", content)  # type: ignore[arg-type]
     message = Message(
-        id="r1", role="user", content=[block], source=Source(kind="tool", call_id="c1")  # type: ignore[arg-type]
+        id="r1",
+        role="user",
+        content=[block],
+        source=Source(kind="tool", call_id="c1"),  # type: ignore[arg-type]
     )
     session.append(
         ToolResult(turn=1, step=1, message=message, meta=meta, surface_op="append", source_event_seqs=(4,))
@@ -242,9 +249,7 @@ def test_a_stored_message_of_the_wrong_shape_is_refused_on_load(store_url: str, 
 
 
 @pytest.mark.parametrize("case", sorted(BAD_SHAPES))
-def test_a_native_export_with_a_message_of_the_wrong_shape_is_refused(
-    tmp_path: Path, case: str
-) -> None:
+def test_a_native_export_with_a_message_of_the_wrong_shape_is_refused(tmp_path: Path, case: str) -> None:
     bad, text = BAD_SHAPES[case]
     good = Session()
     good.append_all(_prefix())

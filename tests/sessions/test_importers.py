@@ -31,10 +31,7 @@ FORMAT_BY_DIRECTORY = {
     "swe-agent": "openai",
     "mini-swe-agent": "openai",
 }
-SUBAGENT = (
-    TRANSCRIPTS
-    / "spotter/258c7280-ae70-4798-800f-63464d01a85d/subagents/agent-acompact-fffbd0.jsonl"
-)
+SUBAGENT = TRANSCRIPTS / "spotter/258c7280-ae70-4798-800f-63464d01a85d/subagents/agent-acompact-fffbd0.jsonl"
 
 
 def _id(path: Path) -> str:
@@ -188,9 +185,7 @@ def test_claude_code_merges_the_lines_of_one_api_message() -> None:
     for path in PUBLIC_TRANSCRIPTS:
         if expected_format(path) != "claude-code":
             continue
-        api_messages = {
-            line["message"]["id"] for line in _jsonl(path) if line.get("type") == "assistant"
-        }
+        api_messages = {line["message"]["id"] for line in _jsonl(path) if line.get("type") == "assistant"}
         (result,) = imported(path)
         assert Counter(e.type for e in events(result))["assistant/message"] == len(api_messages)
 
@@ -200,9 +195,7 @@ def test_claude_code_compaction_is_counted_and_its_summary_kept() -> None:
     boundaries = sum(1 for line in _jsonl(path) if line.get("subtype") == "compact_boundary")
     (result,) = imported(path)
     assert result.compactions == boundaries > 0
-    summaries = [
-        e for e in events(result) if isinstance(e, UserMessage) and "isCompactSummary" in e.origin
-    ]
+    summaries = [e for e in events(result) if isinstance(e, UserMessage) and "isCompactSummary" in e.origin]
     assert len(summaries) == 1
     assert "continued from a previous conversation" in summaries[0].message.content[0].text
 
@@ -242,9 +235,7 @@ def test_pi_calls_without_results_are_synthesized_as_not_started() -> None:
     path = TRANSCRIPTS / "pi-mono/large-session.jsonl"
     lines = _jsonl(path)
     answered = {
-        line["message"]["toolCallId"]
-        for line in lines
-        if line.get("message", {}).get("role") == "toolResult"
+        line["message"]["toolCallId"] for line in lines if line.get("message", {}).get("role") == "toolResult"
     }
     unanswered = {
         b["id"]
@@ -261,9 +252,7 @@ def test_pi_calls_without_results_are_synthesized_as_not_started() -> None:
         block = event.message.content[0]
         assert block.is_error  # type: ignore[union-attr]
         assert event.error is not None
-        expected = (
-            NOT_STARTED_TEXT if event.error.code == "TOOL_NOT_STARTED" else OUTCOME_UNKNOWN_TEXT
-        )
+        expected = NOT_STARTED_TEXT if event.error.code == "TOOL_NOT_STARTED" else OUTCOME_UNKNOWN_TEXT
         assert block.content[0].text == expected  # type: ignore[union-attr]
 
 
@@ -288,9 +277,7 @@ def test_openhands_runs_become_separate_sessions() -> None:
     assert [r.source for r in results] == [f"{path}#run-{k}" for k in range(1, len(runs) + 1)]
     for run, result in zip(runs, results, strict=True):
         loose_errors = sum(
-            1
-            for e in run["history"]
-            if e.get("observation") == "error" and not e.get("tool_call_metadata")
+            1 for e in run["history"] if e.get("observation") == "error" and not e.get("tool_call_metadata")
         )
         contexts = [e for e in events(result) if isinstance(e, ContextMessage)]
         assert len(contexts) == loose_errors
@@ -406,9 +393,7 @@ def test_pi_compaction_entry_is_counted_and_kept(tmp_path: Path) -> None:
     assert detect_format(path) == "pi"
     (result,) = import_path(path)
     assert result.compactions == 1
-    assert any(
-        isinstance(e, UserMessage) and "compaction" in (e.origin or "") for e in events(result)
-    )
+    assert any(isinstance(e, UserMessage) and "compaction" in (e.origin or "") for e in events(result))
 
 
 def test_garbage_raises_naming_file_and_line(tmp_path: Path) -> None:
@@ -497,7 +482,10 @@ def test_a_result_of_a_call_marked_not_dispatched_is_imported(tmp_path: Path) ->
             {
                 "type": "message",
                 "message": {
-                    "role": "assistant", "content": [call], "provider": "p", "model": "m",
+                    "role": "assistant",
+                    "content": [call],
+                    "provider": "p",
+                    "model": "m",
                     "stopReason": "aborted",
                 },
             },

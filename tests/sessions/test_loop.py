@@ -386,7 +386,9 @@ async def test_each_step_is_saved_and_the_reload_equals_the_live_session(
             saved_at_hook.append((stored, len(session)))
 
         loop, _ = make_loop(
-            session, [*two_step_script("t1-"), *two_step_script("t2-")], store=store,
+            session,
+            [*two_step_script("t1-"), *two_step_script("t2-")],
+            store=store,
             pre_step=[check_saved],
         )
         await loop.run_turn("one")
@@ -461,8 +463,16 @@ async def test_a_model_error_hook_can_retry_the_call_within_the_step() -> None:
     assert hint not in model.requests[0].messages
     assert model.requests[1].messages[-1] == hint  # re-derived after the hook
     assert log_types(session) == [
-        "session/invariants", "user/message", "turn/start", "request/header", "step/start", "context/message",
-        "assistant/chunk", "assistant/message", "step/end", "turn/end",
+        "session/invariants",
+        "user/message",
+        "turn/start",
+        "request/header",
+        "step/start",
+        "context/message",
+        "assistant/chunk",
+        "assistant/message",
+        "step/end",
+        "turn/end",
     ]
 
 
@@ -532,7 +542,11 @@ async def test_cancelling_a_tool_closes_the_step_and_the_turn(sqlite_url: str) -
             await task
 
         assert log_types(session)[-5:] == [
-            "tool/call", "tool/result", "tool/result", "step/end", "turn/end",
+            "tool/call",
+            "tool/result",
+            "tool/result",
+            "step/end",
+            "turn/end",
         ]
         call_seq = len(session) - 5
         unknown, not_started = session.event(call_seq + 1), session.event(call_seq + 2)
@@ -615,9 +629,7 @@ async def test_demo_edits_really_fix_the_failing_tests() -> None:
 
     before = await tools["bash"](command)
     edit = await tools["edit_file"](
-        msgspec.json.encode(
-            {"path": module_path(k), "old_string": bug.bad, "new_string": bug.good}
-        ).decode()
+        msgspec.json.encode({"path": module_path(k), "old_string": bug.bad, "new_string": bug.good}).decode()
     )
     after = await tools["bash"](command)
 
@@ -625,9 +637,7 @@ async def test_demo_edits_really_fix_the_failing_tests() -> None:
     assert not edit.is_error and f"Edited {module_path(k)}" in edit.text
     assert "4 passed" in after.text and "FAILED" not in after.text
     again = await tools["edit_file"](
-        msgspec.json.encode(
-            {"path": module_path(k), "old_string": bug.bad, "new_string": bug.good}
-        ).decode()
+        msgspec.json.encode({"path": module_path(k), "old_string": bug.bad, "new_string": bug.good}).decode()
     )
     assert again.is_error and "was not found" in again.text
 

@@ -207,9 +207,7 @@ def test_a_repeated_seq_is_refused(sqlite_url: str, tmp_path: Path, exported: li
     assert_refused(sqlite_url, path, 5, "seq 2 is not contiguous; expected 3")
 
 
-def test_a_rule_breaking_event_is_refused(
-    sqlite_url: str, tmp_path: Path, exported: list[Exported]
-) -> None:
+def test_a_rule_breaking_event_is_refused(sqlite_url: str, tmp_path: Path, exported: list[Exported]) -> None:
     one = small_export(exported)
     lines = one.path.read_text(encoding="utf-8").splitlines()
     number = first_line_of(lines, "turn/start")
@@ -308,9 +306,7 @@ def test_a_header_only_file_is_refused(sqlite_url: str, tmp_path: Path, exported
     assert_refused(sqlite_url, path, 2, "expected at least one event line")
 
 
-def test_a_newer_format_version_is_refused(
-    sqlite_url: str, tmp_path: Path, exported: list[Exported]
-) -> None:
+def test_a_newer_format_version_is_refused(sqlite_url: str, tmp_path: Path, exported: list[Exported]) -> None:
     def bump(data: Doc) -> None:
         data["version"] = VERSION + 1
 

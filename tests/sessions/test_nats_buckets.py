@@ -200,9 +200,7 @@ def test_an_older_snapshot_is_dropped_and_the_same_version_refused(store: Sessio
 
 
 def _claim(session_id: uuid.UUID, *, pid: int = 1, seconds: float = 600) -> LeaseClaim:
-    return LeaseClaim(
-        session_id, uuid.uuid4().hex, "elsewhere", pid, now_utc() + timedelta(seconds=seconds)
-    )
+    return LeaseClaim(session_id, uuid.uuid4().hex, "elsewhere", pid, now_utc() + timedelta(seconds=seconds))
 
 
 def _never(claim: LeaseClaim) -> bool:
@@ -219,9 +217,7 @@ def test_a_lease_is_refused_while_held_and_taken_over_when_it_may_be(store: Sess
     assert raised.value.compaction_id == first.claim.compaction_id
     assert "held by elsewhere pid 1 until" in str(raised.value)
     # the holder's own failed compaction, taken over
-    second = leases.acquire(
-        _claim(session_id, pid=1), replaces=first.claim.compaction_id, closed=_never
-    )
+    second = leases.acquire(_claim(session_id, pid=1), replaces=first.claim.compaction_id, closed=_never)
     assert second is not None
     # a claim the log shows closed
     confirmed = leases.confirm(second, 7)
@@ -320,9 +316,7 @@ async def test_a_compaction_whose_end_cannot_be_stored_keeps_its_lease_until_tak
     assert value is not None and msgspec.json.decode(value)["start_seq"] == lock.start_seq
 
     with pytest.raises(BusyError):  # another engine does not own the failure
-        await BasicCompactService(BasicConfig(**RELAXED)).compact_now(
-            store.get(session.id), store=store
-        )
+        await BasicCompactService(BasicConfig(**RELAXED)).compact_now(store.get(session.id), store=store)
     engine.on_progress = None
     result = await engine.compact_now(store.get(session.id), store=store)  # its own, at once
     assert result is not None
@@ -347,8 +341,6 @@ async def test_a_lease_whose_compaction_recovery_closed_is_taken_over(
     report = recover(store, RecoveryConfig(repair=True))  # owner-failed: repaired on this host
     assert [o.rule for o in report.orphans] == ["owner-failed"]
     assert _key(store, "leases", session.id.hex) is not None  # still there, and closed in the log
-    result = await BasicCompactService(BasicConfig(**RELAXED)).compact_now(
-        store.get(session.id), store=store
-    )
+    result = await BasicCompactService(BasicConfig(**RELAXED)).compact_now(store.get(session.id), store=store)
     assert result is not None
     assert _key(store, "leases", session.id.hex) is None

@@ -98,8 +98,7 @@ def test_the_cli_gives_the_same_results_on_jetstream_as_on_sqlite(
         assert shown[0] == shown[1], sid
     longest = max(listings[0]["sessions"], key=lambda r: r["events"])["session_id"]
     compacted = [
-        _stable(run_json("--store", url, "compact", longest, "--window", "32000", "--manual"))
-        for url in both
+        _stable(run_json("--store", url, "compact", longest, "--window", "32000", "--manual")) for url in both
     ]
     assert compacted[0] == compacted[1]
     assert compacted[0][1]["compactions"], compacted[0]

@@ -49,9 +49,7 @@ def anthropic_problems(messages: list[dict[str, Any]]) -> list[str]:
         blocks = item["content"]
         for block in blocks:
             texts = [block] if block["type"] == "text" else block.get("content", ())
-            if block["type"] in ("text", "tool_result") and any(
-                not t["text"].strip() for t in texts
-            ):
+            if block["type"] in ("text", "tool_result") and any(not t["text"].strip() for t in texts):
                 problems.append(f"{index}: empty text block in {block['type']}")
         calls = [b["id"] for b in blocks if b["type"] == "tool_use"]
         if not calls:
@@ -110,9 +108,7 @@ def _histories(path: Path) -> list[list[Message]]:
     return [imported.session.derive_messages() for imported in import_path(path)]
 
 
-@pytest.mark.parametrize(
-    "path", PUBLIC_TRANSCRIPTS, ids=lambda p: str(p.relative_to(TRANSCRIPTS))
-)
+@pytest.mark.parametrize("path", PUBLIC_TRANSCRIPTS, ids=lambda p: str(p.relative_to(TRANSCRIPTS)))
 def test_every_public_transcript_renders_validly_for_both_providers(path: Path) -> None:
     for history in _histories(path):
         assert openai_problems(to_openai(history)) == []

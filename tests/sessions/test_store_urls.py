@@ -151,8 +151,17 @@ def test_a_bad_summarizer_base_url_is_an_error_not_a_traceback(
         end_turn(session)
         store.save(session)
     code, out, err = run_human(
-        "--store", url, "compact", str(session.id), "--summarizer", "openai",
-        "--base-url", base_url, "--model", "m", "--manual",
+        "--store",
+        url,
+        "compact",
+        str(session.id),
+        "--summarizer",
+        "openai",
+        "--base-url",
+        base_url,
+        "--model",
+        "m",
+        "--manual",
     )
     assert code == 1, (out, err)
     assert fragment in " ".join(err.split()) and "Traceback" not in err

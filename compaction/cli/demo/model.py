@@ -139,21 +139,36 @@ class DemoModel:
                 return self._fix_plan(bug)
         k = rng.randint(1, MODULES)
         return [
-            _Action("read_file", {"path": module_path(k), "offset": 1, "limit": 60},
-                    f"Reviewing {module_path(k)} for leftovers of the same bug patterns."),
-            _Action("bash", {"command": f"ruff check {module_path(k)}"},
-                    f"Linting {module_path(k)} with `ruff check`."),
+            _Action(
+                "read_file",
+                {"path": module_path(k), "offset": 1, "limit": 60},
+                f"Reviewing {module_path(k)} for leftovers of the same bug patterns.",
+            ),
+            _Action(
+                "bash",
+                {"command": f"ruff check {module_path(k)}"},
+                f"Linting {module_path(k)} with `ruff check`.",
+            ),
         ]
 
     def _fix_plan(self, bug: Bug) -> list[_Action]:
         rng, test = self._rng, module_test_path(bug.module)
         plan = [
-            _Action("bash", {"command": f"pytest {test} -q"},
-                    f"Running `pytest {test} -q` to reproduce the failure."),
-            _Action("read_file", {"path": bug.path, "offset": 1, "limit": rng.choice((60, 80))},
-                    f"Reading {bug.path} to find where `{bug.symbol}` goes wrong."),
-            _Action("grep", {"pattern": bug.symbol, "path": rng.choice(("src/app", "."))},
-                    f"Searching for `{bug.symbol}` to see how widespread it is."),
+            _Action(
+                "bash",
+                {"command": f"pytest {test} -q"},
+                f"Running `pytest {test} -q` to reproduce the failure.",
+            ),
+            _Action(
+                "read_file",
+                {"path": bug.path, "offset": 1, "limit": rng.choice((60, 80))},
+                f"Reading {bug.path} to find where `{bug.symbol}` goes wrong.",
+            ),
+            _Action(
+                "grep",
+                {"pattern": bug.symbol, "path": rng.choice(("src/app", "."))},
+                f"Searching for `{bug.symbol}` to see how widespread it is.",
+            ),
         ]
         if rng.random() < 0.3:
             plan.append(_Action("read_file", {"path": test}, f"Checking what {test} expects."))
@@ -161,12 +176,23 @@ class DemoModel:
             stale = bug.bad.replace(" ", "  ", 1)  # wrong spacing: the edit finds no exact match
             plan.append(self._edit(bug, stale, bug.good.strip(), "Applying the fix."))
             offset = max(1, self.workspace.line_of(bug) - 4)
-            plan.append(_Action("read_file", {"path": bug.path, "offset": offset, "limit": 10},
-                                "The edit did not match; re-reading the exact lines."))
-        plan.append(self._edit(bug, bug.bad, bug.good, f"Fixing it: `{bug.bad.strip()}` becomes "
-                               f"`{bug.good.strip()}`."))
-        plan.append(_Action("bash", {"command": f"pytest {test} -q"},
-                            f"Re-running `pytest {test} -q` to confirm the fix."))
+            plan.append(
+                _Action(
+                    "read_file",
+                    {"path": bug.path, "offset": offset, "limit": 10},
+                    "The edit did not match; re-reading the exact lines.",
+                )
+            )
+        plan.append(
+            self._edit(
+                bug, bug.bad, bug.good, f"Fixing it: `{bug.bad.strip()}` becomes `{bug.good.strip()}`."
+            )
+        )
+        plan.append(
+            _Action(
+                "bash", {"command": f"pytest {test} -q"}, f"Re-running `pytest {test} -q` to confirm the fix."
+            )
+        )
         if rng.random() < 0.4:
             plan.append(_Action("bash", {"command": rng.choice(_EXTRAS)}, "Checking the tree."))
         self._turn.planned.append(bug)
@@ -227,20 +253,46 @@ DEMO_SYSTEM_PROMPT = (
 )
 
 DEMO_TOOL_SPECS: tuple[ToolSpec, ...] = (
-    ToolSpec("read_file", "Read a text file, with line numbers.", {
-        "type": "object", "required": ["path"],
-        "properties": {"path": {"type": "string"}, "offset": {"type": "integer", "minimum": 1},
-                       "limit": {"type": "integer", "minimum": 1}}}),
-    ToolSpec("grep", "Search files for a regular expression; prints path:line:text.", {
-        "type": "object", "required": ["pattern"],
-        "properties": {"pattern": {"type": "string"}, "path": {"type": "string"}}}),
-    ToolSpec("edit_file", "Replace exactly one occurrence of old_string with new_string.", {
-        "type": "object", "required": ["path", "old_string", "new_string"],
-        "properties": {"path": {"type": "string"}, "old_string": {"type": "string"},
-                       "new_string": {"type": "string"}}}),
-    ToolSpec("bash", "Run a shell command in the repository and return its output.", {
-        "type": "object", "required": ["command"],
-        "properties": {"command": {"type": "string"}}}),
+    ToolSpec(
+        "read_file",
+        "Read a text file, with line numbers.",
+        {
+            "type": "object",
+            "required": ["path"],
+            "properties": {
+                "path": {"type": "string"},
+                "offset": {"type": "integer", "minimum": 1},
+                "limit": {"type": "integer", "minimum": 1},
+            },
+        },
+    ),
+    ToolSpec(
+        "grep",
+        "Search files for a regular expression; prints path:line:text.",
+        {
+            "type": "object",
+            "required": ["pattern"],
+            "properties": {"pattern": {"type": "string"}, "path": {"type": "string"}},
+        },
+    ),
+    ToolSpec(
+        "edit_file",
+        "Replace exactly one occurrence of old_string with new_string.",
+        {
+            "type": "object",
+            "required": ["path", "old_string", "new_string"],
+            "properties": {
+                "path": {"type": "string"},
+                "old_string": {"type": "string"},
+                "new_string": {"type": "string"},
+            },
+        },
+    ),
+    ToolSpec(
+        "bash",
+        "Run a shell command in the repository and return its output.",
+        {"type": "object", "required": ["command"], "properties": {"command": {"type": "string"}}},
+    ),
 )
 
 _PROMPTS = (

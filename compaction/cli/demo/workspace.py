@@ -28,9 +28,30 @@ if TYPE_CHECKING:
 
 MODULES = 24
 TOPICS = (
-    "billing", "invoices", "users", "sessions", "orders", "inventory", "shipping", "reports",
-    "auth", "cache", "events", "search", "payments", "notifications", "exports", "metrics",
-    "pricing", "ledger", "audit", "webhooks", "catalog", "quotas", "sync", "scheduler",
+    "billing",
+    "invoices",
+    "users",
+    "sessions",
+    "orders",
+    "inventory",
+    "shipping",
+    "reports",
+    "auth",
+    "cache",
+    "events",
+    "search",
+    "payments",
+    "notifications",
+    "exports",
+    "metrics",
+    "pricing",
+    "ledger",
+    "audit",
+    "webhooks",
+    "catalog",
+    "quotas",
+    "sync",
+    "scheduler",
 )
 VERBS = ("load", "render", "filter", "collect", "group", "index", "score", "split", "expand")
 NOUNS = ("rows", "window", "entries", "labels", "history", "buckets", "pages", "deltas", "ranks")
@@ -63,27 +84,61 @@ def _make_bug(kind: str, k: int, rng: random.Random) -> Bug:
     path = module_path(k)
     if kind == "assertion":
         n = rng.randint(2, 9)
-        return Bug(kind, k, path, "    return total - 1", "    return total",
-                   f"AssertionError: expected {n}, got {n - 1}", "test_compute_totals",
-                   "def compute_totals")
+        return Bug(
+            kind,
+            k,
+            path,
+            "    return total - 1",
+            "    return total",
+            f"AssertionError: expected {n}, got {n - 1}",
+            "test_compute_totals",
+            "def compute_totals",
+        )
     if kind == "import":
         name = rng.choice(MISSING_MODULES)
-        return Bug(kind, k, path, f"from {name} import chunked", "from app.utils import chunked",
-                   f"ModuleNotFoundError: No module named '{name}'", "<collection>",
-                   "import chunked")
+        return Bug(
+            kind,
+            k,
+            path,
+            f"from {name} import chunked",
+            "from app.utils import chunked",
+            f"ModuleNotFoundError: No module named '{name}'",
+            "<collection>",
+            "import chunked",
+        )
     if kind == "key":
         key = rng.choice(KEY_NAMES)
-        return Bug(kind, k, path, f'    owner = data["{key}"]', f'    owner = data.get("{key}")',
-                   f"KeyError: '{key}'", "test_load_payload", key)
+        return Bug(
+            kind,
+            k,
+            path,
+            f'    owner = data["{key}"]',
+            f'    owner = data.get("{key}")',
+            f"KeyError: '{key}'",
+            "test_load_payload",
+            key,
+        )
     if kind == "signature":
-        return Bug(kind, k, path, "def parse_record(raw: str, strict: bool) -> Record:",
-                   "def parse_record(raw: str, strict: bool = False) -> Record:",
-                   "TypeError: parse_record() missing 1 required positional argument: 'strict'",
-                   "test_parse_record_defaults", "def parse_record")
-    return Bug(kind, k, path, "    merged: dict[str, int] | None = None",
-               "    merged: dict[str, int] = {}",
-               "AttributeError: 'NoneType' object has no attribute 'get'", "test_merge_batches",
-               "def merge_batches")
+        return Bug(
+            kind,
+            k,
+            path,
+            "def parse_record(raw: str, strict: bool) -> Record:",
+            "def parse_record(raw: str, strict: bool = False) -> Record:",
+            "TypeError: parse_record() missing 1 required positional argument: 'strict'",
+            "test_parse_record_defaults",
+            "def parse_record",
+        )
+    return Bug(
+        kind,
+        k,
+        path,
+        "    merged: dict[str, int] | None = None",
+        "    merged: dict[str, int] = {}",
+        "AttributeError: 'NoneType' object has no attribute 'get'",
+        "test_merge_batches",
+        "def merge_batches",
+    )
 
 
 def _module_source(k: int, topic: str, bug: Bug | None, rng: random.Random) -> str:
@@ -172,31 +227,32 @@ def _filler(rng: random.Random) -> list[str]:
 def _test_source(k: int, bug: Bug | None) -> str:
     expected = int(bug.error.split()[2].rstrip(",")) if bug and bug.kind == "assertion" else 3
     amounts = ", ".join(f"Record('r{i}', 1)" for i in range(expected))
-    return "\n".join([
-        "import json",
-        "",
-        f"from app.module_{k} import Record, compute_totals, load_payload, merge_batches, "
-        "parse_record",
-        "",
-        "",
-        "def test_compute_totals():",
-        f"    records = [{amounts}]",
-        "    total = compute_totals(records)",
-        f"    assert total == {expected}, f'expected {expected}, got {{total}}'",
-        "",
-        "",
-        "def test_load_payload():",
-        "    assert load_payload(json.dumps({'items': [1]}))['items'] == [1]",
-        "",
-        "",
-        "def test_parse_record_defaults():",
-        "    assert parse_record('{\"key\": \"k\"}').key == 'k'",
-        "",
-        "",
-        "def test_merge_batches():",
-        "    assert merge_batches([{'x': 1}, {'x': 2}]) == {'x': 3}",
-        "",
-    ])
+    return "\n".join(
+        [
+            "import json",
+            "",
+            f"from app.module_{k} import Record, compute_totals, load_payload, merge_batches, parse_record",
+            "",
+            "",
+            "def test_compute_totals():",
+            f"    records = [{amounts}]",
+            "    total = compute_totals(records)",
+            f"    assert total == {expected}, f'expected {expected}, got {{total}}'",
+            "",
+            "",
+            "def test_load_payload():",
+            "    assert load_payload(json.dumps({'items': [1]}))['items'] == [1]",
+            "",
+            "",
+            "def test_parse_record_defaults():",
+            "    assert parse_record('{\"key\": \"k\"}').key == 'k'",
+            "",
+            "",
+            "def test_merge_batches():",
+            "    assert merge_batches([{'x': 1}, {'x': 2}]) == {'x': 3}",
+            "",
+        ]
+    )
 
 
 class DemoWorkspace:
@@ -335,8 +391,11 @@ def _bash(ws: DemoWorkspace, args: dict[str, object]) -> ToolOutput:
     if words[0] == "ruff":
         return ToolOutput(_ruff(ws, words[-1]))
     if words[:2] == ["wc", "-l"]:
-        rows = [f"{len(ws.files[p].splitlines()):>5} {p}" for p in sorted(ws.files, key=_path_key)
-                if p.startswith("src/app/")]
+        rows = [
+            f"{len(ws.files[p].splitlines()):>5} {p}"
+            for p in sorted(ws.files, key=_path_key)
+            if p.startswith("src/app/")
+        ]
         return ToolOutput("\n".join(rows))
     return ToolOutput(f"bash: {words[0]}: command not found\nexit code: 127", is_error=True)
 
@@ -422,5 +481,3 @@ def _ruff(ws: DemoWorkspace, path: str) -> str:
         f"{path}:5:8: F401 [*] `json` imported but unused\n{path}:{n}:101: E501 Line too long "
         f"(104 > 100)\nFound 2 errors.\n[*] 1 fixable with the `--fix` option.\nexit code: 1"
     )
-
-

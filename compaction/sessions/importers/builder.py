@@ -383,8 +383,7 @@ class SessionBuilder:
         self._answered.add(pending.call_id)
         self.synthesized += 1
         self.note(
-            f"{pending.origin}: tool call {pending.call_id} has no result; synthesized "
-            f"{_error_of(result)}"
+            f"{pending.origin}: tool call {pending.call_id} has no result; synthesized {_error_of(result)}"
         )
 
     def close_turn(self, origin: str) -> None:

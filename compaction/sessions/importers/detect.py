@@ -68,11 +68,7 @@ def detect_bytes(path: Path, data: bytes) -> str:
 
 def _document_format(document: Any) -> str | None:
     if isinstance(document, list):
-        return (
-            "openai"
-            if document and all(_is_chat_message(m) for m in document[:LOOKAHEAD])
-            else None
-        )
+        return "openai" if document and all(_is_chat_message(m) for m in document[:LOOKAHEAD]) else None
     return _record_format(as_dict(document))
 
 
@@ -111,9 +107,7 @@ def _record_format(record: JSON) -> str | None:
     if isinstance(history, list):
         # older OpenHands evaluation output holds [action, observation] pairs
         events = [as_dict(x) for e in history[:LOOKAHEAD] for x in (e if isinstance(e, list) else [e])]
-        if any("action" in e or "observation" in e for e in events) and not any(
-            "role" in e for e in events
-        ):
+        if any("action" in e or "observation" in e for e in events) and not any("role" in e for e in events):
             return "openhands"
         return "openai" if any(_is_chat_message(e) for e in events) else None
     if isinstance(record.get("messages"), list):

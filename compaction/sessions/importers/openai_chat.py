@@ -49,9 +49,7 @@ def import_file(path: Path, data: bytes) -> list[ImportedSession]:
     conversations, skipped = _conversations(path, data)
     sessions = []
     for index, (source, messages, envelope) in enumerate(conversations):
-        builder = SessionBuilder(
-            session_id_for(FORMAT, digest, index), source=source, format=FORMAT
-        )
+        builder = SessionBuilder(session_id_for(FORMAT, digest, index), source=source, format=FORMAT)
         builder.skipped.extend(skipped if index == 0 else ())
         _import_messages(builder, messages, envelope)
         sessions.append(builder.finish())
@@ -156,17 +154,13 @@ def _assistant(b: SessionBuilder, origin: str, message: JSON, model: str) -> Non
 
 
 def _tool(b: SessionBuilder, origin: str, message: JSON) -> None:
-    ids = [as_str(i) for i in as_list(message.get("tool_call_ids"))] or [
-        as_str(message.get("tool_call_id"))
-    ]
+    ids = [as_str(i) for i in as_list(message.get("tool_call_ids"))] or [as_str(message.get("tool_call_id"))]
     content = tuple(_content_blocks(message.get("content")))
     for index, call_id in enumerate(ids):
         message_id = origin if len(ids) == 1 else f"{origin}-{index}"
         b.result(call_id, content, origin, message_id=message_id)
     if len(ids) > 1:
-        b.note(
-            f"{origin}: one tool message answers {len(ids)} calls; its content is repeated per call"
-        )
+        b.note(f"{origin}: one tool message answers {len(ids)} calls; its content is repeated per call")
 
 
 def _content_blocks(content: Any) -> tuple[TextBlock | ImageBlock, ...]:

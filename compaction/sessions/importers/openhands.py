@@ -61,9 +61,7 @@ def import_file(path: Path, data: bytes) -> list[ImportedSession]:
     sessions: list[ImportedSession] = []
     for run, (number, record) in enumerate(lines, start=1):
         if not isinstance(record.get("history"), list):
-            raise TranscriptError(
-                str(path), number, "expected an OpenHands run with a `history` list"
-            )
+            raise TranscriptError(str(path), number, "expected an OpenHands run with a `history` list")
         builder = SessionBuilder(
             session_id_for(FORMAT, digest, run - 1), source=f"{path}#run-{run}", format=FORMAT
         )
@@ -157,9 +155,7 @@ class _RunImporter:
             )
             self.b.assistant(message, origin)
         else:
-            self.b.skip(
-                origin, f"{source} action {action!r} without a tool call: not a model message"
-            )
+            self.b.skip(origin, f"{source} action {action!r} without a tool call: not a model message")
 
     def tool_action(self, event: JSON, origin: str, metadata: JSON) -> None:
         response = as_dict(metadata.get("model_response"))
@@ -179,22 +175,14 @@ class _RunImporter:
         elif call_id:  # no step open: the builder reports it (and why)
             self.b.result(call_id, (), origin)
         elif kind == "recall":
-            self.b.skip(
-                origin, "recall observation (workspace context): not a conversation message"
-            )
+            self.b.skip(origin, "recall observation (workspace context): not a conversation message")
         elif kind == "error":
             self.flush()
             text = as_str(event.get("content")) or as_str(event.get("message"))
-            self.b.context(
-                user_message(_id(origin), (TextBlock(text),)), f"{origin} error observation"
-            )
-            self.b.note(
-                f"{origin}: error observation with no tool call imported as a context message"
-            )
+            self.b.context(user_message(_id(origin), (TextBlock(text),)), f"{origin} error observation")
+            self.b.note(f"{origin}: error observation with no tool call imported as a context message")
         else:
-            self.b.skip(
-                origin, f"{kind} observation without a tool call: not a conversation message"
-            )
+            self.b.skip(origin, f"{kind} observation without a tool call: not a conversation message")
 
     # ------------------------------------------------------------ steps
 

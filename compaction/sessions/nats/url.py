@@ -58,9 +58,7 @@ def _checked(url: str, key: str, value: str) -> str:
             "'-' and '_' (at most 64)"
         )
     if key == "replicas" and value not in ("1", "2", "3", "4", "5"):
-        raise ConfigurationError(
-            f"store URL {url!r}: replicas={value!r}; expected a whole number 1..5"
-        )
+        raise ConfigurationError(f"store URL {url!r}: replicas={value!r}; expected a whole number 1..5")
     if key == "timeout":
         try:
             ok = 0 < float(value) <= 3600

@@ -47,9 +47,7 @@ OUTPUT = "ValueError: bad value in src/app/core.py line 3\n" + "    rows = compu
 
 
 def chromium() -> str:
-    found = shutil.which("chromium") or (
-        "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None
-    )
+    found = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
     if found:
         return found
     if os.environ.get("CI") == "true":
@@ -124,7 +122,7 @@ def test_the_timeline_follows_the_surface_and_marks_failures(sqlite_url: str) ->
         assert seq is not None and points[seq] < points[seq - 1]  # every compaction is a drop
     page = render_html([audit], limits=Limits(window=WINDOW))
     assert page.count('class="compaction-mark"') == len(audit.compactions)
-    assert "#dc2626" not in page.split('<polyline')[1].split("</svg>")[0]  # no red marker: all passed
+    assert "#dc2626" not in page.split("<polyline")[1].split("</svg>")[0]  # no red marker: all passed
     assert "&lt;script&gt;document.title" in page and INJECTED not in page
 
 

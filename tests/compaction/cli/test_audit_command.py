@@ -137,7 +137,7 @@ def _summary_seq(url: str, session_id: UUID) -> int:
 
 
 def test_request_round_trip_equals_what_the_template_summarizer_received(
-    recorded: tuple[str, UUID, list[SummaryRequest]]
+    recorded: tuple[str, UUID, list[SummaryRequest]],
 ) -> None:
     url, session_id, requests = recorded
     with SessionStore.open(url) as store:
@@ -230,7 +230,7 @@ def test_request_of_a_digested_compaction_is_the_body_the_server_received(
 
 
 def test_diff_shows_the_shadowed_span_beside_its_checkpoint(
-    recorded: tuple[str, UUID, list[SummaryRequest]]
+    recorded: tuple[str, UUID, list[SummaryRequest]],
 ) -> None:
     url, session_id, _ = recorded
     code, audit = run_json("--store", url, "audit", str(session_id))

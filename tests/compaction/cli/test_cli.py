@@ -35,6 +35,7 @@ DEMO_KEYS = {
     "session_id", "events", "compactions", "tokens_before", "tokens_after", "checks_passed",
 }  # fmt: skip
 
+
 def assert_error(code: int, document: Doc, error_type: str, *fragments: str) -> None:
     assert code == 1, document
     assert set(document) == {"error"}
@@ -249,9 +250,7 @@ def test_resolve_session_prefixes() -> None:
 
 
 def test_demo_json_document(sqlite_url: str) -> None:
-    code, document = run_json(
-        "--store", sqlite_url, "demo", "--turns", "1", "--steps", "6", "--no-phases"
-    )
+    code, document = run_json("--store", sqlite_url, "demo", "--turns", "1", "--steps", "6", "--no-phases")
     assert code == 0, document
     assert set(document) >= DEMO_KEYS
     assert document["checks_passed"] is True
@@ -353,14 +352,11 @@ def test_ctrl_c_under_json_still_prints_one_error_document(
         raise KeyboardInterrupt
 
     commands = tuple(
-        dataclasses.replace(c, run=interrupted) if c.name == "sessions" else c
-        for c in cli_main.COMMANDS
+        dataclasses.replace(c, run=interrupted) if c.name == "sessions" else c for c in cli_main.COMMANDS
     )
     monkeypatch.setattr(cli_main, "COMMANDS", commands)
     code = main(["--store", "memory://", "sessions", "--json"])
     captured = capsys.readouterr()
     assert code == 130
-    assert json.loads(captured.out) == {
-        "error": {"type": "KeyboardInterrupt", "message": "interrupted"}
-    }
+    assert json.loads(captured.out) == {"error": {"type": "KeyboardInterrupt", "message": "interrupted"}}
     assert "interrupted" in captured.err

@@ -123,7 +123,8 @@ def test_older_openhands_evaluation_pairs_import_too(tmp_path: Path) -> None:
     assert isinstance(block, ToolResultBlock) and "TypeError" in text_of(block.content)
     assistants = [e for e in events if isinstance(e, AssistantMessage)]
     assert [text_of(a.message.content) for a in assistants] == [
-        "Reproduce it first.", "Fixed the split on empty input."
+        "Reproduce it first.",
+        "Fixed the split on empty input.",
     ]
     assert assistants[0].message.source.model == "anthropic/claude-3-5-sonnet"
     assert result.synthesized_results == 0 and sum("null observation" in s for s in result.skipped) == 2
@@ -205,11 +206,7 @@ def test_pi_bash_executions_are_user_text_as_pi_sends_them(tmp_path: Path) -> No
 def test_claude_code_queued_messages_reach_the_log() -> None:
     (result,) = import_path(SPOTTER)
     events = list(result.session.events())
-    texts = {
-        text_of(e.message.content): e
-        for e in events
-        if isinstance(e, (UserMessage, SteeringMessage))
-    }
+    texts = {text_of(e.message.content): e for e in events if isinstance(e, (UserMessage, SteeringMessage))}
     assert "check again" in texts
     steering = texts["new beads for the epic were added. tackle them"]
     assert isinstance(steering, SteeringMessage) and "queued" in (steering.origin or "")
@@ -334,9 +331,7 @@ def test_a_byte_order_mark_is_accepted(sqlite_url: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("deep", ["[" * 1100 + "]" * 1100, '{"a":' * 1100 + "1" + "}" * 1100])
-def test_deep_json_is_a_transcript_error_naming_the_line(
-    sqlite_url: str, tmp_path: Path, deep: str
-) -> None:
+def test_deep_json_is_a_transcript_error_naming_the_line(sqlite_url: str, tmp_path: Path, deep: str) -> None:
     path = tmp_path / "deep.jsonl"
     path.write_text(json.dumps({"type": "session", "id": "s"}) + "\n" + deep + "\n")
     for argv in ((), ("--format", "pi"), ("--format", "events")):
@@ -377,8 +372,7 @@ def test_concurrent_imports_of_one_file_all_succeed(tmp_path: Path) -> None:
     many.write_text("\n".join(runs * 10) + "\n")  # 20 sessions (ids differ per line index)
     command = [str(ENTRY_POINT), "--store", url, "import", str(many), "--json"]
     processes = [
-        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for _ in range(4)
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)
     ]
     outputs = [p.communicate(timeout=300) for p in processes]
     for process, (out, err) in zip(processes, outputs, strict=True):

@@ -102,9 +102,7 @@ class ProviderServer:
             self.closed_at = asyncio.get_running_loop().time()
         self.closed_early.set()
 
-    async def _stream(
-        self, request: web.Request, response: web.StreamResponse, reply: Reply
-    ) -> None:
+    async def _stream(self, request: web.Request, response: web.StreamResponse, reply: Reply) -> None:
         for frame in reply.frames:
             await response.write(frame)
         if reply.then == "disconnect":

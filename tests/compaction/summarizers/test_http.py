@@ -135,9 +135,7 @@ def anthropic(server: ProviderServer, **options: object) -> AnthropicSummarizer:
     return AnthropicSummarizer(server.base_url, "claude-sonnet-4-5", **options)  # type: ignore[arg-type]
 
 
-async def summarize(
-    summarizer: HttpSummarizer, request: SummaryRequest | None = None
-) -> SummaryOutput:
+async def summarize(summarizer: HttpSummarizer, request: SummaryRequest | None = None) -> SummaryOutput:
     async with summarizer:
         return await summarizer.summarize(request or make_request())
 
@@ -369,9 +367,7 @@ async def test_openai_not_found_and_bad_request(server: ProviderServer) -> None:
     server.script(Reply(status=404, body=missing), Reply(status=422, body={"detail": "bad"}))
     with pytest.raises(SummarizerError) as caught:
         await summarize(openai(server))
-    assert caught.value.code == "not_found" and "check the base URL and the model" in str(
-        caught.value
-    )
+    assert caught.value.code == "not_found" and "check the base URL and the model" in str(caught.value)
     with pytest.raises(SummarizerError) as caught:
         await summarize(openai(server))
     assert caught.value.code == "bad_request" and len(server.received) == 2
@@ -401,9 +397,7 @@ async def test_connection_refused_is_retried_then_raised() -> None:
 
 
 @pytest.mark.parametrize("protocol", ["openai", "anthropic"])
-async def test_cancellation_closes_the_stream_promptly(
-    server: ProviderServer, protocol: str
-) -> None:
+async def test_cancellation_closes_the_stream_promptly(server: ProviderServer, protocol: str) -> None:
     if protocol == "openai":
         head = openai_frames(SUMMARY)[:2]
         more = sse(openai_chunk({"content": " more"}))
@@ -528,9 +522,7 @@ def test_anthropic_empty_tool_result_sent_without_empty_text() -> None:
 
 
 async def test_anthropic_truncation(server: ProviderServer) -> None:
-    server.script(
-        Reply(frames=anthropic_frames(SUMMARY, stop_reason="max_tokens", output_tokens=512))
-    )
+    server.script(Reply(frames=anthropic_frames(SUMMARY, stop_reason="max_tokens", output_tokens=512)))
     with pytest.raises(TruncatedError, match=r"'max_tokens' after 512 output tokens"):
         await summarize(anthropic(server))
 
@@ -560,9 +552,7 @@ async def test_anthropic_context_length(server: ProviderServer) -> None:
 
 
 async def test_anthropic_overloaded_then_success(server: ProviderServer) -> None:
-    server.script(
-        Reply(status=529, body=ANTHROPIC_OVERLOADED), Reply(frames=anthropic_frames(SUMMARY))
-    )
+    server.script(Reply(status=529, body=ANTHROPIC_OVERLOADED), Reply(frames=anthropic_frames(SUMMARY)))
     output = await summarize(anthropic(server))
     assert output.text and len(server.received) == 2
 
@@ -581,9 +571,7 @@ async def test_anthropic_error_event_mid_stream(server: ProviderServer) -> None:
 
 
 async def test_anthropic_disconnect_before_message_stop(server: ProviderServer) -> None:
-    server.script(
-        Reply(frames=[anthropic_start(), *anthropic_text(0, ["partial"])], then="disconnect")
-    )
+    server.script(Reply(frames=[anthropic_start(), *anthropic_text(0, ["partial"])], then="disconnect"))
     with pytest.raises(SummarizerError) as caught:
         await summarize(anthropic(server))
     assert caught.value.code == "disconnected"
@@ -630,10 +618,7 @@ def test_backoff_is_exponential_jittered_and_capped() -> None:
 
 def test_endpoint_urls() -> None:
     assert endpoint_url("http://h:8080", "/messages") == "http://h:8080/v1/messages"
-    assert (
-        endpoint_url("http://h:8080/v1/", "/chat/completions")
-        == "http://h:8080/v1/chat/completions"
-    )
+    assert endpoint_url("http://h:8080/v1/", "/chat/completions") == "http://h:8080/v1/chat/completions"
     with pytest.raises(CompactionConfigError, match="base URL"):
         endpoint_url("localhost:8080", "/messages")
 
@@ -647,14 +632,10 @@ def long_request(steps: int = 12, output_chars: int = 400, max_tokens: int = 100
     messages: list[Message] = [Message(id="u0", role="user", content=(TextBlock("Refactor"),))]
     for i in range(steps):
         call = ToolCallBlock(f"c{i}", "read_file", f'{{"path": "src/m{i}.py"}}')
-        messages.append(
-            Message(id=f"a{i}", role="assistant", content=(TextBlock(f"step {i}"), call))
-        )
+        messages.append(Message(id=f"a{i}", role="assistant", content=(TextBlock(f"step {i}"), call)))
         output = (f"m{i} " * output_chars)[:output_chars]
         messages.append(
-            Message(
-                id=f"r{i}", role="user", content=(ToolResultBlock(f"c{i}", (TextBlock(output),)),)
-            )
+            Message(id=f"r{i}", role="user", content=(ToolResultBlock(f"c{i}", (TextBlock(output),)),))
         )
     return msgspec.structs.replace(make_request(max_tokens), messages=tuple(messages))
 
@@ -723,9 +704,7 @@ async def test_chunking_splits_balanced_pairs_intact_and_merges(server: Provider
     whole = conversation(build_openai_payload(request, "gpt-4o-mini"))
     assert [m for body in chunks for m in conversation(body)] == whole  # nothing lost or repeated
     for body in chunks:
-        assert (
-            body["tools"] == chunks[0]["tools"] and body["messages"][0] == chunks[0]["messages"][0]
-        )
+        assert body["tools"] == chunks[0]["tools"] and body["messages"][0] == chunks[0]["messages"][0]
         called = set()
         for message in conversation(body):
             called |= {c["id"] for c in message.get("tool_calls", ())}

@@ -62,9 +62,7 @@ def short_request(max_tokens: int) -> SummaryRequest:
         system="You are a coding agent.",
         tools=(),
         messages=(
-            Message(
-                id="u1", role="user", content=(TextBlock("Fix the failing test in src/app.py"),)
-            ),
+            Message(id="u1", role="user", content=(TextBlock("Fix the failing test in src/app.py"),)),
             Message(
                 id="a1",
                 role="assistant",
@@ -129,9 +127,7 @@ async def test_free_running_model_is_classified() -> None:
             output = await summarizer.summarize(short_request(max_tokens=128))
         except TruncatedError as truncated:  # SmolLM2 tends to repeat the input up to the cap
             assert truncated.code == "max_tokens" and not truncated.retryable
-            assert "local model smollm2 stopped with 'length' after 128 output tokens" in str(
-                truncated
-            )
+            assert "local model smollm2 stopped with 'length' after 128 output tokens" in str(truncated)
             return
     assert output.text.strip()
     assert (output.provider, output.model, output.max_tokens) == ("local", "smollm2", 128)

@@ -163,6 +163,7 @@ def test_every_span_ending_at_an_unfinished_todo_list_keeps_its_open_tasks() -> 
 
 # ---------------------------------------------------------------- the sections, on hand-made spans
 
+
 def sections(text: str) -> dict[str, str]:
     return section_bodies(text)
 
@@ -217,9 +218,7 @@ def test_a_long_ask_keeps_its_head_and_tail_with_the_elision_marked() -> None:
 
 def test_errors_name_the_command_the_first_line_and_the_fix() -> None:
     body = sections(render_summary(work_span()))["Errors and Fixes"]
-    assert body.splitlines()[0] == (
-        "- Bash `mix test`: ** (RuntimeError) requires lazy_html (fixed later)"
-    )
+    assert body.splitlines()[0] == ("- Bash `mix test`: ** (RuntimeError) requires lazy_html (fixed later)")
 
 
 def test_pending_jobs_current_work_and_next_step_come_from_the_agents_own_state() -> None:

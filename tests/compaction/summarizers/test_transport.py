@@ -164,7 +164,7 @@ def test_payload_by_shape() -> None:
 
 
 def test_sse_decoding_of_whole_chunks() -> None:
-    events = decode_events([b"event: a\ndata: {\"x\"", b": 1}\n\n: comment\ndata: [DONE]"])
+    events = decode_events([b'event: a\ndata: {"x"', b": 1}\n\n: comment\ndata: [DONE]"])
     assert events == [SSEEvent("a", '{"x": 1}'), SSEEvent("message", "[DONE]")]
 
 
