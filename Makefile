@@ -2,7 +2,7 @@
 #   make demo    install the project alone, then run the main job (`compaction demo`) on the default
 #                SQLite store
 #   make test    install the rest too (dev tools, the local model), then run the whole test suite
-#   make lint    ruff + mypy (strict)
+#   make lint    ruff check, ruff format --check, mypy (strict)
 #   make bench   the benchmarks, one Markdown table (BENCH="load surface" picks some)
 #   make soak    the fuzzer, race and crash loops (and PostgreSQL restarts under a writer, on a
 #                private cluster) for SOAK_MINUTES (default 10) on SQLite and
@@ -47,7 +47,8 @@ test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 lint: $(TEST_STAMP)
-	$(BIN)/ruff check compaction projections recovery tests benchmarks
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
 # With the bench extra installed (`$(BIN)/pip install -e ".[bench]"`) the default set includes the

@@ -6,8 +6,8 @@ and the snap to a balanced cut). The session is a surface of N messages (tool-he
 compacted). Two rows: *cold* (a fresh meter: every message priced once, the first check after a
 process start or a snapshot load) and *warm* (the steady state: one agent step appended since the
 previous check). The selected span is a range of surface positions until a compaction reads its
-seqs (issue 13), so the warm decision is flat: target <= 2x from 1,000 to 100,000 messages. The
-cold one prices every node in one batch (``HeuristicMeter.event_prices``); its target against the
+seqs, so the warm decision is flat: target <= 2x from 1,000 to 100,000 messages. The
+cold one prices every node in one batch (``Meter.event_prices``); its target against the
 peers measured in the same run is in ``bench_peers``. The 1.4 s quoted for the fastest Python
 peer's decision on a 100k-message session is from elsewhere; the ratios here are large vs small,
 measured in this run.
@@ -106,7 +106,7 @@ def cold(session: Session) -> float:
 
 
 class NodeByNodeMeter(HeuristicMeter):
-    """The same prices, one node at a time (``Meter.event`` per node, as before issue 13)."""
+    """The same prices, one node at a time (``Meter.event`` per node, as before the batch pricing)."""
 
     def event(self, event: SessionEvent) -> int:
         return super().event(event)

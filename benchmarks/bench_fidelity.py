@@ -5,7 +5,7 @@ Per imported session: one manual compaction (``compact_now``: everything but the
 the newest unit) with the template summarizer and the fidelity gate set to record, not to refuse
 (``min_identifier_ratio=0``). The handover facts of the shadowed span
 (:func:`compaction.handover.facts.span_facts`)
-are scored against the summary by :func:`compaction.handover.facts.retention`:
+are scored against the summary by :func:`compaction.handover.retention.retention`:
 
 - identifiers: verbatim paths, commands, error names, ids (as the fidelity gate counts them);
 - user messages: the span's natural-language user messages (harness wrappers, slash commands,
@@ -21,8 +21,8 @@ Claude Code: the spotter transcript holds one automatic Claude Code compaction (
 surface before the boundary. The same span is rendered by the template summarizer, and both texts
 are scored by the same functions.
 
-Model summaries completed by :mod:`compaction.handover.completion` (issue 12, item 2), on the template's
-spans and by the same functions, each in two tables: *as written* (the summarizer's own text, read
+Model summaries completed by :mod:`compaction.handover.completion` (before the fidelity gate), on the
+template's spans and by the same functions, each in two tables: *as written* (the summarizer's own text, read
 back from ``compact/summary.completion``) and *completed* (the checkpoint committed: that text plus
 the appendix of what it missed, the default completion):
 
@@ -57,11 +57,12 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 
 from benchmarks.common import Result
 from compaction.engine.meters import HeuristicMeter
-from compaction.handover.facts import Retention, retention, span_facts
+from compaction.handover.facts import span_facts
 from compaction.handover.identifiers import Identifiers, retained
+from compaction.handover.retention import Retention, retention
+from compaction.importers import import_path
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import Message, TextBlock, text_of, tool_calls_of, tool_result_of
-from compaction.sessions.importers import import_path
 from compaction.sessions.session import Session, project
 from compaction.summarizers.template import render_summary
 from compaction.vocabulary.checkpoint import checkpoint_message
@@ -71,7 +72,7 @@ from compaction.vocabulary.instruction import SECTIONS
 from compaction.vocabulary.summarizer import Summarizer, SummaryOutput, SummaryRequest
 
 TARGETS = {"identifiers": 0.9, "user messages": 0.9, "errors": 0.8, "open tasks": 1.0}
-"""The template checkpoint's targets (issue 12), compression >= 10x on spans over 20k tokens."""
+"""The template checkpoint's targets: compression >= 10x on spans over 20k tokens."""
 LARGE_SPAN = 20_000
 MIN_COMPRESSION = 10.0
 

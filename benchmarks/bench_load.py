@@ -6,8 +6,8 @@
    loading a 1,000-event session from the same store. Ratio = large / small (a cost ratio). Both
    sessions compact their surface every 20 turns, as a long-running agent does, so the state a
    snapshot holds stays bounded. The same figure for a session that never compacts (its surface,
-   and so its snapshot, grows with the log: 39,131 nodes at 100,000 events) has the same target
-   (issue 13): the snapshot's surface is restored as packed arrays, one copy of its bytes.
+   and so its snapshot, grows with the log: 39,131 nodes at 100,000 events) has the same target:
+   the snapshot's surface is restored as packed arrays, one copy of its bytes.
 """
 
 from __future__ import annotations

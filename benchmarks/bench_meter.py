@@ -1,4 +1,4 @@
-"""Meter acceptance (issue 12): after a compaction, the request total the meter reports is the one the
+"""Meter acceptance: after a compaction, the request total the meter reports is the one the
 provider would count, on every public transcript that carries provider usage.
 
 The provider's own figures, computed here independently of the meter's fit: the usage records since
@@ -9,7 +9,8 @@ over the requests carrying at least a quarter of the final surface, of (prompt -
 surface. A compaction at window W (``compact_to_fit``, what ``compaction compact --window W`` runs)
 must leave a meter estimate within 15% of ``overhead + ratio x surface after``. The 0.1 meter's
 estimate (the latest usage total plus the surface change at the heuristic's price) is shown beside
-it: the issue's "phantom overhead".
+it: its "phantom overhead" (the shadowed text subtracted at the heuristic's price, the rest of
+the provider's count kept) is what the calibrated meter removes.
 
 One check against a real provider count: the spotter session holds a compaction made by Claude Code
 itself; the meter, given the log up to the first request after it, must estimate that request within
@@ -39,9 +40,9 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 from benchmarks.common import Result
 from compaction.engine.meters import HeuristicMeter
 from compaction.errors import CompactionConfigError
+from compaction.importers import import_path
 from compaction.service import BasicCompactService
 from compaction.sessions.events import AssistantMessage, RequestHeader
-from compaction.sessions.importers import import_path
 from compaction.sessions.session import Session
 from compaction.sessions.surface import Surface
 from compaction.vocabulary.config import BasicConfig

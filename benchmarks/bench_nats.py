@@ -151,7 +151,7 @@ def load_seconds(url: str, events: int, *, snapshot: bool) -> tuple[float, float
 def cli_compact_seconds(url: str, transcript: Path) -> float:
     """Wall time of ``compaction --store URL compact SID --window 200000``, from process start,
     of the session imported from ``transcript`` (a subprocess: imports, start-up and all)."""
-    from compaction.sessions.importers import import_path
+    from compaction.importers import import_path
 
     (imported,) = import_path(transcript)
     with SessionStore.open(url) as store:

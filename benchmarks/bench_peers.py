@@ -45,8 +45,8 @@ the timing. Each output is checked for orphaned tool results (a result whose cal
 it) and for the session's first user message (kept or not); the figures are in the baseline
 column.
 
-Targets (issue 13): cold decision at 100k <= 0.1x the fastest peer's decision; full compaction <=
-0.5x the fastest peer's full compaction at every size; warm decision 100k / 1k <= 2x. Issue 20:
+Targets: cold decision at 100k <= 0.1x the fastest peer's decision; full compaction <=
+0.5x the fastest peer's full compaction at every size; warm decision 100k / 1k <= 2x;
 the full compaction with nothing read ahead <= 0.5x the fastest peer's full compaction at 100k. The fastest
 peer is taken over every peer, ADK included. ADK is the slowest peer at every size (seconds per
 transcript at 100k), so a full run takes about a quarter of an hour.

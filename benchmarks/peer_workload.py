@@ -14,9 +14,9 @@ from uuid import uuid4
 
 import msgspec
 
+from compaction.importers import import_path
+from compaction.importers.builder import SessionBuilder
 from compaction.sessions.blocks import Block, Message, TextBlock, ToolCallBlock, ToolResultBlock
-from compaction.sessions.importers import import_path
-from compaction.sessions.importers.builder import SessionBuilder
 from compaction.sessions.session import Session
 
 TRANSCRIPTS = Path(__file__).resolve().parents[1] / "tests" / "data" / "transcripts"

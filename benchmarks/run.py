@@ -25,6 +25,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 from benchmarks import (
     bench_adapters,
     bench_append,
+    bench_cli,
     bench_compaction,
     bench_decision,
     bench_fidelity,
@@ -34,6 +35,7 @@ from benchmarks import (
     bench_peers,
     bench_rebuild,
     bench_recovery,
+    bench_serve,
     bench_surface,
 )
 from benchmarks.common import Result
@@ -51,10 +53,16 @@ BENCHMARKS: dict[str, Callable[[], list[Result]]] = {
     "recovery": bench_recovery.run,
     "peers": bench_peers.run,  # in the default set only with the bench extra (bench_peers.available)
     "adapters": bench_adapters.run,  # needs PostgreSQL ($COMPACTION_BENCH_PG) and the framework extras
+    "serve": bench_serve.run,  # needs PostgreSQL ($COMPACTION_BENCH_PG); starts compaction serve processes
+    "cli": bench_cli.run,  # on request only (ON_REQUEST): needs PostgreSQL, imports 100k messages twice
 }
 
+ON_REQUEST = {"cli"}
+"""Benchmarks run only when named: they take minutes."""
+
 FLAGS: dict[str, dict[str, Callable[[], list[Result]]]] = {
-    "--quick": {"peers": bench_peers.run_quick},  # 100k only, one round, every target still judged
+    # peers: 100k only, one round, every target still judged; serve: 200 conversations, SQLite only
+    "--quick": {"peers": bench_peers.run_quick, "serve": bench_serve.run_quick},
 }
 """Per flag, the benchmarks that take it and what runs in place of theirs when it is given."""
 
@@ -76,7 +84,9 @@ def chosen(argv: list[str]) -> dict[str, Callable[[], list[Result]]] | str:
     """What to run, by name, with the flags of ``argv`` applied; or why ``argv`` is refused."""
     flags = [a for a in argv if a.startswith("--")]
     names = [a for a in argv if not a.startswith("--")]
-    names = names or [n for n in BENCHMARKS if n != "peers" or bench_peers.available()]
+    names = names or [
+        n for n in BENCHMARKS if n not in ON_REQUEST and (n != "peers" or bench_peers.available())
+    ]
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
         return f"unknown benchmark(s) {unknown}; choose from {list(BENCHMARKS)}"

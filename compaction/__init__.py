@@ -9,7 +9,8 @@ The rooms, bottom up (docs/architecture.md): :mod:`compaction.errors` (the whole
 :mod:`compaction.sessions` (the log), :mod:`compaction.vocabulary` (the words every room shares),
 :mod:`compaction.handover` (what a checkpoint must keep), :mod:`compaction.engine` (when and where
 to cut, how to commit), then :mod:`compaction.summarizers`, :mod:`compaction.strategies`,
-:mod:`compaction.service` (the engine with its default summarizer), :mod:`compaction.audit`,
+:mod:`compaction.importers` (transcripts into sessions), :mod:`compaction.service` (the engine
+with its default summarizer), :mod:`compaction.audit`,
 :mod:`compaction.integrations` and :mod:`compaction.cli`; :mod:`compaction.testing` for scripted
 models. The public names are pinned by ``tests/test_public_api.py``.
 """

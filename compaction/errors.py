@@ -8,18 +8,21 @@
     │   ├── RecoveryConfigError                a bad RecoveryConfig value
     │   ├── UsageError                         the command line itself is wrong (exit status 2)
     │   ├── AmbiguousSessionError (LookupError)  a SESSION prefix matches more than one session
-    │   └── PluginError                        a command plugin (entry point) could not be loaded
+    │   └── PluginError                        a plugin (entry point) could not be loaded
     ├── UnknownEventTypeError (LookupError)    a stored or imported event type nobody registered
+    │   └── EventVersionError                  a stored shape its class cannot upcast (no upcaster, newer)
     ├── EventRuleError (ValueError)            an append broke a rule; carries rule, seq, values
     │   ├── SurfaceRuleError                   a surface rule (contiguity, eligibility, replace range, ...)
     │   ├── StructureRuleError                 a turn/step rule (docs/sessions.md)
     │   ├── BracketRuleError                   the compact/* bracket invariant a session put in force
+    │   ├── CallIdRuleError                    the unique-call-ids invariant: a call id already on the surface
     │   └── MessageShapeError                  a message's role, source or tool-result block
     ├── CorruptSurfaceError                    tool-pairing balance went negative
     ├── SessionStateError (ValueError)         a rollback past saved events, adopting another session
     ├── StoreError                             the event store failed
     │   ├── StoreNotFoundError                 a read-only open found no store at the URL
     │   ├── StoreUnavailableError              the store did not answer in time (an election): retry
+    │   ├── StoreDriverMissingError (ImportError)  the store's client package is not installed
     │   ├── SaveError                          a save failed; ``stored`` says whether its events are stored
     │   ├── ConcurrencyError                   another writer appended to the same session first
     │   ├── SessionNotFoundError (KeyError)    no such session in the store
@@ -37,6 +40,8 @@
     │   ├── BusyError                          a live compact/start holds the lock, or a turn is open
     │   ├── SurfaceChangedError                the surface changed while the summary was being made
     │   ├── ShrinkError                        the framed summary is not smaller than what it shadows
+    │   │   └── SpanTooSmallError              declined before any model request: no checkpoint could be
+    │   │                                      smaller than the span (CLI exit status 3)
     │   ├── FidelityError                      sections missing or identifier retention under the bar
     │   ├── ConvergenceError                   still above the threshold after every allowed attempt
     │   ├── CommitError                        the atomic commit failed (the store refused it)
@@ -55,9 +60,14 @@
     ├── RecoveryError
     │   ├── OrphanCorruptionError              an orphaned compact/start is not inert
     │   └── RepairConflictError                other writers kept appending while recovery tried
-    └── AuditError                             the audit cannot do what was asked of it
-        ├── CompactionNotFoundError (LookupError)  no compaction with that id (or prefix)
-        └── UnrebuildableError                 the log lacks what a request would be rebuilt from
+    ├── AuditError                             the audit cannot do what was asked of it
+    │   ├── CompactionNotFoundError (LookupError)  no compaction with that id (or prefix)
+    │   └── UnrebuildableError                 the log lacks what a request would be rebuilt from
+    └── ServiceError                           an HTTP request to ``compaction serve`` is wrong
+        ├── BadRequestError (ValueError)       the body is not JSON of the expected shape
+        ├── UnauthorizedError                  no bearer token, or not the service's
+        ├── PayloadTooLargeError               the body is over the service's size limit
+        └── RouteNotFoundError (LookupError)   no route for that method and path
 
 This module imports nothing of the library, so every layer (``compaction.sessions`` included) may
 import it. Every message says what was expected, what was found, and where (session, seq, event
@@ -87,9 +97,18 @@ class UnknownEventTypeError(EventCompactionError, LookupError):
         location = f" at {where}" if where else ""
         super().__init__(
             f"unknown event type {event_type!r}{location}: no registered event class has this "
-            "TYPE; import the package that defines it (for example `import compaction`) "
-            "before reading this log"
+            "TYPE; install the package that defines it (its compaction.event_types entry point "
+            "registers it in every process) or import it before reading this log"
         )
+
+
+class EventVersionError(UnknownEventTypeError):
+    """A stored event's ``class_version`` its class cannot read: newer than the class, or no
+    ``upcast_vN_vN+1`` leads from it to the class's version."""
+
+    def __init__(self, event_type: str, message: str) -> None:
+        self.event_type = event_type
+        EventCompactionError.__init__(self, message)
 
 
 class EventRuleError(EventCompactionError, ValueError):
@@ -113,6 +132,11 @@ class StructureRuleError(EventRuleError):
 class BracketRuleError(EventRuleError):
     """The ``compact/*`` bracket invariant rejected the event (a session that put it in force);
     the rule is ``compact-brackets`` and ``values`` holds ``expected`` and ``found``."""
+
+
+class CallIdRuleError(EventRuleError):
+    """The ``unique-call-ids`` invariant rejected the event (a session that put it in force): it
+    would put a tool call id on the surface twice; ``values`` holds ``call_id``."""
 
 
 class MessageShapeError(EventRuleError):
@@ -179,6 +203,10 @@ class SaveError(StoreError):
 
 class StoreNotFoundError(StoreError):
     """A read-only open found no store where the URL points (a SQLite file that does not exist)."""
+
+
+class StoreDriverMissingError(StoreError, ImportError):
+    """A store URL needs a client package that is not installed; the message names the extra."""
 
 
 class ConcurrencyError(StoreError):
@@ -302,7 +330,7 @@ class AmbiguousSessionError(ConfigurationError, LookupError):
 
 
 class PluginError(ConfigurationError):
-    """A command plugin could not be loaded; names the plugin, its target and the cause."""
+    """A plugin (a command, a transcript format) could not be loaded; names it, its target and the cause."""
 
 
 # ---------------------------------------------------------------- scripted models
@@ -348,6 +376,17 @@ class SurfaceChangedError(CompactionError):
 
 class ShrinkError(CompactionError):
     pass
+
+
+class SpanTooSmallError(ShrinkError):
+    """The span is smaller than the smallest checkpoint that could replace it (the frame, and the
+    section headings the fidelity gate requires): declined before ``compact/start`` is written and
+    before any summarizer is asked. ``span_tokens`` and ``floor_tokens`` say by how much."""
+
+    def __init__(self, message: str, *, span_tokens: int, floor_tokens: int) -> None:
+        super().__init__(message)
+        self.span_tokens = span_tokens
+        self.floor_tokens = floor_tokens
 
 
 class FidelityError(CompactionError):
@@ -522,3 +561,27 @@ class CompactionNotFoundError(AuditError, LookupError):
 
 class UnrebuildableError(AuditError):
     """The log does not hold what the request would be rebuilt from."""
+
+
+# ---------------------------------------------------------------- the HTTP service
+
+
+class ServiceError(EventCompactionError):
+    """An HTTP request to the service (``compaction serve``) cannot be served as it was sent."""
+
+
+class BadRequestError(ServiceError, ValueError):
+    """The request body or a parameter is not what the route expects (not JSON, a missing or
+    mistyped field, an unknown format); the message names the field and what was found."""
+
+
+class UnauthorizedError(ServiceError):
+    """The service requires a bearer token and the request carried none, or another one."""
+
+
+class PayloadTooLargeError(ServiceError):
+    """The request body is larger than the service accepts (``--max-body``)."""
+
+
+class RouteNotFoundError(ServiceError, LookupError):
+    """No route of the service answers that method and path."""

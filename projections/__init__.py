@@ -1,15 +1,18 @@
 """Read models folded from the store's notification log; droppable and rebuildable.
 
-Three projections, each an eventsourcing ``Projection`` with its own tracking record:
+Three projections (and those of the installed ``compaction.projections`` plugins), each an
+eventsourcing ``Projection`` with its own tracking record:
 
 - ``surface`` (:mod:`projections.surface_view`): per session, the ordered surface and the replace
   generation, folded with the aggregate's own :class:`~compaction.sessions.surface.Surface`;
 - ``ledger`` (:mod:`projections.ledger`): one row per compaction bracket with its outcome;
 - ``usage`` (:mod:`projections.usage`): surface tokens per session now and at every step end.
 
-:class:`ProjectionRunner` rebuilds them, catches them up, or follows the log until stopped. Where
-the views live: next to a SQLite store (``NAME.views.db``), in a PostgreSQL store's own database,
-or in memory for ``memory://``. See ``docs/projections.md``.
+:class:`FoldProjection` is the base of a view whose author writes only the fold: the library
+keeps each session's state with the tracking record. :class:`ProjectionRunner` rebuilds them,
+catches them up, or follows the log until stopped. Where the views live: next to a SQLite store
+(``NAME.views.db``), in a PostgreSQL store's own database, or in memory for ``memory://``. See
+``docs/projections.md``.
 """
 
 from compaction.errors import (
@@ -21,6 +24,7 @@ from compaction.errors import (
     TrackingConflictError,
     ViewStoreError,
 )
+from projections.fold import FoldProjection
 from projections.ledger import LedgerProjection, compactions
 from projections.runner import (
     ALL,
@@ -28,6 +32,8 @@ from projections.runner import (
     ProjectionReport,
     ProjectionRunner,
     Reconnect,
+    load_projections,
+    projection_names,
     resolve_names,
     stop_on_signals,
 )
@@ -44,6 +50,7 @@ from projections.views import ViewDatabase, ViewRecorder, default_views_path
 __all__ = [
     "ALL",
     "PROJECTIONS",
+    "FoldProjection",
     "FollowerGaveUpError",
     "LedgerProjection",
     "ProjectionConfigError",
@@ -62,6 +69,8 @@ __all__ = [
     "ViewStoreError",
     "compactions",
     "default_views_path",
+    "load_projections",
+    "projection_names",
     "resolve_names",
     "steps_of",
     "stop_on_signals",

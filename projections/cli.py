@@ -1,5 +1,5 @@
-"""``compaction rebuild [--projection surface|ledger|usage|all] [--resume | --follow]``: the read
-models (see ``docs/projections.md``).
+"""``compaction rebuild [--projection surface|ledger|usage|NAME|all] [--resume | --follow]``: the
+read models (see ``docs/projections.md``), the installed ``compaction.projections`` plugins' too.
 
 Default: drop the selected views and their tracking records, then rebuild them from notification 1
 (a progress bar on stderr when it is a terminal). ``--resume`` catches up from the tracking
@@ -27,8 +27,8 @@ from compaction.cli.command import Command, Context, Document
 from compaction.cli.output import positive_int, table
 from compaction.engine.meters import meter_named
 from compaction.sessions.polling import DEFAULT_POLL_INTERVAL
-from projections import ALL, ProjectionReport, ProjectionRunner, Reconnect, resolve_names, stop_on_signals
-from projections.runner import DEFAULT_BATCH_SIZE
+from projections import ProjectionReport, ProjectionRunner, Reconnect, resolve_names, stop_on_signals
+from projections.runner import DEFAULT_BATCH_SIZE, projection_names
 
 
 def positive_seconds(text: str) -> float:
@@ -43,12 +43,13 @@ def positive_seconds(text: str) -> float:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    names = projection_names()
     parser.add_argument(
         "--projection",
         action="append",
-        choices=(*ALL, "all"),
+        choices=(*names, "all"),
         metavar="NAME",
-        help=f"which view ({', '.join(ALL)} or all; repeatable; default all)",
+        help=f"which view ({', '.join(names)} or all; repeatable; default all)",
     )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(

@@ -46,6 +46,7 @@ from compaction.errors import (
     StoreError,
     UnreadableRowError,
 )
+from compaction.sessions.plugins import plugin_classes
 from compaction.sessions.polling import DEFAULT_POLL_INTERVAL
 from compaction.sessions.store import NotificationFeed, SessionStore, StoredNotification
 from projections.base import DEFAULT_MAX_CACHED_SESSIONS, SessionProjection
@@ -61,6 +62,29 @@ PROJECTIONS: dict[str, type[SessionProjection[Any]]] = {
     UsageProjection.name: UsageProjection,
 }
 ALL = tuple(PROJECTIONS)
+"""The library's own projections (:func:`projection_names` adds the installed plugins')."""
+PROJECTIONS_GROUP = "compaction.projections"
+
+
+def load_projections() -> dict[str, type[SessionProjection[Any]]]:
+    """Add the projections of every ``compaction.projections`` entry point to
+    :data:`PROJECTIONS` (under their ``name``; the library's own names are never replaced) and
+    return them all. A plugin that cannot be loaded is logged and left out."""
+    base: type[SessionProjection[Any]] = SessionProjection  # type: ignore[type-abstract]
+    for entry, cls in plugin_classes(PROJECTIONS_GROUP, base, "projection"):
+        name = cls.name or entry
+        if not cls.name or PROJECTIONS.get(name, cls) is not cls:
+            log.warning("projection plugin %r: its name %r is empty or taken; left out", entry, name)
+            continue
+        PROJECTIONS[name] = cls
+    return PROJECTIONS
+
+
+def projection_names() -> tuple[str, ...]:
+    """Every projection a runner can run: the library's, then the installed plugins'."""
+    return tuple(load_projections())
+
+
 DEFAULT_BATCH_SIZE = 2000
 
 OnBatch = Callable[[int], None]
@@ -113,28 +137,57 @@ class ProjectionReport:
 
 
 def resolve_names(names: Sequence[str]) -> tuple[str, ...]:
-    """``["all"]`` -> every projection; unknown names raise :class:`ProjectionConfigError`."""
+    """``["all"]`` -> every projection, plugins included; unknown names raise
+    :class:`ProjectionConfigError`."""
+    known = projection_names()
     chosen: list[str] = []
     for name in names:
-        for one in ALL if name == "all" else (name,):
+        for one in known if name == "all" else (name,):
             if one not in PROJECTIONS:
                 raise ProjectionConfigError(
-                    f"unknown projection {one!r}; expected one of {', '.join(ALL)} or all"
+                    f"unknown projection {one!r}; expected one of {', '.join(known)} or all"
                 )
             if one not in chosen:
                 chosen.append(one)
     if not chosen:
-        raise ProjectionConfigError(f"no projection selected; expected one of {', '.join(ALL)} or all")
+        raise ProjectionConfigError(f"no projection selected; expected one of {', '.join(known)} or all")
     return tuple(chosen)
 
 
+def _chosen(
+    projections: Sequence[str | type[SessionProjection[Any]]],
+) -> list[type[SessionProjection[Any]]]:
+    """The classes to run: names (``all`` included) resolved, classes taken as they are (a view
+    of one's own, unregistered); one name twice is refused."""
+    names = (
+        resolve_names([p for p in projections if isinstance(p, str)])
+        if any(isinstance(p, str) for p in projections)
+        else ()
+    )
+    chosen = [PROJECTIONS[name] for name in names]
+    for given in projections:
+        if isinstance(given, str):
+            continue
+        if not given.name or any(c.name == given.name and c is not given for c in chosen):
+            raise ProjectionConfigError(
+                f"projection {given.__qualname__}: its name {given.name!r} is empty or names "
+                "another selected projection"
+            )
+        if given not in chosen:
+            chosen.append(given)
+    if not chosen:
+        raise ProjectionConfigError("no projection selected")
+    return chosen
+
+
 class ProjectionRunner:
-    """Projections of one store, run over its notification log. Close it (or use ``with``)."""
+    """Projections of one store, run over its notification log: by name (the library's own, the
+    installed plugins', ``all``) or as classes. Close it (or use ``with``)."""
 
     def __init__(
         self,
         store: SessionStore,
-        projections: Sequence[str] = ALL,
+        projections: Sequence[str | type[SessionProjection[Any]]] = ("all",),
         *,
         views_path: str | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
@@ -143,14 +196,14 @@ class ProjectionRunner:
         max_cached_sessions: int = DEFAULT_MAX_CACHED_SESSIONS,
         reconnect: Reconnect | None = None,
     ) -> None:
-        names = resolve_names(projections)
+        chosen = _chosen(projections)
         _check_positive("batch_size", batch_size)
         _check_positive("poll_interval", poll_interval)
         _check_positive("max_cached_sessions", max_cached_sessions)
         self.store = store
         self.database = ViewDatabase(store, views_path)
         try:
-            self.projections = [self._build(n, meter, max_cached_sessions) for n in names]
+            self.projections = [self._build(c, meter, max_cached_sessions) for c in chosen]
         except BaseException:
             self.database.close()
             raise
@@ -160,12 +213,13 @@ class ProjectionRunner:
         self.reconnections = 0  # connections lost and re-established while following
         self._keys: dict[UUID, str] = {}
 
-    def _build(self, name: str, meter: Meter | None, cache: int) -> SessionProjection[Any]:
-        tables = PROJECTIONS[name].tables
-        view = self.database.recorder(name, tables)
-        if name == UsageProjection.name:
+    def _build(
+        self, cls: type[SessionProjection[Any]], meter: Meter | None, cache: int
+    ) -> SessionProjection[Any]:
+        view = self.database.recorder(cls.name, cls.tables)
+        if cls is UsageProjection:
             return UsageProjection(view, self.store, meter=meter, max_cached_sessions=cache)
-        return PROJECTIONS[name](view, self.store, max_cached_sessions=cache)
+        return cls(view, self.store, max_cached_sessions=cache)
 
     # ------------------------------------------------------------ state
 
@@ -269,6 +323,9 @@ class ProjectionRunner:
             "in %.1f s (attempt %d of %d)",
             self.position, error, delay, failures, policy.attempts,
         )  # fmt: skip
+        self.store.drop_broken_connections()
+        for projection in self.projections:
+            projection.view.drop_broken_connections()
         if not stop.wait(delay):
             self.reconnections += 1
 

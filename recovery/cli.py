@@ -2,7 +2,7 @@
 repair (see ``docs/recovery.md``).
 
 JSON: ``{orphans: [{session_id, compaction_id, start_seq, turn, stale, rule, reason, inert,
-surface_hash, action, age_seconds, owner, end_seq, closer_seqs, evidence}], unreadable:
+surface_hash, action, age_seconds, owner, end_seq, closer_seqs, evidence, warnings}], unreadable:
 [{session_id, seq, notification_id, type, reason, action}], events_scanned, records_read, seconds,
 polls, repaired, corrupt, passed}``. With ``--follow`` the command polls
 until Ctrl-C, SIGTERM or ``--max-polls``, logs each orphan's changes on stderr, then prints the
@@ -116,6 +116,8 @@ def render(document: Document, console: Console) -> None:
         console.print(Text(f"{o['session_id']} {o['compaction_id']}: {o['reason']}"))
         for line in o["evidence"]:
             console.print(Text(f"  evidence: {line}", style="bold red" if not o["inert"] else ""))
+        for line in o.get("warnings", []):
+            console.print(Text(f"  warning: {line}", style="bold yellow"))
     console.print(summary)
 
 

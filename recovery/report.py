@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from compaction.engine.lock import unsafe_id_warning
 from compaction.errors import OrphanCorruptionError, UnreadableRowError
 from recovery.liveness import Liveness
 from recovery.repair import Action, Settlement
@@ -48,6 +49,7 @@ class OrphanReport:
     end_seq: int | None = None
     closer_seqs: tuple[int, ...] = ()
     evidence: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()  # e.g. a compaction id that is not a UUID
 
     @classmethod
     def of(cls, orphan: Orphan, liveness: Liveness, settlement: Settlement, now: datetime) -> OrphanReport:
@@ -71,6 +73,7 @@ class OrphanReport:
             end_seq=settlement.end_seq,
             closer_seqs=settlement.closer_seqs,
             evidence=() if proof is None else proof.evidence,
+            warnings=tuple(w for w in (unsafe_id_warning(orphan.compaction_id),) if w),
         )
 
     @property
@@ -102,6 +105,7 @@ class OrphanReport:
             "end_seq": self.end_seq,
             "closer_seqs": list(self.closer_seqs),
             "evidence": list(self.evidence),
+            "warnings": list(self.warnings),
         }
 
     def describe(self) -> str:
@@ -110,7 +114,7 @@ class OrphanReport:
         return (
             f"session {self.session_id} compaction {self.compaction_id} (compact/start seq "
             f"{self.start_seq}, {self.age_seconds:.1f}s old): {state} ({self.reason}), {inert}, "
-            f"action {self.action}"
+            f"action {self.action}" + "".join(f"; warning: {w}" for w in self.warnings)
         )
 
 

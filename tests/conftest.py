@@ -25,13 +25,16 @@ ROOT = Path(__file__).resolve().parents[1]
 TRANSCRIPTS = ROOT / "tests" / "data" / "transcripts"
 """Public agent transcripts (MIT), kept in the repository with their licences: see SOURCES.md there."""
 
+LICENSED = {p.name.split(".")[0] for p in (TRANSCRIPTS / "LICENSES").iterdir()}
+"""The directories of TRANSCRIPTS holding public transcripts (each has its licence in LICENSES);
+the others hold fixtures written by hand (a README there says so)."""
 PUBLIC_TRANSCRIPTS: list[Path] = sorted(
     p
     for p in TRANSCRIPTS.rglob("*")
     if p.is_file()
     and p.suffix in {".jsonl", ".traj", ".json"}
+    and p.relative_to(TRANSCRIPTS).parts[0] in LICENSED
     and "subagents" not in p.parts
-    and "LICENSES" not in p.parts
 )
 
 

@@ -2,12 +2,13 @@
 
 A block is a complete program. Each one is written to a file and run in a fresh interpreter (``-W
 error``, as the test suite runs), in an empty temporary working directory (so
-``sqlite:///./.compaction/sessions.db`` is a new store), without ``COMPACTION_STORE`` or provider
-keys in its environment, and must print something. The only substitution is the placeholder
-transcript path (``"transcript.jsonl"`` / ``"session.jsonl"``), which becomes the smallest public
-transcript under tests/data/transcripts. Blocks may not use the network, a database server or a
-model server: any TCP connection made through Python's ``socket`` module (loopback included) and any
-name lookup beyond the loopback interface fails the block (the docs use the template summarizer,
+``sqlite:///./.compaction/sessions.db`` is a new store) that sees the repository's ``tests`` folder
+under the same name (so a path such as ``tests/data/transcripts/...`` means what it means at the
+repository root), without ``COMPACTION_STORE`` or provider keys in its environment, and must print
+something. Nothing in a block is substituted: it runs as printed. Blocks may not use the network, a
+database server or a model server: any TCP connection made through Python's ``socket`` module
+(loopback included) and any name lookup beyond the loopback interface fails the block (the docs use
+the template summarizer,
 ``memory://`` or SQLite instead).
 """
 
@@ -21,10 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PUBLIC_TRANSCRIPTS, ROOT
+from tests.conftest import ROOT
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-PLACEHOLDER_TRANSCRIPTS = ("transcript.jsonl", "session.jsonl")
 FENCE = re.compile(r"^```python\n(.*?)^```$", re.DOTALL | re.MULTILINE)
 
 # Run before the block: refuse every TCP connection, and every name lookup that leaves this machine.
@@ -96,13 +96,11 @@ def test_the_offline_guard_refuses_the_network(host: str, refused: str, tmp_path
 
 @pytest.mark.parametrize(("page", "index", "source"), BLOCKS)
 def test_python_block_runs(page: Path, index: int, source: str, tmp_path: Path) -> None:
-    transcript = min(PUBLIC_TRANSCRIPTS, key=lambda p: p.stat().st_size)
-    for placeholder in PLACEHOLDER_TRANSCRIPTS:
-        source = source.replace(f'"{placeholder}"', repr(str(transcript)))
     script = tmp_path / f"{page.stem.lower()}_md_block_{index + 1}.py"
     script.write_text(source, encoding="utf-8")
     workdir = tmp_path / "work"
     workdir.mkdir()
+    (workdir / "tests").symlink_to(ROOT / "tests", target_is_directory=True)
     done = run_offline(script, workdir)
     where = f"{page.relative_to(ROOT)} python block {index + 1}"
     assert done.returncode == 0, f"{where} failed:\n{done.stderr}"
@@ -116,3 +114,40 @@ def run_offline(script: Path, workdir: Path) -> subprocess.CompletedProcess[str]
         [sys.executable, "-W", "error", "-c", OFFLINE, str(script)],
         cwd=workdir, env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
+
+
+# ---------------------------------------------------------------- the transcript formats table
+
+FORMATS_PAGE = ROOT / "docs" / "formats.md"
+TABLE_HEAD = "| `--format` | also | files | module |"
+
+
+def format_table() -> list[str]:
+    """The rows docs/formats.md must show: the built-in formats of the registry, in detection order."""
+    from compaction.importers import registry
+
+    return [
+        f"| `{f.name}` | {', '.join(f'`{a}`' for a in f.aliases) or '-'} | {f.title} | "
+        f"`{f.import_file.__module__}` |"
+        for f in registry.BUILT_IN
+    ]
+
+
+def test_the_format_table_is_the_registry() -> None:
+    lines = FORMATS_PAGE.read_text(encoding="utf-8").splitlines()
+    start = lines.index(TABLE_HEAD) + 2
+    end = next(i for i in range(start, len(lines)) if not lines[i].startswith("|"))
+    expected = "\n".join(format_table())
+    assert "\n".join(lines[start:end]) == expected, f"docs/formats.md's format table should read:\n{expected}"
+
+
+def test_no_page_lists_the_format_names_by_hand() -> None:
+    """Pages link to the table instead: no line but the table's names three formats."""
+    from compaction.importers import registry
+
+    titles = [f.title.split(" ")[0] for f in registry.BUILT_IN]
+    for page in PAGES:
+        table = set(format_table()) if page == FORMATS_PAGE else set()
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), start=1):
+            named = [t for t in titles if re.search(rf"(?<![\w-]){re.escape(t)}(?![\w-])", line)]
+            assert line in table or len(named) < 3, f"{page.name}:{number} lists formats: {line}"

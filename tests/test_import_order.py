@@ -18,7 +18,7 @@ SPOTTER = TRANSCRIPTS / "spotter" / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
 IMPORT_ONLY_IMPORTERS = """
 import json, sys
 from pathlib import Path
-from compaction.sessions.importers import import_path
+from compaction.importers import import_path
 from compaction.sessions.mapper import encode_event
 
 imported = [i.session for i in import_path(Path(sys.argv[1]), "auto")]
@@ -62,7 +62,7 @@ with SessionStore.open(sys.argv[1]) as store:
 STORE_WRITE = """
 import sys
 from pathlib import Path
-from compaction.sessions.importers import import_path
+from compaction.importers import import_path
 from compaction.sessions.store import SessionStore
 
 with SessionStore.open(sys.argv[1]) as store:

@@ -6,17 +6,20 @@ module directly under it (``compaction.errors``, ``compaction.service``, ``compa
 ``compaction.testing``), the package facade ``compaction/__init__.py`` (the unit ``compaction``),
 or one of the packages above (``projections``, ``recovery``). :data:`LAYERS` stacks them bottom up:
 
-- ``compaction.errors``, the one error tree, imports nothing of ours;
-- ``compaction.sessions``, the log, knows only the errors; ``compaction.terminal`` (tables for
-  people) sits beside it;
+- ``compaction.errors``, the one error tree, imports nothing of ours; nor does
+  ``compaction.plugins``, the entry-point loader every plugin group uses;
+- ``compaction.sessions``, the log, knows only the errors and the entry-point loader;
+  ``compaction.terminal`` (tables for people) sits beside it;
 - ``compaction.vocabulary``, the words every room above shares (the compact/* events, the service
   contract, the configuration, the checkpoint framing, the summarizer protocol);
   ``compaction.testing`` (scripted models) sits beside it;
 - ``compaction.handover``, what a checkpoint must keep (facts, identifiers, fidelity);
 - ``compaction.engine``, when and where to cut and how to commit, given a summarizer;
-- ``compaction.summarizers``, then ``compaction.strategies``;
+- ``compaction.summarizers`` and ``compaction.importers`` (transcripts into sessions, other
+  harnesses' compactions through the engine), then ``compaction.strategies``;
 - ``compaction.service``, the composition root: the engine with its default summarizer;
 - the facade ``compaction``, ``compaction.audit`` and ``compaction.integrations``;
+- ``compaction.serve``, the HTTP service over them;
 - ``compaction.cli``; then ``projections`` and ``recovery``, which never import each other.
 
 A unit may import only units of lower layers, and of those only the ones :data:`ALLOWED` names
@@ -24,15 +27,20 @@ A unit may import only units of lower layers, and of those only the ones :data:`
 exception: its lazy ``_HOMES`` table is read as the imports it is, so it names the homes of the
 public API only. The command modules of ``projections`` and ``recovery`` reach the command line
 through entry points and are the only modules outside ``compaction.cli`` that import it. A few
-third-party packages are confined (:data:`ONLY_IN`): aiohttp to the model transport, the agent
-frameworks to their adapters.
+third-party packages are confined (:data:`ONLY_IN`): aiohttp to the model transport and the HTTP
+service, the agent frameworks to their adapters.
 
 The reader (``tests/import_reader.py``) sees every import statement, relative ones included, the
 ``importlib.import_module`` and ``__import__`` calls with literal names, and the facade's table; an
 import of a computed name is refused unless :data:`COMPUTED_IMPORTS` allows it. The unit graph
-built from those imports must have no cycle. At run time, a fresh interpreter per unit imports
-every module of the unit and may find loaded only modules of the unit and of the units it may
-import, directly or through them (plus the ``compaction`` package, which Python imports first).
+built from those imports must have no cycle, and neither may the modules of the handover (its
+readers, the analysis that keeps what they read, the facts and the fidelity measures), every
+import counted, a ``TYPE_CHECKING`` block's and a function body's too. At run time, a fresh
+interpreter per unit imports every module of the unit and may find loaded only modules of the unit
+and of the units it may import, directly or through them (plus the ``compaction`` package, which
+Python imports first). With any set of extras installed: a module that needs the package of an
+extra that is missing (:data:`EXTRAS`) is left out of its unit's check, and the case is reported
+skipped, naming it.
 The self-tests plant violations in a fake tree and check that each one is caught.
 """
 
@@ -40,6 +48,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tomllib
 from collections import Counter
 from collections.abc import Iterator
 from itertools import pairwise
@@ -56,15 +65,16 @@ FACADE = "compaction"
 """The unit of the package facade, ``compaction/__init__.py`` alone."""
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("compaction.errors",),
+    ("compaction.errors", "compaction.plugins"),
     ("compaction.sessions", "compaction.terminal"),
     ("compaction.vocabulary", "compaction.testing"),
     ("compaction.handover",),
     ("compaction.engine",),
-    ("compaction.summarizers",),
+    ("compaction.summarizers", "compaction.importers"),
     ("compaction.strategies",),
     ("compaction.service",),
     (FACADE, "compaction.audit", "compaction.integrations"),
+    ("compaction.serve",),
     ("compaction.cli",),
     ("projections", "recovery"),
 )
@@ -72,11 +82,15 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 
 ERRORS, SESSIONS, VOCABULARY = "compaction.errors", "compaction.sessions", "compaction.vocabulary"
 HANDOVER, ENGINE = "compaction.handover", "compaction.engine"
+PLUGINS, IMPORTERS = "compaction.plugins", "compaction.importers"
 
 # unit -> the units of ours it may import (besides itself); third-party libraries are not listed.
 ALLOWED: dict[str, set[str]] = {
     ERRORS: set(),
-    SESSIONS: {ERRORS},
+    # entry-point plugins of any group, generic over the type a group expects
+    PLUGINS: set(),
+    # the log reads its plugin groups (event types, views) with the one entry-point loader
+    SESSIONS: {ERRORS, PLUGINS},
     "compaction.terminal": set(),
     VOCABULARY: {ERRORS, SESSIONS},
     "compaction.testing": {ERRORS, SESSIONS},
@@ -86,6 +100,9 @@ ALLOWED: dict[str, set[str]] = {
     # checkpoint must keep
     "compaction.summarizers": {ERRORS, SESSIONS, VOCABULARY, HANDOVER, ENGINE},
     "compaction.strategies": {ERRORS, SESSIONS, VOCABULARY, ENGINE},
+    # transcripts into sessions; other harnesses' compactions become brackets through the engine;
+    # third-party formats come through entry points
+    IMPORTERS: {ERRORS, SESSIONS, ENGINE, PLUGINS},
     # the composition root; it also builds a session's service from the configuration file
     "compaction.service": {SESSIONS, VOCABULARY, ENGINE, "compaction.summarizers"},
     # the homes of the public API, named lazily by the facade's _HOMES table
@@ -107,10 +124,25 @@ ALLOWED: dict[str, set[str]] = {
         "compaction.terminal",
     },
     # the framework adapters record into sessions and compact with the basic service
-    "compaction.integrations": {ERRORS, SESSIONS, VOCABULARY, "compaction.service"},
-    "compaction.cli": {
+    # (and build their sessions with the importers' session builder)
+    "compaction.integrations": {ERRORS, SESSIONS, VOCABULARY, IMPORTERS, "compaction.service"},
+    # the HTTP service: reads provider items with the importers' readers, records them with the
+    # adapters' recorder, compacts with the basic service, audits with the audit
+    "compaction.serve": {
         ERRORS,
         SESSIONS,
+        VOCABULARY,
+        ENGINE,
+        IMPORTERS,
+        "compaction.service",
+        "compaction.audit",
+        "compaction.integrations",
+    },
+    "compaction.cli": {
+        ERRORS,
+        PLUGINS,
+        SESSIONS,
+        IMPORTERS,
         VOCABULARY,
         ENGINE,
         "compaction.summarizers",
@@ -119,6 +151,7 @@ ALLOWED: dict[str, set[str]] = {
         "compaction.audit",
         "compaction.terminal",
         "compaction.testing",
+        "compaction.serve",
     },
     "projections": {ERRORS, SESSIONS, VOCABULARY, ENGINE},
     "recovery": {ERRORS, SESSIONS, VOCABULARY, ENGINE},
@@ -130,7 +163,12 @@ PLUGIN_HOST = "compaction.cli"
 ONLY_IN: dict[str, set[str]] = {
     # and the JetStream client: nats-py's transport module imports aiohttp (for websockets) when
     # it is installed; compaction.sessions.nats.client itself never does
-    "aiohttp": {"compaction.summarizers.aiohttp_transport", "compaction.sessions.nats.client"},
+    "aiohttp": {
+        "compaction.summarizers.aiohttp_transport",
+        "compaction.sessions.nats.client",
+        # the HTTP service (``compaction serve``) is an aiohttp application
+        "compaction.serve",
+    },
     # the agent frameworks are optional extras: only their adapters import them
     **{
         framework: {"compaction.integrations"}
@@ -245,6 +283,24 @@ def unit_graph() -> UnitGraph:
     return graph
 
 
+def module_graph(package: str) -> UnitGraph:
+    """module -> imported module -> import sites, among the modules of ``package`` (every import the
+    reader sees: at module level, in a ``TYPE_CHECKING`` block, in a function body)."""
+    inside = f"{package}."
+    graph: UnitGraph = {}
+    for path in modules():
+        module = module_name(path)
+        if not module.startswith(inside):
+            continue
+        for found in ours(reading(path).imports):
+            if found.module.startswith(inside) and found.module != module:
+                sites = graph.setdefault(module, {}).setdefault(found.module, [])
+                site = f"{path.relative_to(ROOT)}:{found.line}"
+                if site not in sites:
+                    sites.append(site)
+    return graph
+
+
 def cycles(graph: UnitGraph) -> list[list[str]]:
     """A shortest cycle through each group of units that reach each other, as ``[a, b, ..., a]``."""
     found: list[list[str]] = []
@@ -340,6 +396,16 @@ def test_no_cycle_between_units() -> None:
     assert not found, "import cycles between units: " + " | ".join(describe(c, graph) for c in found)
 
 
+def test_no_cycle_between_the_modules_of_the_handover() -> None:
+    """The handover's modules form a graph without a cycle: none imports a module that imports it
+    back, not even from a function body or a ``TYPE_CHECKING`` block (the readers name the
+    analysis that keeps what they read, never the reverse)."""
+    graph = module_graph(HANDOVER)
+    assert len(graph) > 10, "the reader found too few imports between the handover's modules"
+    found = cycles(graph)
+    assert not found, "import cycles in the handover: " + " | ".join(describe(c, graph) for c in found)
+
+
 def test_every_package_and_subpackage_is_pinned() -> None:
     top = {p.name for p in ROOT.iterdir() if (p / "__init__.py").exists()} - {"tests", "benchmarks"}
     assert top == set(PACKAGES)
@@ -347,14 +413,13 @@ def test_every_package_and_subpackage_is_pinned() -> None:
     assert units == set(ALLOWED), f"unpinned: {units - set(ALLOWED)}, gone: {set(ALLOWED) - units}"
 
 
-def test_the_log_reaches_up_only_by_the_topics_of_the_vocabulary_and_the_engine() -> None:
+def test_the_log_reaches_up_only_by_the_topics_of_the_vocabulary() -> None:
     """The log names classes above it by topic, resolved on first use, not by import: the topics
-    name the compact/* events of the vocabulary and the engine's foreign-compaction handler."""
+    name the compact/* events of the vocabulary (and nothing else: the importers, which need the
+    engine's foreign-compaction import, live above the engine and import it)."""
     from compaction.sessions.events import EVENT_TOPICS
-    from compaction.sessions.importers.common import FOREIGN_COMPACTION_TOPIC
 
     assert {topic.partition(":")[0] for topic in EVENT_TOPICS.values()} == {"compaction.vocabulary.events"}
-    assert unit_of(FOREIGN_COMPACTION_TOPIC.partition(":")[0]) == ENGINE
 
 
 def test_the_wheel_installs_exactly_the_three_packages() -> None:
@@ -435,7 +500,7 @@ PLANTED: dict[str, tuple[str, str, str]] = {
     "aiohttp outside the transport": (
         "compaction/summarizers/http.py",
         "import aiohttp\n",
-        "line 1: imports aiohttp (only ['compaction.sessions.nats.client', "
+        "line 1: imports aiohttp (only ['compaction.serve', 'compaction.sessions.nats.client', "
         "'compaction.summarizers.aiohttp_transport'] may)",
     ),
 }
@@ -508,16 +573,67 @@ def test_a_cycle_between_two_units_is_reported(fake_tree: Path) -> None:
     )
 
 
+def test_a_cycle_through_a_function_level_import_is_reported(fake_tree: Path) -> None:
+    plant(
+        fake_tree,
+        "compaction/handover/facts.py",
+        "from compaction.handover.analysis import active_analysis\n",
+    )
+    plant(
+        fake_tree,
+        "compaction/handover/analysis.py",
+        "def active_analysis():\n    from compaction.handover import facts\n",
+    )
+    plant(fake_tree, "compaction/handover/walk.py", "from compaction.handover import facts\n")
+    graph = module_graph(HANDOVER)
+    analysis, facts = "compaction.handover.analysis", "compaction.handover.facts"
+    assert cycles(graph) == [[analysis, facts, analysis]]
+    assert describe(cycles(graph)[0], graph) == (
+        f"{analysis} -> {facts} (compaction/handover/analysis.py:2); "
+        f"{facts} -> {analysis} (compaction/handover/facts.py:1)"
+    )
+
+
 # ---------------------------------------------------------------- each unit at run time
 
+EXTRAS: dict[str, str] = {
+    "nats": "nats",
+    "agents": "openai-agents",
+    "pydantic_ai": "pydantic-ai",
+    "langchain": "langchain",
+    "langchain_core": "langchain",
+    "langgraph": "langchain",
+    "xllamacpp": "local",
+}
+"""The third-party packages of the optional extras (``pip install 'event-compaction[EXTRA]'``): a
+module importing one at module level cannot be loaded without it, so the run-time check leaves it
+out, and says so, only when the package is missing."""
+
 PROBE = """
-import importlib, json, sys
-for name in sys.argv[1:]:
-    module = importlib.import_module(name)
-    for public in getattr(module, "__all__", ()):
-        getattr(module, public)  # a lazy facade loads its homes here
-print(json.dumps(sorted(sys.modules)))
+import importlib, importlib.util, json, sys
+extras = json.loads(sys.argv[1])
+left_out = {}
+for name in sys.argv[2:]:
+    try:
+        module = importlib.import_module(name)
+        for public in getattr(module, "__all__", ()):
+            getattr(module, public)  # a lazy facade loads its homes here
+    except Exception as e:  # an adapter may wrap the ModuleNotFoundError in its own error
+        cause = e
+        while cause is not None and not isinstance(cause, ModuleNotFoundError):
+            cause = cause.__cause__
+        missing = (getattr(cause, "name", None) or "").split(".")[0]
+        if missing not in extras or importlib.util.find_spec(missing) is not None:
+            raise
+        left_out[name] = missing
+print(json.dumps({"loaded": sorted(sys.modules), "left_out": left_out}))
 """
+
+
+def load_in_a_fresh_process(names: list[str]) -> tuple[set[str], dict[str, str]]:
+    """The modules importing ``names`` loads, and those of ``names`` left out for a missing extra."""
+    found = json.loads(run_python(PROBE, json.dumps(EXTRAS), *names))
+    return set(found["loaded"]), found["left_out"]
 
 
 def run_time_cases() -> Iterator[tuple[str, list[str], set[str]]]:
@@ -537,22 +653,44 @@ def run_time_cases() -> Iterator[tuple[str, list[str], set[str]]]:
     ("names", "permitted"), [pytest.param(names, units, id=case) for case, names, units in run_time_cases()]
 )
 def test_each_unit_loads_only_the_units_it_may_import(names: list[str], permitted: set[str]) -> None:
-    loaded = json.loads(run_python(PROBE, *names))
-    assert set(names) <= set(loaded)
+    loaded, left_out = load_in_a_fresh_process(names)
+    assert set(names) - set(left_out) <= loaded
     strays = sorted(m for m in loaded if m.split(".")[0] in PACKAGES and unit_of(m) not in permitted)
     assert not strays, f"importing {names} loaded {strays}"
     confined = sorted(
         m for m in loaded if m in ONLY_IN and not {unit_of(owner) for owner in ONLY_IN[m]} & permitted
     )
     assert not confined, f"importing {names} loaded {confined}"
+    if left_out:  # the rest was checked above; these modules were not
+        said = "; ".join(f"{m} (needs {p}: the {EXTRAS[p]} extra)" for m, p in sorted(left_out.items()))
+        pytest.skip(f"checked {len(names) - len(left_out)} of {len(names)} modules, not loadable: {said}")
+
+
+def test_the_extras_named_are_the_projects_extras() -> None:
+    declared = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    assert set(EXTRAS.values()) <= declared
+
+
+def test_a_module_needing_a_missing_extra_is_left_out_and_said(tmp_path: Path) -> None:
+    """The probe leaves out a module whose optional package is missing, and only then."""
+    (tmp_path / "needs_an_extra.py").write_text("import langgraph_not_installed\n")
+    (tmp_path / "broken.py").write_text("import not_an_extra_at_all\n")
+    probe = f"import sys\nsys.path.insert(0, {str(tmp_path)!r})\n{PROBE}"
+    extras = json.dumps({"langgraph_not_installed": "langchain"})
+    found = json.loads(run_python(probe, extras, "needs_an_extra", "compaction.errors"))
+    assert found["left_out"] == {"needs_an_extra": "langgraph_not_installed"}
+    assert "compaction.errors" in found["loaded"]
+    with pytest.raises(AssertionError, match="not_an_extra_at_all"):
+        run_python(probe, extras, "broken")
 
 
 def test_importing_the_session_store_loads_only_the_log() -> None:
+    """The log, the errors and the entry-point loader (the store reads the event-type plugins)."""
     code = "import json, sys\nimport compaction.sessions.store\nprint(json.dumps(sorted(sys.modules)))"
     loaded = [m for m in json.loads(run_python(code)) if m.split(".")[0] in PACKAGES]
     assert "compaction.sessions.store" in loaded
     assert [
-        m for m in loaded if m not in {FACADE, ERRORS, SESSIONS} and not m.startswith(f"{SESSIONS}.")
+        m for m in loaded if m not in {FACADE, ERRORS, PLUGINS, SESSIONS} and not m.startswith(f"{SESSIONS}.")
     ] == []
 
 
@@ -564,7 +702,7 @@ import sys
 from pathlib import Path
 from compaction.service import BasicCompactService
 from compaction.vocabulary.config import BasicConfig
-from compaction.sessions.importers import import_path
+from compaction.importers import import_path
 from compaction.sessions.store import SessionStore
 
 url, transcript = sys.argv[1], Path(sys.argv[2])
@@ -596,15 +734,16 @@ with SessionStore.open(sys.argv[1]) as store:
 
 
 def test_a_process_that_imports_only_sessions_reads_a_compacted_log(tmp_path: Path) -> None:
-    """Reading resolves the compact/* event types by topic: the vocabulary loads, nothing above it."""
+    """Reading resolves the compact/* event types by topic: the vocabulary loads, nothing above it
+    (the entry-point loader is part of opening a store: it reads the event-type plugins)."""
     url = f"sqlite:///{tmp_path / 'sessions.db'}"
     transcript = TRANSCRIPTS / "swe-agent" / "pydicom__pydicom-1458.traj"
     session_id, compacted = run_python(WRITER, url, str(transcript)).split()
     assert compacted == "True"
     read = json.loads(run_python(READER, url, session_id))
     assert "compact/end" in read["types"]
-    assert {unit_of(m) for m in read["imported"]} == {FACADE, ERRORS, SESSIONS}
-    assert {unit_of(m) for m in read["read"]} == {FACADE, ERRORS, SESSIONS, VOCABULARY}
+    assert {unit_of(m) for m in read["imported"]} == {FACADE, ERRORS, PLUGINS, SESSIONS}
+    assert {unit_of(m) for m in read["read"]} == {FACADE, ERRORS, PLUGINS, SESSIONS, VOCABULARY}
     everything = json.loads(
         run_python("import compaction.cli.main, projections, recovery\n" + READER, url, session_id)
     )

@@ -8,6 +8,13 @@ import importlib
 import pytest
 
 PINNED: dict[str, set[str]] = {
+    "compaction.importers": {
+        "NAMESPACE",
+        "ImportedSession",
+        "TranscriptFormat",
+        "detect_format",
+        "import_path",
+    },
     "compaction.sessions": {
         "APPEND",
         "AssistantChunk",
@@ -20,6 +27,7 @@ PINNED: dict[str, set[str]] = {
         "CorruptSurfaceError",
         "EventCompactionError",
         "EventRuleError",
+        "EventVersionError",
         "ImageBlock",
         "Message",
         "OpaqueBlock",
@@ -52,6 +60,7 @@ PINNED: dict[str, set[str]] = {
         "TurnEnd",
         "TurnEndReason",
         "TurnStart",
+        "UnknownEvent",
         "UnknownEventTypeError",
         "Usage",
         "UserMessage",

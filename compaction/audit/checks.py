@@ -32,6 +32,7 @@ from compaction.handover.completion import appended, model_text, span_identifier
 from compaction.handover.fidelity import section_bodies
 from compaction.handover.identifiers import extract, retained
 from compaction.sessions.blocks import Message, text_of
+from compaction.sessions.call_ids import repeated_call_ids
 from compaction.sessions.events import CommandRun, Replace, SessionEvent, ToolResult, UserMessage
 from compaction.sessions.hashing import event_hash
 from compaction.sessions.session import first_user_seq, project
@@ -161,7 +162,21 @@ def audit_events(
         _check_log_rules(folded),
         _check_members(events),
         _guarded("compact-brackets", lambda: _check_bracket_invariant(events)),
+        _guarded("unique-call-ids", lambda: _check_unique_call_ids(events)),
     ]
+
+
+def _check_unique_call_ids(events: Sequence[SessionEvent]) -> Check:
+    """At every position of the log, every tool call id on the surface is unique (a provider
+    refuses a request that repeats one), markers or not."""
+    found = repeated_call_ids(events)
+    if not found:
+        return Check("unique-call-ids", True, "every tool call id on the surface is unique at every position")
+    shown = "; ".join(r.message for r in found[:3])
+    more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
+    return Check(
+        "unique-call-ids", False, f"{len(found)} tool calls repeat an id on the surface: {shown}{more}"
+    )
 
 
 def _check_bracket_invariant(events: Sequence[SessionEvent]) -> Check:

@@ -156,6 +156,8 @@ def run(context: Context, args: argparse.Namespace) -> Document:
 def _window_source(session: Session, args: argparse.Namespace, meter: Meter) -> str | None:
     """Where the window came from (``--window``, the session's header, the model's known window);
     None when none is known."""
+    if args.window is not None:
+        return "given with --window"
     try:
         return BasicCompactService(_config(args), meter=meter).window_and_source(session)[1]
     except CompactionConfigError:

@@ -9,8 +9,10 @@ session; running the same command again copies only what is missing (``status`` 
 and left untouched; a session that fails to copy is reported as ``failed``. The exit status is 1
 unless every session is verified.
 
+A PostgreSQL target whose database does not exist is created first (``created_database: true``).
+
 JSON: ``{sessions: [{session_id, events, copied, surface_hash, verified, status, detail}],
-source, target, copied_events, verified}``.
+source, target, copied_events, verified[, created_database]}``.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from compaction.cli.command import Command, Context, Document, resolve_session
 from compaction.cli.output import plural, positive_int, table
 from compaction.errors import AmbiguousSessionError, EventCompactionError, SessionNotFoundError
 from compaction.sessions.copy import BATCH, CopyReport, copy_session
-from compaction.sessions.partitioned import AnyStore, open_store
-from compaction.sessions.store import SessionStore
+from compaction.sessions.partitioned import AnyStore, open_store, split_options
+from compaction.sessions.store import SessionStore, create_postgres_database
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -41,23 +43,32 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(context: Context, args: argparse.Namespace) -> Document:
-    with open_store(context.store_url, create=False) as source, open_store(args.to) as target:
-        ids = source.session_ids() if args.all else [_resolve(source, t) for t in args.session]
-        reports: list[CopyReport] = []
-        with context.progress("copying sessions", total=len(ids)) as advance:
-            for number, session_id in enumerate(ids, start=1):
-                report = _copy_one(source, target, session_id, args.batch)
-                reports.append(report)
-                advance()
-                if not context.json:
-                    context.err.print(Text(_progress_line(number, len(ids), report)), soft_wrap=True)
-        return {
-            "source": source.location.display,
-            "target": target.location.display,
-            "sessions": [r.as_json() for r in reports],
-            "copied_events": sum(r.copied for r in reports),
-            "verified": all(r.verified for r in reports),
-        }
+    with open_store(context.store_url, create=False) as source:
+        created = create_postgres_database(split_options(args.to)[0])
+        with open_store(args.to) as target:
+            document = _copy(context, args, source, target)
+    if created:
+        document["created_database"] = True
+    return document
+
+
+def _copy(context: Context, args: argparse.Namespace, source: AnyStore, target: AnyStore) -> Document:
+    ids = source.session_ids() if args.all else [_resolve(source, t) for t in args.session]
+    reports: list[CopyReport] = []
+    with context.progress("copying sessions", total=len(ids)) as advance:
+        for number, session_id in enumerate(ids, start=1):
+            report = _copy_one(source, target, session_id, args.batch)
+            reports.append(report)
+            advance()
+            if not context.json:
+                context.err.print(Text(_progress_line(number, len(ids), report)), soft_wrap=True)
+    return {
+        "source": source.location.display,
+        "target": target.location.display,
+        "sessions": [r.as_json() for r in reports],
+        "copied_events": sum(r.copied for r in reports),
+        "verified": all(r.verified for r in reports),
+    }
 
 
 def _copy_one(source: AnyStore, target: AnyStore, session_id: UUID, batch: int) -> CopyReport:

@@ -1,6 +1,6 @@
-"""``compaction import FILE... [--format auto|claude-code|pi|openhands|openai|codex|events]``: real
-transcripts into sessions, one atomic save per session (``swe-agent`` and ``mini-swe-agent`` name
-the ``openai`` importer too).
+"""``compaction import FILE... [--format auto|NAME|events]``: real transcripts into sessions, one
+atomic save per session. The format names (and their aliases) are those of
+:mod:`compaction.importers.registry`, third-party formats included.
 
 A PATH that is a directory stands for every transcript file under it (``*.jsonl``, ``*.json``,
 ``*.traj``, recursively, in name order); a progress bar on stderr (only on a terminal) counts the
@@ -43,16 +43,16 @@ from rich.text import Text
 from compaction.cli.command import Command, Context, Document
 from compaction.cli.output import plural, table
 from compaction.errors import ConcurrencyError, StoreError, TranscriptError
+from compaction.importers import ImportedSession, import_path, registry
 from compaction.sessions.blocks import ToolCallBlock
 from compaction.sessions.events import AssistantMessage, ToolResult
 from compaction.sessions.hashing import surface_hash
-from compaction.sessions.importers import ALIASES, ImportedSession, import_path
-from compaction.sessions.importers import FORMATS as TRANSCRIPT_FORMATS
 from compaction.sessions.native import import_session, is_native
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
 
-FORMATS = ("auto", *TRANSCRIPT_FORMATS, *ALIASES, "events")
+NATIVE = "events"
+"""The ``--format`` of a native export (:mod:`compaction.sessions.native`)."""
 COUNTS = ("events", "messages", "tool_calls", "tool_results", "synthesized_results", "compactions")
 SUFFIXES = (".jsonl", ".json", ".traj")
 
@@ -63,11 +63,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="transcript files, or directories holding them (searched recursively)",
     )  # fmt: skip
     parser.add_argument(
-        "--format", choices=FORMATS, default="auto",
-        help="transcript format (default: auto-detect): claude-code (Claude Code JSONL), codex "
-        "(Codex CLI rollouts), pi, openhands, openai (OpenAI-style chat messages; swe-agent and "
-        "mini-swe-agent name it too, for their trajectories), events (a native export)",
+        "--format", choices=format_choices(), default="auto",
+        help=f"transcript format (default: auto-detect): {format_help()}, {NATIVE} (a native export)",
     )  # fmt: skip
+
+
+def format_choices() -> tuple[str, ...]:
+    """``auto``, every format of the registry and its aliases, and the native export."""
+    return ("auto", *registry.names(), *registry.aliases(), NATIVE)
+
+
+def format_help() -> str:
+    """Each format of the registry as ``name (title; also alias, ...)``."""
+    return ", ".join(
+        f"{f.name} ({f.title}" + (f"; also {', '.join(f.aliases)}" if f.aliases else "") + ")"
+        for f in registry.formats()
+    )
 
 
 def transcript_files(paths: list[Path]) -> list[Path]:
@@ -117,15 +128,19 @@ def run(context: Context, args: argparse.Namespace) -> Document:
     store = context.store
     rows: list[Document] = []
     failed: list[Document] = []
-    with context.progress("importing transcripts", total=len(paths)) as advance:
-        for path in paths:
-            try:
-                rows.extend(import_file(store, path, args.format))
-            except TranscriptError as e:
-                if len(paths) == 1:
-                    raise  # the one file asked for: its error is the command's
-                failed.append({"source": str(path), "error": str(e)})
-            advance()
+    try:
+        with context.progress("importing transcripts", total=len(paths)) as advance:
+            for path in paths:
+                try:
+                    rows.extend(import_file(store, path, args.format))
+                except TranscriptError as e:
+                    if len(paths) == 1:
+                        raise  # the one file asked for: its error is the command's
+                    failed.append({"source": str(path), "error": str(e)})
+                advance()
+    finally:
+        if not rows:  # nothing imported: a store this run created is not left behind empty
+            context.discard_new_store()
     document: Document = {"sessions": rows, "failed": failed}
     if store.snapshot_warnings:
         document["warnings"] = list(store.snapshot_warnings)
@@ -134,7 +149,7 @@ def run(context: Context, args: argparse.Namespace) -> Document:
 
 def import_file(store: SessionStore, path: Path, fmt: str) -> list[Document]:
     """The rows of one file's sessions, saved; a :class:`TranscriptError` when it cannot be read."""
-    if fmt == "events" or (fmt == "auto" and is_native(path)):
+    if fmt == NATIVE or (fmt == "auto" and is_native(path)):
         return [import_events(store, path)]
     return [save_imported(store, one) for one in import_path(path, fmt)]
 
@@ -190,7 +205,7 @@ def import_events(store: SessionStore, path: Path) -> Document:
         _check_same(store.get(session.id), session, path)
         status = "already_imported"
     return {
-        "session_id": str(session.id), "source": str(path), "format": "events", "status": status,
+        "session_id": str(session.id), "source": str(path), "format": NATIVE, "status": status,
         **_native_counts(session), "skipped": [], "notes": [],
     }  # fmt: skip
 
@@ -318,8 +333,7 @@ def exit_status(document: Document) -> int:
 
 COMMAND = Command(
     name="import",
-    help="import agent transcripts (Claude Code, Codex CLI, pi, OpenHands, SWE-agent, "
-    "mini-SWE-agent, OpenAI-style chat, native exports) as sessions",
+    help="import agent transcripts (every format --format names) and native exports as sessions",
     configure=configure,
     run=run,
     render=render,

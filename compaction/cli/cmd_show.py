@@ -1,4 +1,4 @@
-"""``compaction show SESSION [--at SEQ] [--format openai|anthropic|text]``: the surface as the
+"""``compaction show SESSION [--at SEQ] [--format openai|anthropic|text] [--log]``: the surface as the
 model saw it, now or right after event SEQ.
 
 JSON: ``{session_id, at, format, surface: [seq...], messages: [...], system}`` (``system``: the
@@ -10,6 +10,11 @@ rendering added (on the first item of each message; any further items a message 
 ``tokens`` is the request total at that point, the figure ``sessions`` and ``compact`` report
 (:meth:`HeuristicMeter.measure <compaction.engine.meters.Meter.measure>`, calibrated on provider usage).
 
+``--log`` lists every event of the log instead, log-only ones included (those of plugin event
+types too): ``{kind: "log", session_id, events: [{seq, type, known, fields}]}``; an event of a type
+no installed package defines is listed with ``known: false`` and its stored fields, an unreadable
+row with ``unreadable``: why.
+
 ``--diff A B`` compares what the model saw right after seqs A and B instead (see
 :mod:`compaction.audit.diff`): ``{kind: "diff", session_id, a, b, surface_a, surface_b, removed,
 added, replacements, appended}``.
@@ -20,6 +25,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+import msgspec
 from rich.console import Console
 from rich.text import Text
 
@@ -29,6 +35,8 @@ from compaction.cli.command import Command, Context, Document
 from compaction.cli.output import write_json_lines, write_text
 from compaction.engine.meters import HeuristicMeter
 from compaction.sessions.blocks import Message
+from compaction.sessions.events import UnknownEvent
+from compaction.sessions.mapper import StoredRow, UnreadableRow
 from compaction.sessions.render import to_anthropic, to_openai, to_text
 from compaction.sessions.session import Session
 
@@ -45,6 +53,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--format", dest="shape", choices=SHAPES, default="text", help="message shape")
     parser.add_argument(
+        "--log",
+        action="store_true",
+        help="every event of the log (log-only and plugin event types included), not the surface",
+    )
+    parser.add_argument(
         "--diff",
         type=int,
         nargs=2,
@@ -58,6 +71,10 @@ def run(context: Context, args: argparse.Namespace) -> Document:
     if args.diff:
         events = load_log(context.store, session_id).events
         return {"kind": "diff", **surface_diff(str(session_id), events, *args.diff)}
+    if args.log:
+        hi = None if args.at is None else args.at + 1
+        rows = context.store.read_rows(session_id, 0, hi)
+        return {"kind": "log", "session_id": str(session_id), "events": [log_entry(r) for r in rows]}
     session = context.store.get(session_id, at=args.at)  # a seq outside the log: StoreError
     return {
         "session_id": str(session_id),
@@ -68,6 +85,24 @@ def run(context: Context, args: argparse.Namespace) -> Document:
         "messages": provider_messages(session.derive_messages(), args.shape),
         "system": _system_prompt(session),
     }
+
+
+_ENVELOPE = ("seq", "time", "surface_op", "source_event_seqs")
+
+
+def log_entry(row: StoredRow) -> dict[str, Any]:
+    """One row of ``--log``: its seq, type, whether a class in this process knows it, fields."""
+    if isinstance(row, UnreadableRow):
+        return {"seq": row.seq, "type": row.type, "known": False, "unreadable": row.reason}
+    if isinstance(row, UnknownEvent):
+        fields = msgspec.json.decode(row.payload)
+        for key in (*_ENVELOPE, "class_version"):
+            fields.pop(key, None)
+        return {"seq": row.seq, "type": row.event_type, "known": False, "fields": fields}
+    fields = msgspec.to_builtins(row)
+    for key in _ENVELOPE:
+        fields.pop(key, None)
+    return {"seq": row.seq, "type": row.TYPE, "known": True, "fields": fields}
 
 
 def _system_prompt(session: Session) -> str | None:
@@ -99,6 +134,13 @@ def render(document: Document, console: Console) -> None:
         render_diff(document, console)
         return
     out = console.file
+    if document.get("kind") == "log":
+        for entry in document["events"]:
+            detail = entry.get("unreadable") or msgspec.json.encode(entry["fields"]).decode()
+            known = "" if entry["known"] else " (unknown type)"
+            write_text(f"{entry['seq']:>6} {entry['type']}{known} {detail}", out)
+        out.flush()
+        return
     if document["format"] == "text":
         if document.get("system"):
             out.write("system prompt (request/header):\n")
@@ -112,6 +154,14 @@ def render(document: Document, console: Console) -> None:
 
 
 def comment(document: Document, err: Console) -> None:
+    if document.get("kind") == "log":
+        unknown = sum(1 for e in document["events"] if not e["known"])
+        err.print(
+            f"session {document['session_id']}: {len(document['events'])} events"
+            f"{f', {unknown} of types no installed package defines' if unknown else ''}",
+            style="bold",
+        )
+        return
     if document.get("kind") == "diff":
         return
     err.print(

@@ -11,10 +11,14 @@ notes, hints), so ``> file`` keeps only the data. To add a command, write a
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 from uuid import UUID
 
 from rich.console import Console
@@ -23,6 +27,25 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from compaction.engine.settings import Settings
 from compaction.errors import AmbiguousSessionError, SessionNotFoundError, UsageError
 from compaction.sessions.store import SessionStore
+
+PIPED_WIDTH = 200
+"""Columns of a console that is not a terminal (unless ``COLUMNS`` is set)."""
+
+
+def console_for(*, stderr: bool) -> Console:
+    """A console on stdout or stderr. Not a terminal (a pipe, a file): lines are never wrapped (a
+    suggested command stays on one line, whole) and tables get wide lines instead of squeezed
+    columns, unless ``COLUMNS`` says how wide."""
+    console = Console(stderr=stderr)
+    if console.is_terminal or os.environ.get("COLUMNS", "").isdecimal():
+        return console
+    return Console(stderr=stderr, width=PIPED_WIDTH, soft_wrap=True)
+
+
+def stderr_console() -> Console:
+    """The console for commentary and errors (:func:`console_for`)."""
+    return console_for(stderr=True)
+
 
 Document = dict[str, Any]
 """A command's result: JSON-ready values only (str, int, float, bool, None, list, dict)."""
@@ -61,10 +84,12 @@ class Context:
 
     store_url: str
     json: bool
-    err: Console = field(default_factory=lambda: Console(stderr=True))
+    err: Console = field(default_factory=stderr_console)
     read_only: bool = False  # the command only reads: a SQLite store must exist already
     settings: Settings | None = None  # the --config file (or ./compaction.toml), when there is one
+    strict_types: bool | None = None  # --strict-types (None: $COMPACTION_STRICT_TYPES decides)
     _store: SessionStore | None = None
+    _created: list[Path] = field(default_factory=list)  # what opening the store created, deepest first
 
     @property
     def store(self) -> SessionStore:
@@ -72,8 +97,29 @@ class Context:
         does not exist (:class:`~compaction.errors.StoreNotFoundError`) instead of creating its
         folders and an empty database."""
         if self._store is None:
-            self._store = SessionStore.open(self.store_url, create=not self.read_only)
+            missing = _missing_sqlite_paths(self.store_url)
+            self._store = SessionStore.open(
+                self.store_url, create=not self.read_only, strict_types=self.strict_types
+            )
+            self._created = [p for p in missing if p.exists()]
         return self._store
+
+    def discard_new_store(self) -> None:
+        """Close the store and remove what opening it created (the SQLite file, its journal files,
+        the folders made for it), when this command created it and nothing is stored in it: a
+        command that stored nothing leaves no empty store behind."""
+        if self._store is None or not self._created or self._store.max_notification_id() > 0:
+            return
+        self.close()
+        database = self._created[0]
+        for suffix in ("-wal", "-shm", "-journal"):
+            database.with_name(database.name + suffix).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            database.unlink()
+        for folder in self._created[1:]:
+            with contextlib.suppress(OSError):  # a folder something else wrote into stays
+                folder.rmdir()
+        self._created = []
 
     def close(self) -> None:
         if self._store is not None:
@@ -98,6 +144,22 @@ class Context:
         ) as bar:
             task = bar.add_task(description, total=total)
             yield lambda: bar.advance(task)
+
+
+def _missing_sqlite_paths(url: str) -> list[Path]:
+    """For a ``sqlite:///PATH`` store that does not exist yet: PATH and each of its folders that
+    does not exist, deepest first; else nothing."""
+    if not url.startswith("sqlite:///"):
+        return []
+    raw = unquote(url[len("sqlite:///") :].partition("?")[0])
+    if not raw or raw == ":memory:":
+        return []
+    path = Path(raw)
+    missing: list[Path] = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return missing
 
 
 def resolve_session(store: SessionStore, text: str) -> UUID:

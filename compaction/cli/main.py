@@ -20,8 +20,6 @@ from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import NoReturn
 
-from rich.console import Console
-
 from compaction.cli import (
     cmd_audit,
     cmd_compact,
@@ -30,10 +28,11 @@ from compaction.cli import (
     cmd_demo,
     cmd_export,
     cmd_import,
+    cmd_serve,
     cmd_sessions,
     cmd_show,
 )
-from compaction.cli.command import Command, Context, Document
+from compaction.cli.command import Command, Context, Document, stderr_console
 from compaction.cli.output import (
     report_crash,
     report_error,
@@ -43,7 +42,7 @@ from compaction.cli.output import (
 )
 from compaction.cli.plugins import plugin_commands
 from compaction.engine.settings import Settings, default_settings_path, load_settings
-from compaction.errors import EventCompactionError, UsageError
+from compaction.errors import EventCompactionError, SpanTooSmallError, UsageError
 from compaction.sessions.store import DEFAULT_URL, default_url
 from compaction.summarizers.local import abandoned_servers
 
@@ -55,6 +54,7 @@ COMMANDS: tuple[Command, ...] = (
     cmd_demo.COMMAND,
     cmd_export.COMMAND,
     cmd_import.COMMAND,
+    cmd_serve.COMMAND,
     cmd_sessions.COMMAND,
     cmd_show.COMMAND,
 )
@@ -69,6 +69,7 @@ def all_commands() -> list[Command]:
 
 FAILURE = 1
 USAGE = 2
+DECLINED = 3
 INTERRUPTED = 130
 
 EPILOG = """\
@@ -87,6 +88,8 @@ exit status:
        above its context window
   2    a command line that does not parse (UsageError), e.g. an unknown option or an empty
        SESSION
+  3    compact declined a span too small to gain anything (SpanTooSmallError): nothing
+       written, no summarizer asked
   130  interrupted (Ctrl-C)
 
 docs/cli.md describes every command and its JSON document."""
@@ -123,6 +126,13 @@ def _add_common(parser: argparse.ArgumentParser, *, in_command: bool) -> None:
         default=argparse.SUPPRESS if in_command else False,
         help="print exactly one JSON document on stdout",
     )
+    parser.add_argument(
+        "--strict-types",
+        action="store_true",
+        default=argparse.SUPPRESS if in_command else False,
+        help="refuse stored events of types no installed package defines (default: read them as "
+        "opaque events; also $COMPACTION_STRICT_TYPES=1)",
+    )
 
 
 def build_parser(commands: Sequence[Command] | None = None) -> argparse.ArgumentParser:
@@ -144,7 +154,7 @@ def build_parser(commands: Sequence[Command] | None = None) -> argparse.Argument
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
-    err = Console(stderr=True)
+    err = stderr_console()
     commands = all_commands()
     try:
         args = build_parser(commands).parse_args(arguments)
@@ -161,8 +171,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return FAILURE
     store_url = args.store or (settings.store_url if settings else None) or default_url()
     context = Context(
-        store_url=store_url, json=args.json, err=err, read_only=command.read_only, settings=settings
-    )
+        store_url=store_url, json=args.json, err=err, read_only=command.read_only, settings=settings,
+        strict_types=args.strict_types or None,
+    )  # fmt: skip
     return _end(_execute(command, context, args))
 
 
@@ -187,7 +198,7 @@ def _execute(command: Command, context: Context, args: argparse.Namespace) -> in
         document = command.run(context, args)
     except EventCompactionError as error:
         report_error(error, as_json=context.json, err=context.err)
-        return USAGE if isinstance(error, UsageError) else FAILURE
+        return _failure_status(error)
     except KeyboardInterrupt:
         if context.json:  # the contract holds on Ctrl-C too: one JSON document on stdout
             write_json({"error": {"type": "KeyboardInterrupt", "message": "interrupted"}})
@@ -201,6 +212,13 @@ def _execute(command: Command, context: Context, args: argparse.Namespace) -> in
     finally:
         context.close()
     return _output(command, context, document)
+
+
+def _failure_status(error: EventCompactionError) -> int:
+    """The exit status of an error: a usage error's, a declined span's, else a failure's."""
+    if isinstance(error, UsageError):
+        return USAGE
+    return DECLINED if isinstance(error, SpanTooSmallError) else FAILURE
 
 
 def _output(command: Command, context: Context, document: Document) -> int:

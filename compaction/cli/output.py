@@ -26,11 +26,10 @@ import msgspec
 from rich.console import Console
 from rich.text import Text
 
-from compaction.cli.command import Document
+from compaction.cli.command import Document, console_for
 from compaction.errors import UsageError
 from compaction.terminal import FittedTable
 
-PIPED_WIDTH = 200
 CHUNK = 1 << 20
 """Characters written at a time: a long string leaves the process in pieces of this size."""
 
@@ -69,12 +68,8 @@ def invocation() -> str:
 
 
 def stdout_console() -> Console:
-    """The console for human output; piped output gets wide lines instead of squeezed tables,
-    unless ``COLUMNS`` says how wide."""
-    console = Console()
-    if console.is_terminal or os.environ.get("COLUMNS", "").isdecimal():
-        return console
-    return Console(width=PIPED_WIDTH)
+    """The console for human output (:func:`compaction.cli.command.console_for`)."""
+    return console_for(stderr=False)
 
 
 # ---------------------------------------------------------------- data on stdout

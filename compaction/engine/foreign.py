@@ -6,21 +6,21 @@ replacement of everything before the retained tail (the harness's own summary te
 checkpoint), and ``compact/end``. Nothing is repaired: where the harness's cut split a tool pair or
 dropped the first user message, the import still succeeds and the audit reports it.
 
-The importers find :func:`import_foreign_compaction` by its topic when they first meet a foreign
-compaction (:data:`compaction.sessions.importers.common.FOREIGN_COMPACTION_TOPIC`).
+The importers (:mod:`compaction.importers`, a room above the engine) call
+:func:`import_foreign_compaction` with a :class:`ForeignCompaction` when they meet one.
 """
 
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 
 from compaction.engine.meters import HeuristicMeter
 from compaction.handover.fidelity import measure_fidelity
 from compaction.handover.identifiers import extract
-from compaction.sessions.blocks import TextBlock, text_of
+from compaction.sessions.blocks import Message, TextBlock, text_of
 from compaction.sessions.events import Replace, UserMessage
 from compaction.sessions.hashing import event_hash
-from compaction.sessions.importers.common import ForeignCompaction
 from compaction.sessions.session import Session, project
 from compaction.vocabulary.checkpoint import foreign_checkpoint
 from compaction.vocabulary.events import (
@@ -30,6 +30,20 @@ from compaction.vocabulary.events import (
     Lease,
     ShadowedRange,
 )
+
+
+@dataclass(frozen=True)
+class ForeignCompaction:
+    """A compaction another harness made (Claude Code ``compact_boundary`` + ``isCompactSummary``,
+    pi ``compaction``, Codex ``compacted``): its summary message, who made it, and where its
+    retained tail begins."""
+
+    summary: Message
+    provider: str  # the harness that made it (its format name)
+    model: str | None
+    first_kept_seq: int | None  # None: everything on the surface before the boundary is replaced
+    origin: str
+    detail: str = ""
 
 
 def shadowed_positions(session: Session, first_kept_seq: int | None) -> tuple[int, ...]:

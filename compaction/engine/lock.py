@@ -14,11 +14,17 @@ the failure, so the lock it still holds in the log does not lock out the living:
 * a failure report on this host (:func:`report_failure`, a small file under
   :func:`failure_reports_dir`): ``compaction recover`` on this host judges such a lease stale
   (``owner-failed``) instead of live, and ``--repair`` closes it.
+
+A compaction id comes from the log, and an imported log may hold any string, so an id becomes a
+file name only through :func:`failure_report_path`: a UUID (what this library writes) names
+``<id>.json``; any other id names ``id-<sha256 of the id>.json``. Either way the file is directly
+in the folder: nothing outside it is ever read, written or deleted.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import socket
@@ -133,11 +139,41 @@ def failure_reports_dir() -> Path:
     return Path(configured) if configured else Path(tempfile.gettempdir()) / "compaction-failures"
 
 
+def is_uuid_shaped(compaction_id: str) -> bool:
+    """Whether ``compaction_id`` is a UUID in its canonical text form (lower-case, hyphenated)."""
+    try:
+        return str(UUID(compaction_id)) == compaction_id
+    except ValueError:
+        return False
+
+
+def failure_report_path(compaction_id: str) -> Path:
+    """The failure report of ``compaction_id``: always a file directly in :func:`failure_reports_dir`
+    (the id's own name when it is a UUID, else a name derived by hashing it)."""
+    if is_uuid_shaped(compaction_id):
+        name = compaction_id
+    else:
+        name = "id-" + hashlib.sha256(compaction_id.encode("utf-8", "surrogatepass")).hexdigest()
+    return failure_reports_dir() / f"{name}.json"
+
+
+def unsafe_id_warning(compaction_id: str) -> str | None:
+    """A sentence for people when ``compaction_id`` is not what this library writes (a UUID): such
+    an id came from an edited or foreign log and never names a path of its own."""
+    if is_uuid_shaped(compaction_id):
+        return None
+    return (
+        f"compaction id {compaction_id!r} is not a UUID (this library writes UUIDs): it came from "
+        f"an edited or imported log; its failure report, if any, is only looked up as "
+        f"{failure_report_path(compaction_id).name} in {failure_reports_dir()}"
+    )
+
+
 def report_failure(start: CompactStart, session_id: UUID, reason: str) -> Path | None:
     """Record on this host that ``start``'s compaction failed and its end could not be stored;
     the report's path, or None when the folder cannot be written (the failure is logged anyway)."""
     folder = failure_reports_dir()
-    path = folder / f"{start.compaction_id}.json"
+    path = failure_report_path(start.compaction_id)
     lease = start.lease
     document = {
         "compaction_id": start.compaction_id,
@@ -157,10 +193,12 @@ def report_failure(start: CompactStart, session_id: UUID, reason: str) -> Path |
 
 def reported_failure(start: CompactStart) -> str | None:
     """The reason the owner of ``start`` reported for its failure on this host, if it did."""
-    path = failure_reports_dir() / f"{start.compaction_id}.json"
+    path = failure_report_path(start.compaction_id)
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
+        return None
+    if not isinstance(document, dict) or document.get("compaction_id") != start.compaction_id:
         return None
     if document.get("pid") != start.lease.pid or document.get("host") != start.lease.host:
         return None
@@ -170,4 +208,4 @@ def reported_failure(start: CompactStart) -> str | None:
 def clear_failure(compaction_id: str) -> None:
     """Forget the failure report of a compaction whose bracket is now closed."""
     with contextlib.suppress(OSError):
-        (failure_reports_dir() / f"{compaction_id}.json").unlink()
+        failure_report_path(compaction_id).unlink()

@@ -154,24 +154,18 @@ class Meter(ABC):
 
     # ------------------------------------------------------------ pricing
 
+    @property
+    def length_priced(self) -> float | None:
+        """The characters per token of a meter whose :meth:`text_tokens` is ``ceil(UTF-16 length /
+        length_priced)``, so its strings are priced inline; None for a meter that counts its way."""
+        return None
+
     def block(self, block: Block) -> int:
-        if isinstance(block, (TextBlock, ReasoningBlock)):
-            return self.text_tokens(block.text) + BLOCK_OVERHEAD
-        if isinstance(block, ToolCallBlock):
-            return self.text_tokens(block.name) + self.text_tokens(block.arguments) + BLOCK_OVERHEAD
-        if isinstance(block, ToolResultBlock):
-            return sum(self.block(b) for b in block.content) + BLOCK_OVERHEAD
-        if isinstance(block, OpaqueBlock) and is_audio(block):
-            return self.text_tokens(block.text) + audio_tokens(block.media_bytes) + BLOCK_OVERHEAD
-        if isinstance(block, OpaqueBlock):
-            return self.text_tokens(block.payload) + BLOCK_OVERHEAD
-        if isinstance(block, ImageBlock) and (block.url or block.data):
-            described = msgspec.structs.replace(block, url=None, data=None)
-            return self.text_tokens(_compact_json(described)) + IMAGE_TOKENS + BLOCK_OVERHEAD
-        return self.text_tokens(_compact_json(block)) + BLOCK_OVERHEAD
+        alone = Message(id="", role="user", content=(block,))
+        return self.message_prices((alone,), 0)[0]
 
     def message(self, message: Message) -> int:
-        return sum(self.block(b) for b in message.content) + ROLE_OVERHEAD
+        return self.message_prices((message,), ROLE_OVERHEAD)[0]
 
     def messages(self, messages: Iterable[Message]) -> int:
         return sum(self.message(m) for m in messages)
@@ -180,6 +174,60 @@ class Meter(ABC):
         """Price of a surface node: its projected message, 0 when it projects to nothing."""
         message = project(event)
         return 0 if message is None else self.message(message)
+
+    def message_prices(self, messages: Iterable[Message | None], overhead: int) -> list[int]:
+        """The one pricing path: the price of each message (its blocks plus ``overhead``), 0 for
+        None (a node that projects to nothing). A meter that counts differently overrides
+        :meth:`text_tokens`; one that prices by UTF-16 length (:attr:`length_priced`) has its
+        strings priced inline, without a call per string."""
+        cpt = self.length_priced
+        tokens = self.text_tokens
+        ceil = math.ceil
+        prices: list[int] = []
+        append = prices.append
+        for message in messages:
+            if message is None:
+                append(0)
+                continue
+            total = overhead
+            blocks: tuple[Block, ...] = message.content
+            while blocks:
+                nested: tuple[Block, ...] = ()  # the parts of its tool results (they never nest)
+                for block in blocks:
+                    kind = type(block)
+                    if kind is TextBlock or kind is ReasoningBlock:
+                        text = block.text  # type: ignore[union-attr]
+                        if cpt is None:
+                            total += tokens(text) + BLOCK_OVERHEAD
+                        else:
+                            n = len(text) if text.isascii() else utf16_length(text)
+                            total += ceil(n / cpt) + BLOCK_OVERHEAD
+                    elif kind is ToolCallBlock:
+                        name, arguments = block.name, block.arguments  # type: ignore[union-attr]
+                        if cpt is None:
+                            total += tokens(name) + tokens(arguments) + BLOCK_OVERHEAD
+                        else:
+                            n = len(arguments) if arguments.isascii() else utf16_length(arguments)
+                            total += ceil(utf16_length(name) / cpt) + ceil(n / cpt) + BLOCK_OVERHEAD
+                    elif kind is ToolResultBlock:
+                        nested += block.content  # type: ignore[union-attr]
+                        total += BLOCK_OVERHEAD
+                    else:
+                        total += self._rare_block(block)
+                blocks = nested
+            append(total)
+        return prices
+
+    def _rare_block(self, block: Block) -> int:
+        """Audio, opaque and image blocks (an image without its bytes: as its compact JSON)."""
+        if isinstance(block, OpaqueBlock) and is_audio(block):
+            return self.text_tokens(block.text) + audio_tokens(block.media_bytes) + BLOCK_OVERHEAD
+        if isinstance(block, OpaqueBlock):
+            return self.text_tokens(block.payload) + BLOCK_OVERHEAD
+        if isinstance(block, ImageBlock) and (block.url or block.data):
+            described = msgspec.structs.replace(block, url=None, data=None)
+            return self.text_tokens(_compact_json(described)) + IMAGE_TOKENS + BLOCK_OVERHEAD
+        return self.text_tokens(_compact_json(block)) + BLOCK_OVERHEAD
 
     def header(self, header: RequestHeader | None) -> int:
         if header is None:
@@ -267,8 +315,12 @@ class Meter(ABC):
         return prices
 
     def event_prices(self, events: list[SessionEvent]) -> list[int]:
-        """:meth:`event` of each event; a meter may price a batch faster than one by one."""
-        return [self.event(e) for e in events]
+        """:meth:`event` of each event, in one pass over the batch (a meter that overrides
+        :meth:`event` or :meth:`message` has each node priced by it)."""
+        cls = type(self)
+        if cls.event is not Meter.event or cls.message is not Meter.message:
+            return [self.event(e) for e in events]
+        return self.message_prices(map(project, events), ROLE_OVERHEAD)
 
     def surface_tokens(self, session: Session) -> int:
         return self._column(session).surface_tokens
@@ -454,60 +506,10 @@ class HeuristicMeter(Meter):
     def text_tokens(self, text: str) -> int:
         return math.ceil(utf16_length(text) / self.chars_per_token)
 
-    def event_prices(self, events: list[SessionEvent]) -> list[int]:
-        """:meth:`Meter.event_prices` with the text and tool blocks priced inline (the same
-        figures: a cold surface of 100,000 nodes is priced without a dozen calls per node)."""
-        cls = type(self)
-        if not (
-            cls.text_tokens is HeuristicMeter.text_tokens
-            and cls.block is Meter.block
-            and cls.message is Meter.message
-            and cls.event is Meter.event
-        ):
-            return super().event_prices(events)
-        cpt = self.chars_per_token
-        ceil = math.ceil
-        block_price = self.block
-        out: list[int] = []
-        append = out.append
-        for event in events:
-            if not event.SURFACE:
-                append(0)
-                continue
-            message: Message = event.message  # type: ignore[attr-defined]
-            content = message.content
-            if not content and isinstance(event, AssistantMessage):
-                append(0)  # what project() leaves out
-                continue
-            total = ROLE_OVERHEAD
-            for block in content:
-                kind = type(block)
-                if kind is TextBlock or kind is ReasoningBlock:
-                    text = block.text  # type: ignore[union-attr]
-                    length = len(text) if text.isascii() else len(text.encode("utf-16-le")) // 2
-                    total += ceil(length / cpt) + BLOCK_OVERHEAD
-                elif kind is ToolCallBlock:
-                    name, arguments = block.name, block.arguments  # type: ignore[union-attr]
-                    total += ceil(_length(name) / cpt) + ceil(_length(arguments) / cpt) + BLOCK_OVERHEAD
-                elif kind is ToolResultBlock:
-                    inner = BLOCK_OVERHEAD
-                    for part in block.content:  # type: ignore[union-attr]
-                        if type(part) is TextBlock:
-                            text = part.text
-                            length = len(text) if text.isascii() else len(text.encode("utf-16-le")) // 2
-                            inner += ceil(length / cpt) + BLOCK_OVERHEAD
-                        else:
-                            inner += block_price(part)
-                    total += inner
-                else:
-                    total += block_price(block)
-            append(total)
-        return out
-
-
-def _length(text: str) -> int:
-    """:func:`utf16_length`, inlined by the batch pricing."""
-    return len(text) if text.isascii() else len(text.encode("utf-16-le")) // 2
+    @property
+    def length_priced(self) -> float | None:
+        """``chars_per_token``, unless a subclass counts text its own way."""
+        return self.chars_per_token if type(self).text_tokens is HeuristicMeter.text_tokens else None
 
 
 class TiktokenMeter(Meter):

@@ -24,12 +24,13 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
+from compaction.engine.floor import refuse_too_small
 from compaction.engine.lock import LockState, UnreleasedLeases, busy_message, inspect_lock
 from compaction.engine.meters import HeuristicMeter, Measurement, Meter
 from compaction.engine.prune import PruneConfig, prune_session
 from compaction.engine.selection import Span, head_before_task, select_span, span_for
 from compaction.engine.transaction import CLOSE_BUDGET_SECONDS, Stability, Transaction
-from compaction.engine.windows import DEFAULT_WINDOWS, WindowTable, header_window
+from compaction.engine.windows import DEFAULT_WINDOWS, WindowTable, header_window, model_name
 from compaction.errors import (
     BusyError,
     CompactionConfigError,
@@ -125,16 +126,17 @@ class CompactionEngine(CompactService):
         """:meth:`context_window` and where it comes from (``--window``, the header, the table),
         for a report to name the window it assumed."""
         if self.config.context_window is not None:
-            return self.config.context_window, "configured (--window / BasicConfig.context_window)"
+            return self.config.context_window, "configured"
         header = session.latest_header()
         found = header_window(header, self.windows)
         if found is not None:
             return found
-        target = f"{header.provider}/{header.model}" if header is not None else "this session"
+        target = model_name(header) if header is not None else "this session"
         raise CompactionConfigError(
-            f"compaction-basic: no context capacity for {target}; configure context_window "
-            "(BasicConfig.context_window or --window), record it on request/header, or add the "
-            "model to the window table (WindowTable.with_overrides, compaction.engine.windows)"
+            f"no context window known for {target}: the session records none and the model is not "
+            "one whose window is known; give the window in tokens with --window N on the command "
+            "line, context_window=N in code, or context_window in a [policies] entry of "
+            "compaction.toml"
         )
 
     def _retain_units(self, retain: int, measurement: Measurement) -> int:
@@ -367,6 +369,7 @@ class CompactionEngine(CompactService):
             raise SpanError(
                 "compactRegion: no open turn — automatic compaction events must be enclosed in a turn"
             )
+        refuse_too_small(session, span, self.meter, self.config, source_command_id)
         stability: Stability = "selected-span" if manual else "whole-surface"
         transaction = Transaction(
             session=session,
@@ -443,8 +446,8 @@ def _refuse_below_overhead(session: Session, window: int, ratio: float, reading:
         raise CompactionConfigError(
             f"context window {window:,} is not above the fixed overhead of session {session.id}'s "
             f"requests: {overhead:,} tokens ({overhead_source(session, reading)}); "
-            "no compaction can fit it. Use a window above the overhead (--window / "
-            "BasicConfig.context_window)."
+            "no compaction can fit it. Use a window above the overhead: --window N on the command "
+            "line, context_window=N in code."
         )
     if threshold <= overhead:
         needed = math.ceil((overhead + 1) / ratio)
@@ -454,8 +457,9 @@ def _refuse_below_overhead(session: Session, window: int, ratio: float, reading:
             f"the threshold {threshold:,} ({ratio:g} x the context window {window:,}) is not above the fixed "
             f"overhead of session {session.id}'s requests: {overhead:,} tokens "
             f"({overhead_source(session, reading)}); no compaction can bring the request under "
-            f"it, so nothing was compacted. Use a window of at least {needed:,} (--window / "
-            "BasicConfig.context_window) or a higher threshold ratio (--threshold)."
+            f"it, so nothing was compacted. Use a window of at least {needed:,} or a higher "
+            "threshold ratio: --window N and --threshold R on the command line, context_window and "
+            "threshold_ratio in code."
         )
 
 

@@ -53,11 +53,12 @@ from compaction.errors import (
 from compaction.handover.analysis import SpanAnalysis
 from compaction.handover.carried import carried_hashes, recall_carried
 from compaction.handover.completion import Completed, RendersFacts, SpanReading, complete
-from compaction.handover.facts import SpanFacts, read, span_facts
+from compaction.handover.facts import SpanFacts, span_facts
 from compaction.handover.facts_fold import folded_facts
 from compaction.handover.fidelity import fidelity_problems, measure_fidelity
 from compaction.handover.fold import folded_identifiers
-from compaction.handover.identifiers import extract
+from compaction.handover.identifiers import extract, span_unions
+from compaction.handover.reading import read
 from compaction.sessions.blocks import Message, TextBlock
 from compaction.sessions.collector import collector_paused
 from compaction.sessions.events import Replace, SessionEvent, UserMessage
@@ -193,16 +194,18 @@ class Transaction:
     def _claim(self, event: CompactStart) -> Grant | None:
         """Claim the session's lease where the store keeps one besides the log (JetStream: the
         claim, not the append of the start, decides between racing processes); None elsewhere."""
-        if self.store is None:
+        acquire = getattr(self.store, "acquire_lease", None)
+        if acquire is None:  # no store, or one that keeps no lease: the log's compact/start decides
             return None
         session = self.session
         lease = event.lease
         claim = LeaseClaim(session.id, event.compaction_id, lease.host, lease.pid, lease.expires_at)
         replaces = self.takeover.compaction_id if self.takeover is not None else None
         try:
-            return self.store.acquire_lease(
+            grant: Grant | None = acquire(
                 claim, replaces=replaces, closed=lambda held: closed_in_log(session, held)
             )
+            return grant
         except LeaseTakenError as e:
             raise BusyError(
                 f"compaction: another writer holds the compaction lease of session {session.id} "
@@ -395,10 +398,10 @@ class Transaction:
         template, the completion and the gate find them without reading each message. A span the
         facts fold answers holds no checkpoint, so its facts' identifiers are the span's own."""
         if known is not None:
-            self.analysis.spans.remember(messages, known)
+            span_facts.memo(self.analysis).remember(messages, known)
         identifiers = known.identifiers if known is not None else folded_identifiers(self.session, shadowed)
         if identifiers is not None:
-            self.analysis.unions.remember(messages, identifiers)
+            span_unions(self.analysis).remember(messages, identifiers)
 
     def _request(self, compaction_id: str, messages: list[Message]) -> SummaryRequest:
         return build_request(

@@ -166,7 +166,15 @@ def header_window(header: RequestHeader | None, table: WindowTable | None = None
     known = (table or DEFAULT_WINDOWS).lookup(header.model)
     if known is None:
         return None
-    return known, f"the known window of {header.provider}/{header.model}"
+    return known, f"the known window of {model_name(header)}"
+
+
+def model_name(header: RequestHeader) -> str:
+    """``provider/model`` for people, the provider named once when the model's name already starts
+    with it (``openai/openrouter-llama-4-maverick``, not ``openai/openai/...``)."""
+    if header.model.startswith(f"{header.provider}/"):
+        return header.model
+    return f"{header.provider}/{header.model}"
 
 
 def known_window(model: str) -> int | None:

@@ -5,11 +5,17 @@ summarizer renders them, the completion checks the summary against them, the fid
 them), hashes every shadowed event, and finds most of it already read when the read-ahead
 (:mod:`compaction.handover.readahead`) gathered it as the messages arrived. A
 :class:`SpanAnalysis` keeps all of that for one session: each message read for the walk
-(:func:`~compaction.handover.facts.read`), its identifiers by kind
+(:func:`~compaction.handover.reading.read`), its identifiers by kind
 (:func:`~compaction.handover.identifiers.message_kinds`), each event's
 hash, each call's key, parsed arguments and file action, each result's text and outcome, the
 cleaned user texts, the last spans' facts and identifiers, and the latest summary's section
 bodies and retained identifiers.
+
+Each of those readers is written once, as a plain function of its key, and decorated with
+:func:`remembered` (which memo keeps it, and its entries' sizes): without an active analysis the
+decorated reader computes; with one, it asks the analysis's memo for it (made on first use, within
+the analysis's budget). The analysis knows no reader: the readers name it, never the reverse, so
+the handover's modules import each other without a cycle.
 
 Owner and lifetime: the compaction engine's read-ahead
 (:class:`~compaction.handover.readahead.ReadAhead`, ``CompactionEngine.read_ahead``) holds one
@@ -30,8 +36,7 @@ asked for, never wrongly recalled.
 How the deep functions find it: the engine's transaction (and the read-ahead) make the session's
 analysis the active one for the current context (:meth:`SpanAnalysis.active`, a
 ``contextvars.ContextVar``: each asyncio task has its own, so two sessions compacting in one event
-loop never share one), and the free functions of :mod:`~compaction.handover.facts`,
-:mod:`~compaction.handover.identifiers` and :mod:`~compaction.handover.fidelity` consult
+loop never share one), and the readers of the handover (:func:`remembered`) consult
 :func:`active_analysis`; without an active analysis they compute without keeping anything. Passing
 the analysis as a parameter instead would thread it through the summarizer protocol
 (``Summarizer.summarize(request)``), the completion and every helper of the facts walk; the event
@@ -41,35 +46,35 @@ hashes, whose call chain is short, are asked of the analysis explicitly
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any, Generic, Protocol, TypeVar, cast
 
-from compaction.sessions.blocks import Message, ToolCallBlock, ToolResultBlock
+from compaction.sessions.blocks import ToolCallBlock
 from compaction.sessions.events import SessionEvent
 from compaction.sessions.hashing import event_hash
-from compaction.sessions.memo import (
-    ENTRY_BYTES,
-    STRING_BYTES,
-    Budget,
-    IdentityMemo,
-    LatestOnly,
-    SequenceMemo,
-    ValueMemo,
-)
+from compaction.sessions.memo import ENTRY_BYTES, STRING_BYTES, Budget, IdentityMemo
 
-if TYPE_CHECKING:
-    from compaction.handover.carried import FileRecord
-    from compaction.handover.facts import Read, SpanFacts, UserText
-    from compaction.handover.identifiers import Identifiers, Kinds
+__all__ = [
+    "ANALYSIS_BYTES",
+    "Memo",
+    "ReadProgress",
+    "Remembered",
+    "Slot",
+    "SpanAnalysis",
+    "active_analysis",
+    "chars",
+    "remembered",
+    "text_size",
+]
 
-__all__ = ["ANALYSIS_BYTES", "ReadProgress", "SpanAnalysis", "active_analysis"]
-
-FileAction = tuple[str, tuple[str, ...]]
-"""What a call and its result did to files: ``(kind, paths)``
-(:func:`~compaction.handover.facts.file_action`)."""
+K = TypeVar("K")
+T = TypeVar("T")
+M = TypeVar("M")
+R = TypeVar("R", bound="Memo[Any, Any]")
 
 ANALYSIS_BYTES = 256 << 20
 """Default bound of one session's analysis, approximate bytes. A tool-heavy session's analysis
@@ -96,37 +101,25 @@ class ReadProgress:
     """Each call waiting for its result, by id, with its seq and its index in its message."""
 
 
+class Slot(Generic[M]):
+    """A memo every analysis keeps, made (by ``make``, within the analysis's budget) the first time
+    the analysis is asked for it (:meth:`SpanAnalysis.memo`). The slot itself keeps nothing."""
+
+    __slots__ = ("make",)
+
+    def __init__(self, make: Callable[[Budget], M]) -> None:
+        self.make = make
+
+
 class SpanAnalysis:
     """What the handover has read of one session, within ``max_bytes`` (approximate)."""
 
     def __init__(self, max_bytes: int = ANALYSIS_BYTES) -> None:
         self.budget = Budget(max_bytes)
-        budget = self.budget
-        self.reads: IdentityMemo[Message, Read] = IdentityMemo(budget, _read_size)
-        self.kinds: IdentityMemo[Message, Kinds] = IdentityMemo(budget, _kinds_size)
-        self.hashes: IdentityMemo[SessionEvent, str] = IdentityMemo(budget, HASH_BYTES)
-        self.arguments: ValueMemo[str, object] = ValueMemo(budget, _arguments_size)
-        self.call_keys: IdentityMemo[ToolCallBlock, str] = IdentityMemo(budget, _text_size)
-        self.result_texts: IdentityMemo[ToolResultBlock, str] = IdentityMemo(budget, _result_size)
-        self.failures: IdentityMemo[ToolResultBlock, bool] = IdentityMemo(budget, ENTRY_BYTES)
-        self.first_lines: ValueMemo[str, str] = ValueMemo(budget, _text_size)
-        self.user_texts: ValueMemo[str, UserText] = ValueMemo(budget, _user_text_size)
-        self.needles: ValueMemo[str, str] = ValueMemo(budget, _text_size)
-        self.file_actions: IdentityMemo[ToolResultBlock, tuple[ToolCallBlock, FileAction]] = IdentityMemo(
-            budget, _file_action_size
-        )
-        """Each result's file action, with the call it was paired with (by identity: a result
-        paired with another call is read again)."""
-        self.spans: SequenceMemo[SpanFacts] = SequenceMemo(budget, _facts_size)
-        self.unions: SequenceMemo[Identifiers] = SequenceMemo(budget, _identifiers_size)
-        self.found_in: LatestOnly[str, dict[str, bool]] = LatestOnly(budget, _summary_size)
-        self.bodies: LatestOnly[str, dict[str, str]] = LatestOnly(budget, _bodies_size)
-        self.digests: ValueMemo[int, bytes] = ValueMemo(budget, _digest_size)
-        """Each message event's sha256 digest by seq, and each message's results' file actions by
-        its seq, as the snapshot carries them (:mod:`compaction.handover.carried`; seqs of the
-        session's epoch in :attr:`progress`)."""
-        self.files: ValueMemo[int, tuple[FileRecord, ...]] = ValueMemo(budget, _files_size)
+        self.hashes: IdentityMemo[SessionEvent, str] = IdentityMemo(self.budget, HASH_BYTES)
         self.progress = ReadProgress()
+        self.memos: dict[Slot[Any], Any] = {}
+        """The memos made so far, by slot (:meth:`memo`)."""
 
     @property
     def max_bytes(self) -> int:
@@ -137,14 +130,21 @@ class SpanAnalysis:
         """The approximate bytes kept now."""
         return self.budget.used
 
+    def memo(self, slot: Slot[M]) -> M:
+        """This analysis's memo of ``slot`` (made on first use, charged to this analysis's budget)."""
+        memo = self.memos.get(slot)
+        if memo is None:
+            memo = self.memos[slot] = slot.make(self.budget)
+        return memo
+
     def event_hash(self, event: SessionEvent) -> str:
         """:func:`compaction.sessions.hashing.event_hash`, once per event object."""
         return self.hashes.get(event, event_hash)
 
     @contextmanager
     def active(self) -> Iterator[SpanAnalysis]:
-        """This analysis is the one the handover's free functions use, in this context, until the
-        block ends (the one active before, if any, is active again after)."""
+        """This analysis is the one the handover's readers use, in this context, until the block
+        ends (the one active before, if any, is active again after)."""
         token = _ACTIVE.set(self)
         try:
             yield self
@@ -152,10 +152,80 @@ class SpanAnalysis:
             _ACTIVE.reset(token)
 
 
+# ---------------------------------------------------------------- readers written once
+
+
+class Memo(Protocol[K, T]):
+    """What :func:`remembered` needs of a memo (:mod:`compaction.sessions.memo` has the kinds):
+    the value of ``key``, computed by ``compute`` when not kept."""
+
+    computed: int
+
+    def get(self, key: K, /, compute: Callable[[K], T]) -> T: ...
+
+
+class Remembered(Protocol[K, T, R]):
+    """A reader of the handover, written once as :attr:`compute` (a function of one key): without
+    an active analysis it computes, with one it asks the analysis's memo (:attr:`slot`), which
+    computes only what it does not keep. The reader keeps nothing itself. (:attr:`compute` is
+    looked up at each call: a test may replace it to count what is computed.)"""
+
+    compute: Callable[[K], T]
+    slot: Slot[R]
+
+    def __call__(self, key: K, /) -> T: ...
+
+    def memo(self, analysis: SpanAnalysis, /) -> R:
+        """``analysis``'s memo of this reader (to read it in a loop, to keep a value found another
+        way, or to count what it computed)."""
+        ...
+
+
+def remembered(memo: Callable[[Budget], R]) -> Callable[[Callable[[K], T]], Remembered[K, T, R]]:
+    """The decorator of a reader: ``memo`` makes, for an analysis's budget, the memo that keeps
+    its values (an :class:`~compaction.sessions.memo.IdentityMemo` for a value per object, a
+    :class:`~compaction.sessions.memo.ValueMemo` per equal key, a
+    :class:`~compaction.sessions.memo.SequenceMemo` per message sequence, a
+    :class:`~compaction.sessions.memo.LatestOnly` for the latest key). The reader is a plain
+    function (a call costs one context lookup and one table lookup more than ``compute``)."""
+
+    def decorate(compute: Callable[[K], T]) -> Remembered[K, T, R]:
+        slot: Slot[R] = Slot(memo)
+
+        def reader(key: K) -> T:
+            analysis = _ACTIVE.get()
+            if analysis is None:
+                return holder.compute(key)
+            kept = analysis.memos.get(slot)
+            if kept is None:
+                kept = analysis.memo(slot)
+            value: T = kept.get(key, holder.compute)
+            return value
+
+        functools.update_wrapper(reader, compute)
+        holder = cast("Remembered[K, T, R]", reader)
+        holder.compute = compute
+        holder.slot = slot
+        holder.memo = analysis_memo(slot)  # type: ignore[method-assign]
+        return holder
+
+    return decorate
+
+
+def analysis_memo(slot: Slot[M]) -> Callable[[SpanAnalysis], M]:
+    """The memo of ``slot`` in an analysis, as a function of the analysis."""
+
+    def memo_of(analysis: SpanAnalysis) -> M:
+        return analysis.memo(slot)
+
+    return memo_of
+
+
 # ---------------------------------------------------------------- approximate sizes
 
 
-def _chars(texts: Iterator[str] | list[str] | tuple[str, ...]) -> int:
+def chars(texts: Iterator[str] | list[str] | tuple[str, ...]) -> int:
+    """The approximate bytes of ``texts``: each one's characters and its string object."""
     return sum(len(text) + STRING_BYTES for text in texts)
 
 
@@ -163,75 +233,6 @@ HASH_BYTES = ENTRY_BYTES + 64 + STRING_BYTES
 """An event's hash: 64 hexadecimal digits."""
 
 
-def _text_size(key: object, value: str) -> int:
+def text_size(key: object, value: str) -> int:
+    """An entry whose value is a text."""
     return ENTRY_BYTES + len(value) + STRING_BYTES
-
-
-def _arguments_size(key: str, value: object) -> int:
-    """A parsed JSON value: about twice its text in objects."""
-    return ENTRY_BYTES + 2 * len(key)
-
-
-def _result_size(block: ToolResultBlock, value: str) -> int:
-    """A result's text: nothing more when it is its one text block's own string."""
-    for inner in block.content:
-        if getattr(inner, "text", None) is value:
-            return ENTRY_BYTES
-    return ENTRY_BYTES + len(value) + STRING_BYTES
-
-
-def _read_size(message: Message, value: Read) -> int:
-    """A message read: its text (often the message's own string, counted anyway) and its items."""
-    return ENTRY_BYTES + len(value.text) + STRING_BYTES + 64 * len(value.items)
-
-
-IDENTIFIER_BYTES = 128
-"""One identifier of a message, approximately: its string (most are paths and commands of a few dozen
-characters) and its table slot (counted, not measured: a message's identifiers are many and short)."""
-
-
-def _kinds_size(message: Message, value: Kinds) -> int:
-    paths, commands, errors, lines, ids = value
-    return ENTRY_BYTES + IDENTIFIER_BYTES * (len(paths) + len(commands) + len(errors) + len(lines) + len(ids))
-
-
-def _digest_size(seq: int, value: bytes) -> int:
-    return ENTRY_BYTES + len(value) + STRING_BYTES
-
-
-def _files_size(seq: int, value: tuple[FileRecord, ...]) -> int:
-    return ENTRY_BYTES + sum(ENTRY_BYTES + len(found.kind) + _chars(found.paths) for found in value)
-
-
-def _user_text_size(text: str, value: UserText) -> int:
-    return ENTRY_BYTES + len(value.ask) + STRING_BYTES + _chars(value.slash_commands)
-
-
-def _file_action_size(key: object, value: tuple[ToolCallBlock, FileAction]) -> int:
-    paths = value[1][1]
-    return ENTRY_BYTES + (_chars(paths) if paths else 0)
-
-
-def _identifiers_size(value: Identifiers) -> int:
-    """A union of identifiers: new tables of strings the messages' own tables hold too."""
-    groups = (value.paths, value.commands, value.errors, value.error_lines, value.ids)
-    return sum(ENTRY_BYTES + 16 * len(group) for group in groups)
-
-
-def _facts_size(value: SpanFacts) -> int:
-    texts = (*value.user_asks, *value.open_tasks, *value.last_steps, *value.unanswered)
-    return (
-        _identifiers_size(value.identifiers)
-        + _chars(texts)
-        + sum(ENTRY_BYTES + len(e.first_line) + len(e.command) for e in value.errors)
-    )
-
-
-def _summary_size(summary: str, value: dict[str, bool]) -> int:
-    """The latest summary searched (what is looked for in it are the span's identifiers, counted
-    with the messages they came from)."""
-    return ENTRY_BYTES + len(summary) + STRING_BYTES
-
-
-def _bodies_size(summary: str, value: dict[str, str]) -> int:
-    return ENTRY_BYTES + len(summary) + STRING_BYTES + _chars(list(value.values()))

@@ -1,14 +1,14 @@
 """Event hashes and file actions, kept by the read-ahead and carried by the session's snapshot.
 
 A compaction hashes every shadowed event (``compact/summary.shadowed_hashes``) and pairs every
-result of its span with its call for the files touched (:func:`~compaction.handover.facts.file_action`).
+result of its span with its call for the files touched (:func:`~compaction.handover.files.file_action`).
 The read-ahead (:mod:`compaction.handover.readahead`) does both as the messages arrive and keeps
 them in the session's analysis, whose entries are found by object: a process that loads the
 session from its snapshot has new objects and would hash and pair the whole span again during its
 first compaction.
 
-So the read-ahead also keeps them by seq (:attr:`~compaction.handover.analysis.SpanAnalysis.digests`
-and :attr:`~compaction.handover.analysis.SpanAnalysis.files`, within the analysis's bound) and
+So the read-ahead also keeps them by seq (:data:`DIGESTS` and :data:`FILES`, memos of the
+analysis, within its bound) and
 publishes them, for the nodes of the surface, as the session's reading :data:`READING`
 (:attr:`~compaction.sessions.session.Session.readings`), which snapshots carry: each event's sha256
 digest, and each result's file action with where its block and the call it was paired with are
@@ -22,7 +22,7 @@ in the span, are a call and a result, and the result answers that call's id; oth
 pairs and reads it as before. ``tests/compaction/test_carried_readings.py`` checks every event and
 every result of every public transcript against a fresh hash and a fresh reading.
 
-What is not carried: the messages' readings for the walk (:func:`~compaction.handover.facts.read`),
+What is not carried: the messages' readings for the walk (:func:`~compaction.handover.reading.read`),
 which cost about as much to rebuild as objects as to read again.
 """
 
@@ -33,13 +33,17 @@ from collections.abc import Iterator, Sequence
 
 import msgspec
 
-from compaction.handover.analysis import FileAction, SpanAnalysis
-from compaction.handover.facts import Call, Result, file_action, read
+from compaction.handover.analysis import Slot, SpanAnalysis, chars
+from compaction.handover.files import FileAction, file_action, file_actions
+from compaction.handover.reading import Call, Result, read
 from compaction.sessions.blocks import Block, Message, ToolCallBlock, ToolResultBlock
 from compaction.sessions.events import SessionEvent
+from compaction.sessions.memo import ENTRY_BYTES, STRING_BYTES, ValueMemo
 from compaction.sessions.session import Session, project
 
 __all__ = [
+    "DIGESTS",
+    "FILES",
     "READING",
     "Carried",
     "FileRecord",
@@ -52,7 +56,7 @@ __all__ = [
 
 READING = "handover/hashes-files@1"
 """The carried readings' name among the session's readings. A change of the event hash, of
-:func:`~compaction.handover.facts.file_action` or of this encoding must bump it: snapshots
+:func:`~compaction.handover.files.file_action` or of this encoding must bump it: snapshots
 written before carry the old values."""
 
 TOOL_BLOCKS = (ToolCallBlock, ToolResultBlock)
@@ -82,6 +86,20 @@ class Carried(msgspec.Struct, array_like=True):
     files: list[FileRecord]
 
 
+def _digest_size(seq: int, value: bytes) -> int:
+    return ENTRY_BYTES + len(value) + STRING_BYTES
+
+
+def _files_size(seq: int, value: tuple[FileRecord, ...]) -> int:
+    return ENTRY_BYTES + sum(ENTRY_BYTES + len(found.kind) + chars(found.paths) for found in value)
+
+
+DIGESTS: Slot[ValueMemo[int, bytes]] = Slot(lambda budget: ValueMemo(budget, _digest_size))
+"""Each message event's sha256 digest by seq, as the snapshot carries it (seqs of the session's
+epoch in the analysis's :attr:`~compaction.handover.analysis.SpanAnalysis.progress`)."""
+FILES: Slot[ValueMemo[int, tuple[FileRecord, ...]]] = Slot(lambda budget: ValueMemo(budget, _files_size))
+"""Each message's results' file actions by its seq, as the snapshot carries them."""
+
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODER = msgspec.msgpack.Decoder(Carried)
 
@@ -94,7 +112,7 @@ def record(analysis: SpanAnalysis, seq: int, event: SessionEvent, waiting: Waiti
     """Hash the surface event ``event`` at ``seq`` and read its message with ``analysis`` active,
     pairing its results through ``waiting``; keep by seq what the snapshot carries (the event's
     digest, its results' file actions). Returns the message read (None: the event shows none)."""
-    analysis.digests.keep(seq, bytes.fromhex(analysis.event_hash(event)))
+    analysis.memo(DIGESTS).keep(seq, bytes.fromhex(analysis.event_hash(event)))
     message = project(event)
     if message is None:
         return None
@@ -114,7 +132,7 @@ def record(analysis: SpanAnalysis, seq: int, event: SessionEvent, waiting: Waiti
             kind, paths = file_action(call, item.block)
             files.append(FileRecord(seq, index, call_seq, call_index, kind, paths))
     if files:
-        analysis.files.keep(seq, tuple(files))
+        analysis.memo(FILES).keep(seq, tuple(files))
     return message
 
 
@@ -123,7 +141,7 @@ def publish_carried(session: Session, analysis: SpanAnalysis) -> None:
     :data:`READING` (encoded when a snapshot asks)."""
 
     def encode() -> bytes:
-        digests, files = analysis.digests.kept, analysis.files.kept
+        digests, files = analysis.memo(DIGESTS).kept, analysis.memo(FILES).kept
         seqs = [seq for seq in session.nodes if seq in digests]
         carried = Carried(
             seqs=array(SEQ_CODE, seqs).tobytes(),
@@ -153,7 +171,7 @@ def carried_hashes(session: Session, analysis: SpanAnalysis, seqs: Sequence[int]
     """The hash of each event at ``seqs``, as the analysis keeps it by seq (read ahead in this
     process) or the session's reading carries it (read ahead by the process that saved the
     snapshot); None when one of them is in neither."""
-    kept = analysis.digests.kept
+    kept = analysis.memo(DIGESTS).kept
     if all(seq in kept for seq in seqs):
         return [kept[seq].hex() for seq in seqs]
     found = carried(session)
@@ -215,7 +233,8 @@ def _recall_files(analysis: SpanAnalysis, files: list[FileRecord], by_seq: dict[
     contents = {seq: message.content for seq, message in messages if message is not None}
     results: list[ToolResultBlock] = []
     actions: list[tuple[ToolCallBlock, FileAction]] = []
-    unknown = analysis.file_actions.recall
+    memo = file_actions(analysis)
+    unknown = memo.recall
     for found in files:
         result = _block(contents.get(found.seq), found.index)
         call = _block(contents.get(found.call_seq), found.call_index)
@@ -227,7 +246,7 @@ def _recall_files(analysis: SpanAnalysis, files: list[FileRecord], by_seq: dict[
         ):
             results.append(result)
             actions.append((call, (found.kind, found.paths)))
-    analysis.file_actions.keep_all(results, actions)
+    memo.keep_all(results, actions)
 
 
 def _block(content: tuple[Block, ...] | None, index: int) -> Block | None:

@@ -11,6 +11,11 @@ open tasks and the errors met) and completes it, as ``BasicConfig.completion`` s
     both       the repair, then the appendix for whatever the repaired text still misses
     off        the text as written (the gate may refuse it)
 
+The appendix carries what the gate needs and, within its budget, what else the summary missed; with
+both gates off (``require_sections=False``, ``min_identifier_ratio=0``) it adds nothing, so a
+summarizer's text is committed as written, exactly as with ``off`` (and ``both`` stops after the
+repair).
+
 The result records what the model wrote and what was added (:class:`~compaction.vocabulary.events.Completion`
 on ``compact/summary``), so the audit shows both.
 """
@@ -27,12 +32,8 @@ from typing import Protocol, runtime_checkable
 import msgspec
 
 from compaction.errors import SummarizerError, error_chain
-from compaction.handover.facts import (
-    ErrorFact,
-    SpanFacts,
-    missing_from,
-    span_facts,
-)
+from compaction.handover.facts import SpanFacts, span_facts
+from compaction.handover.failures import ErrorFact
 from compaction.handover.fidelity import (
     echoes_instruction,
     heading_section,
@@ -49,6 +50,7 @@ from compaction.handover.identifiers import (
     word_tail,
 )
 from compaction.handover.repeats import unrepeated
+from compaction.handover.retention import missing_from
 from compaction.sessions.blocks import Message, Source, TextBlock, text_of
 from compaction.vocabulary.checkpoint import is_checkpoint
 from compaction.vocabulary.config import CompletionMode
@@ -195,13 +197,13 @@ def span_identifiers(messages: Sequence[Message], facts: SpanFacts | None = None
 def gaps(summary: str, facts: SpanFacts, wanted: Identifiers | None = None) -> Gaps:
     """What ``summary`` misses: sections (by the gate's tolerant reading), identifiers (verbatim, as
     the gate counts them: ``wanted``, default the span facts'), and the user asks, open tasks and
-    errors :func:`~compaction.handover.facts.missing_from` reports."""
+    errors :func:`~compaction.handover.retention.missing_from` reports."""
     missing = missing_from(summary, facts)
     _, lost = retained((wanted if wanted is not None else facts.identifiers).all(), summary)
     identifiers = tuple(dict.fromkeys([*missing.identifiers, *lost]))
     return Gaps(
         sections=missing_sections(summary),
-        identifiers=tuple(i for i in identifiers if i not in summary),
+        identifiers=tuple(retained(identifiers, summary)[1]),
         user_asks=missing.user_asks,
         open_tasks=missing.open_tasks,
         errors=missing.errors,
@@ -394,10 +396,11 @@ def _within(found: Gaps, facts: SpanFacts, budget: int, needs: Needs) -> tuple[G
     other identifiers, the other sections, the span's facts under each missing section."""
     room = budget - HEADER_CHARS
     sections = [s for s in found.sections if s in needs.sections]
-    identifiers = [i for i in found.identifiers if i in needs.identifiers]
+    needed = set(needs.identifiers)
+    identifiers = [i for i in found.identifiers if i in needed]
     room -= sum(len(s) + len(_PLACEHOLDER) + 5 for s in sections)
     room -= sum(len(i) + 4 for i in identifiers)
-    errors: list[ErrorFact] = []
+    lines: set[str] = set()  # the first lines of the errors carried
     distinct = _distinct(found.errors)
     ranked, _ = _split(distinct, MAX_ERRORS)
     for index in sorted(ranked, key=lambda i: (distinct[i][0].fixed, -i)):
@@ -405,31 +408,33 @@ def _within(found: Gaps, facts: SpanFacts, budget: int, needs: Needs) -> tuple[G
         cost = len(error_line(error, times)) + 6
         if cost <= room:
             room -= cost
-            errors += [e for e in found.errors if e.first_line == error.first_line]
+            lines.add(error.first_line)
     asks = _fill([(a, len(clip(a)) + 6) for a in found.user_asks], room)
     room -= sum(len(clip(a)) + 6 for a in asks)
     tasks = _fill([(t, len(clip(t)) + 6) for t in found.open_tasks], room)
     room -= sum(len(clip(t)) + 6 for t in tasks)
-    others = _fill([(i, len(i) + 4) for i in found.identifiers if i not in identifiers], room)
+    others = _fill([(i, len(i) + 4) for i in found.identifiers if i not in needed], room)
     room -= sum(len(i) + 4 for i in others)
     extra = _fill([(s, len(s) + len(_PLACEHOLDER) + 5) for s in found.sections if s not in sections], room)
     room -= sum(len(s) + len(_PLACEHOLDER) + 5 for s in extra)
     chosen = [s for s in found.sections if s in sections or s in extra]
     full = _fill([(s, len(_section_body(s, facts, ())) - len(_PLACEHOLDER)) for s in chosen], room)
-    kept_errors = tuple(e for e in found.errors if e in errors)
+    kept_errors = tuple(e for e in found.errors if e.first_line in lines)
+    carried_identifiers = {*identifiers, *others}
     carried = Gaps(
         sections=tuple(chosen),
-        identifiers=tuple(i for i in found.identifiers if i in identifiers or i in others),
+        identifiers=tuple(i for i in found.identifiers if i in carried_identifiers),
         user_asks=tuple(asks),
         open_tasks=tuple(tasks),
         errors=kept_errors,
     )
+    asked, tasked = set(asks), set(tasks)
     left = Gaps(
         sections=tuple(s for s in found.sections if s not in chosen),
-        identifiers=tuple(i for i in found.identifiers if i not in carried.identifiers),
-        user_asks=tuple(a for a in found.user_asks if a not in asks),
-        open_tasks=tuple(t for t in found.open_tasks if t not in tasks),
-        errors=tuple(e for e in found.errors if e not in kept_errors),
+        identifiers=tuple(i for i in found.identifiers if i not in carried_identifiers),
+        user_asks=tuple(a for a in found.user_asks if a not in asked),
+        open_tasks=tuple(t for t in found.open_tasks if t not in tasked),
+        errors=tuple(e for e in found.errors if e.first_line not in lines),
     )
     return carried, left, tuple(full)
 
@@ -647,8 +652,9 @@ async def complete(
     appendix's characters (default :func:`appendix_budget`); ``reading``: the span as read
     already (then ``shadowed`` is not read)."""
     text = output.text.strip()
-    if mode == "off":
-        return Completed(text, text, None, output)
+    gated = require_sections or required_ratio > 0
+    if mode == "off" or (mode == "appendix" and not gated):
+        return Completed(text, text, None, output)  # with the gates off the appendix adds nothing
     echo = without_echo(text)
     text = echo.text
     reading = reading if reading is not None else SpanReading.of(shadowed)
@@ -684,7 +690,7 @@ async def complete(
         repair_error=repair_error,
     )
     plan = _Plan(
-        found if mode in ("appendix", "both") else Gaps(),
+        found if mode in ("appendix", "both") and gated else Gaps(),
         facts,
         wanted,
         gate_needs(text, counted, required_ratio, require_sections=require_sections),

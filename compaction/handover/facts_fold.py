@@ -1,7 +1,7 @@
 """The span's handover facts folded as the messages arrive, and carried by the session's snapshot.
 
 :func:`~compaction.handover.facts.span_facts` walks a span's messages once, reading each
-(:func:`~compaction.handover.facts.read`: its calls' keys, its results' outcomes, its text). A
+(:func:`~compaction.handover.reading.read`: its calls' keys, its results' outcomes, its text). A
 process that loaded the session from its snapshot has read none of them, so its first compaction
 used to read the whole span (about 40 us a message, most of it deciding from a tool's output
 whether it failed). :class:`FactsFold` keeps, for the surface from the first compactable node on,
@@ -40,33 +40,23 @@ from dataclasses import dataclass
 
 import msgspec
 
-from compaction.handover.facts import (
-    HARNESS_SOURCE,
-    HARNESS_TOOL,
-    LAST_STEPS,
-    Call,
-    ErrorFact,
-    Result,
-    SpanFacts,
-    TodoOp,
-    awaits_reply,
-    call_key,
-    clean_user_text,
-    created_task_id,
-    describe,
-    feedback_shaped,
-    file_action,
-    files_of,
-    first_informative_line,
-    harness_note,
-    intent_of,
-    open_tasks,
-    read,
-    result_text,
-    todo_op,
-)
+from compaction.handover.calls import call_key, describe, result_text
+from compaction.handover.facts import LAST_STEPS, SpanFacts
+from compaction.handover.failures import HARNESS_TOOL, ErrorFact
+from compaction.handover.files import file_action, files_of
 from compaction.handover.fold import SurfaceFold, folded_identifiers, published_fold
+from compaction.handover.harness_text import (
+    HARNESS_SOURCE,
+    awaits_reply,
+    clean_user_text,
+    feedback_shaped,
+    harness_note,
+)
 from compaction.handover.identifiers import Identifiers
+from compaction.handover.intent import intent_of
+from compaction.handover.outcomes import first_informative_line
+from compaction.handover.reading import Call, Result, read
+from compaction.handover.tasks import TodoOp, created_task_id, open_tasks, todo_op
 from compaction.sessions.blocks import Message, ToolCallBlock, ToolResultBlock, text_of
 from compaction.sessions.session import Session, project
 from compaction.vocabulary.checkpoint import is_checkpoint

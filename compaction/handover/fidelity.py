@@ -6,8 +6,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from compaction.handover.analysis import active_analysis
+from compaction.handover.analysis import chars, remembered
 from compaction.handover.identifiers import Identifiers, retained
+from compaction.sessions.memo import ENTRY_BYTES, STRING_BYTES, LatestOnly
 from compaction.vocabulary.events import Fidelity
 from compaction.vocabulary.instruction import INSTRUCTION, SECTIONS
 
@@ -173,13 +174,16 @@ def section_bodies(summary: str) -> dict[str, str]:
     synonym); a body runs to the next known heading, so numbered lists inside a section stay in it.
     Two headings naming one section ("Errors and fixes", "Problem Solving") share its body. With an
     active analysis the latest summary's are kept (the completion and the gate read the same text)."""
-    analysis = active_analysis()
-    if analysis is None:
-        return _section_bodies(summary)
-    return dict(analysis.bodies.get(summary, _section_bodies))
+    return dict(_bodies(summary))
 
 
-def _section_bodies(summary: str) -> dict[str, str]:
+def _bodies_size(summary: str, value: dict[str, str]) -> int:
+    return ENTRY_BYTES + len(summary) + STRING_BYTES + chars(list(value.values()))
+
+
+@remembered(lambda budget: LatestOnly(budget, _bodies_size))
+def _bodies(summary: str) -> dict[str, str]:
+    """:func:`section_bodies`, kept for the latest summary while an analysis is active."""
     known = [(m, _known(m.group(1), m.group(2))) for m in _HEADING.finditer(summary)]
     headings = [(m, name) for m, name in known if name is not None]
     bodies: dict[str, str] = {}

@@ -24,8 +24,8 @@ from typing import Self, TypeVar
 
 import msgspec
 
-from compaction.handover.facts import read
 from compaction.handover.identifiers import Identifiers, message_kinds
+from compaction.handover.reading import read
 from compaction.sessions.blocks import Message
 from compaction.sessions.session import Session, project
 

@@ -14,8 +14,17 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from compaction.handover.analysis import active_analysis
+from compaction.handover.analysis import SpanAnalysis, active_analysis, remembered
+from compaction.handover.starts import Starts
 from compaction.sessions.blocks import Message, TextBlock, ToolCallBlock, ToolResultBlock
+from compaction.sessions.memo import (
+    ENTRY_BYTES,
+    STRING_BYTES,
+    IdentityMemo,
+    LatestOnly,
+    SequenceMemo,
+    ValueMemo,
+)
 
 PATH_RE = re.compile(
     r"(?<![\w/.…-])(?:~/|\.{1,2}/|/)?(?:[\w.-]+/)+[\w.-]*[\w-]\.[A-Za-z0-9]{1,8}"  # a/b.py, /x/y.txt
@@ -66,17 +75,19 @@ Kinds = tuple[dict[str, None], dict[str, None], dict[str, None], dict[str, None]
 _NONE: Kinds = ({}, {}, {}, {}, {})
 
 
+def identifiers_size(value: Identifiers) -> int:
+    """A union of identifiers: new tables of strings the messages' own tables hold too."""
+    groups = (value.paths, value.commands, value.errors, value.error_lines, value.ids)
+    return sum(ENTRY_BYTES + 16 * len(group) for group in groups)
+
+
 def extract(messages: Iterable[Message]) -> Identifiers:
     """The identifiers of ``messages``: the union, in order, of each message's own
     (:func:`message_kinds`). With an active analysis (:mod:`compaction.handover.analysis`) each
     message's are found once and shared by the template summarizer, the completion and the fidelity
-    gate, and the union itself is recalled when the same message objects come again. Never mutate
-    the result."""
-    analysis = active_analysis()
-    if analysis is not None and isinstance(messages, list | tuple):
-        recalled = analysis.unions.recall(messages)
-        return recalled if recalled is not None else analysis.unions.remember(messages, _union(messages))
-    return _union(messages)
+    gate, and the union of a list or tuple is recalled when the same message objects come again.
+    Never mutate the result."""
+    return _span_union(messages) if isinstance(messages, list | tuple) else _union(messages)
 
 
 def _union(messages: Iterable[Message]) -> Identifiers:
@@ -89,7 +100,10 @@ def _union(messages: Iterable[Message]) -> Identifiers:
         found.ids,
     )
     analysis = active_analysis()
-    found_kinds = _kinds_of if analysis is None else functools.partial(analysis.kinds.get, compute=_kinds_of)
+    compute = message_kinds.compute
+    found_kinds = (
+        compute if analysis is None else functools.partial(message_kinds.memo(analysis).get, compute=compute)
+    )
     for kinds in map(found_kinds, messages):
         if kinds is _NONE:
             continue
@@ -111,15 +125,31 @@ def merged(*groups: Identifiers) -> Identifiers:
     return out
 
 
+_span_union = remembered(lambda budget: SequenceMemo(budget, identifiers_size))(_union)
+"""The union of a span's messages, recalled while the same message objects come again."""
+
+
+def span_unions(analysis: SpanAnalysis) -> SequenceMemo[Identifiers]:
+    """``analysis``'s unions of spans (:func:`extract` of a list or tuple), where a span's
+    identifiers found another way (the read-ahead's fold) are kept for its messages."""
+    return _span_union.memo(analysis)
+
+
+IDENTIFIER_BYTES = 128
+"""One identifier of a message, approximately: its string (most are paths and commands of a few dozen
+characters) and its table slot (counted, not measured: a message's identifiers are many and short)."""
+
+
+def _kinds_size(message: Message, value: Kinds) -> int:
+    paths, commands, errors, lines, ids = value
+    return ENTRY_BYTES + IDENTIFIER_BYTES * (len(paths) + len(commands) + len(errors) + len(lines) + len(ids))
+
+
+@remembered(lambda budget: IdentityMemo(budget, _kinds_size))
 def message_kinds(message: Message) -> Kinds:
     """One message's identifiers by kind (paths, commands, errors, error lines, ids). With an active
     analysis, found once per message object (no hashing of its content: messages of a real session
     differ by id, so a copy equal by value never comes), else found anew."""
-    analysis = active_analysis()
-    return _kinds_of(message) if analysis is None else analysis.kinds.get(message, _kinds_of)
-
-
-def _kinds_of(message: Message) -> Kinds:
     found = Identifiers()
     for block in message.content:
         if isinstance(block, ToolCallBlock):
@@ -133,17 +163,16 @@ def _kinds_of(message: Message) -> Kinds:
     return found.paths, found.commands, found.errors, found.error_lines, found.ids
 
 
+def _arguments_size(key: str, value: object) -> int:
+    """A parsed JSON value: about twice its text in objects."""
+    return ENTRY_BYTES + 2 * len(key)
+
+
+@remembered(lambda budget: ValueMemo(budget, _arguments_size))
 def parsed_arguments(arguments: str) -> object:
     """A tool call's arguments parsed as JSON (``{}`` when blank, the string itself when it is not
     JSON); with an active analysis once per string, shared by every reader: never mutate the
     result."""
-    analysis = active_analysis()
-    if analysis is None:
-        return _parsed(arguments)
-    return analysis.arguments.get(arguments, _parsed)
-
-
-def _parsed(arguments: str) -> object:
     try:
         return json.loads(arguments) if arguments.strip() else {}
     except json.JSONDecodeError:
@@ -236,13 +265,8 @@ def retained(identifiers: Iterable[str], summary: str) -> tuple[list[str], list[
     from the completion, the gate and the handover measures (each search is a scan of the whole
     summary)."""
     wanted = list(identifiers)
-    analysis = active_analysis()
-    found = {} if analysis is None else analysis.found_in.get(summary, _nothing_found)
-    for ident in wanted:
-        if ident not in found:
-            # From the end: a checkpoint lists its references in its later sections, so the
-            # search stops after a fraction of the text (half the time of ``in`` on the template's)
-            found[ident] = summary.rfind(ident) >= 0
+    found = _found_in(summary)
+    _search([ident for ident in dict.fromkeys(wanted) if ident not in found], summary, found)
     kept: list[str] = []
     missing: list[str] = []
     for ident in wanted:
@@ -250,8 +274,35 @@ def retained(identifiers: Iterable[str], summary: str) -> tuple[list[str], list[
     return kept, missing
 
 
-def _nothing_found(summary: str) -> dict[str, bool]:
-    """What was found in a summary not searched yet (ident -> found)."""
+SEARCHED_ONE_BY_ONE = 64
+"""Up to this many identifiers are each searched in the summary on their own; more are looked up
+among the places of the summary where one of them may start (:class:`Starts`), so a checkpoint
+that lists tens of thousands of identifiers is not scanned once per identifier."""
+
+
+def _search(pending: list[str], summary: str, found: dict[str, bool]) -> None:
+    """Record in ``found`` whether each of ``pending`` is in ``summary``."""
+    if len(pending) <= SEARCHED_ONE_BY_ONE:
+        for ident in pending:
+            # From the end: a checkpoint lists its references in its later sections, so the
+            # search stops after a fraction of the text (half the time of ``in`` on the template's)
+            found[ident] = summary.rfind(ident) >= 0
+        return
+    starts = Starts([summary], pending)
+    for ident in pending:
+        found[ident] = next(starts.where(ident), None) is not None
+
+
+def _summary_size(summary: str, value: dict[str, bool]) -> int:
+    """The latest summary searched (what is looked for in it are the span's identifiers, counted
+    with the messages they came from)."""
+    return ENTRY_BYTES + len(summary) + STRING_BYTES
+
+
+@remembered(lambda budget: LatestOnly(budget, _summary_size))
+def _found_in(summary: str) -> dict[str, bool]:
+    """What was found in ``summary`` (ident -> found): nothing yet when first asked, then what
+    :func:`retained` searched (kept for the latest summary while an analysis is active)."""
     return {}
 
 

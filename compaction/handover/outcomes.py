@@ -18,14 +18,21 @@ patterns read it from the text, in the forms harnesses and tools print:
 
 A step is "ok" only when something says it succeeded (:func:`output_succeeded`): exit code 0, a
 passing test summary, a linter's all clear, a tool's own "successfully". Otherwise its outcome is
-left unsaid.
+left unsaid. Of a failed output, :func:`first_informative_line` is the line a reader needs.
 """
 
 from __future__ import annotations
 
 import re
+from itertools import pairwise
 
-from compaction.handover.identifiers import ERROR_LINE_RE
+from compaction.handover.analysis import remembered, text_size
+from compaction.handover.identifiers import ERROR_LINE_RE, clip_words
+from compaction.sessions.memo import ValueMemo
+
+ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")
+"""A terminal's control sequences (colours, titles), removed from what is read of an output."""
+LINE_CHARS = 160
 
 EXIT_CODE_RE = re.compile(
     r"(?:\bexit(?:ed)?(?: with)?(?: code| status)|\breturn ?code|\bexit_code)[\s:=]*(-?\d+)"
@@ -145,3 +152,122 @@ def output_succeeded(text: str) -> bool:
     if code is not None:
         return code == 0
     return bool(SUCCESS_RE.search(text))
+
+
+# ---------------------------------------------------------------- first informative line
+
+BOILERPLATE_RE = re.compile(
+    r"^(?:Exit code -?\d+|Command exited with code -?\d+|</?returncode>.*|</?output>|ERROR:"
+    r"|Traceback \(most recent call last\):|File \".*\", line \d+.*|Debugger attached\.?"
+    r"|Waiting for the debugger to disconnect\.*)$"
+)
+DECORATION_RE = re.compile(r"[=\-─━│┃|^~*#_>]{3,}|[│└├┌┐┘─]+")
+STRONG_RE = re.compile(
+    r"\b(?:error|ERROR|fatal|FATAL|panic|exception)\b|[a-z]Error\b|Error:|Exception\b"
+)  # case-sensitive on purpose: ``RuntimeError`` and ``error:`` count, ``test_exception_handling`` not
+WEAK_RE = re.compile(
+    r"\b(?:fail(?:ed|ure|s)?|not found|no such|denied|cannot|can't|could not|unable|invalid|missing"
+    r"|undefined|refused|aborted|timed? ?out|not allowed|rejected)\b",
+    re.I,
+)
+TAG_RE = re.compile(r"</?(?:tool_use_error|error|returncode|output)>")
+WRAPPER_RE = re.compile(r"^\s*<(tool_use_error|error)>\s*")
+"""A harness's error wrapper (Claude Code's ``<tool_use_error>``): its first line is the message."""
+ECHO_LABEL_RE = re.compile(
+    r"^(?:String|Pattern|Type|Got|Expected|Received|Input|Value|code|left|right|arguments?"
+    r"|old_str(?:ing)?|new_str(?:ing)?|The following arguments were given to .+)\s*:"
+)
+"""A label under which a tool or the harness echoes input or data back (Claude Code's ``String:``
+of an Edit, dialyzer's ``Pattern:`` and ``Type:``, ExUnit's ``code:``, ``left:``, ``right:`` and
+its arguments): the labelled line and the lines up to the next blank line are echoed text."""
+WARNING_HEADER_RE = re.compile(r"^[^\s:]+\.[A-Za-z]+:\d+(?::\d+)?:[a-z][a-z_]+$")
+"""A checker's warning header whose sentence is on the next line (dialyzer's
+``lib/app/otel.ex:23:pattern_match`` then ``The pattern can never match the type.``)."""
+WORD_RE = re.compile(r"[A-Za-z]{2,}")
+DUMP_RE = re.compile(r"^(?:[\[{%]|[\w.]+\{)|[{\[][^}\]]*[{\[]")
+"""The start of a data dump (a list, map or struct printed back) or two nested brackets."""
+
+
+@remembered(lambda budget: ValueMemo(budget, text_size))
+def first_informative_line(text: str) -> str:
+    """The line of an error output a reader needs (with an active analysis once per text).
+
+    A harness's error wrapper says it on its first line. Otherwise, of the lines that are not
+    echoed back (:data:`ECHO_LABEL_RE`): a diagnostic, an exception line, a warning header with
+    its sentence, else the first sentence naming an error, else one naming a failure; only when no
+    sentence does, a shorter line naming one (never a bare token such as ``:error``); else the last
+    substantive line."""
+    wrapped = WRAPPER_RE.match(text)
+    if wrapped is not None:
+        message = _lines(text[wrapped.end() :])
+        if message and readable(message[0]):
+            return clip_words(message[0], LINE_CHARS)
+    lines = _lines(text)
+    useful = [ln for ln in _not_echoed(lines) if not BOILERPLATE_RE.match(ln)]
+    for pattern in (DIAGNOSTIC_RE, ERROR_LINE_RE):
+        for line in useful:
+            if pattern.search(line):
+                return clip_words(line, LINE_CHARS)
+    warned = _warning(useful)
+    if warned:
+        return clip_words(warned, LINE_CHARS)
+    named = [ln for ln in useful if not bare(ln)]
+    for lines_of in ([ln for ln in named if readable(ln)], named):
+        for pattern in (STRONG_RE, WEAK_RE, BUILD_FAILURE_RE):
+            for line in lines_of:
+                if pattern.search(line):
+                    return clip_words(line, LINE_CHARS)
+    banners = [ln for ln in useful if DECORATION_RE.search(ln)]
+    if banners:  # a test runner's closing banner ("=== 205 deselected in 0.58s ===")
+        return clip_words(DECORATION_RE.sub("", banners[-1]).strip(), LINE_CHARS)
+    said = [ln for ln in useful if readable(ln)]
+    return clip_words((said or useful or lines or [""])[0], LINE_CHARS)
+
+
+def _lines(text: str) -> list[str]:
+    """The output's stripped lines without tags, terminal codes and pure decoration; an empty
+    string stands for a blank line (where an echoed block ends)."""
+    lines: list[str] = []
+    for raw in TAG_RE.sub("\n", ANSI_RE.sub("", text)).splitlines():
+        line = raw.strip()
+        if not line:
+            if lines and lines[-1]:
+                lines.append("")
+        elif DECORATION_RE.sub("", line).strip():
+            lines.append(line)
+    return lines
+
+
+def _not_echoed(lines: list[str]) -> list[str]:
+    """The lines outside echoed blocks (a label of :data:`ECHO_LABEL_RE` up to a blank line)."""
+    kept: list[str] = []
+    echoing = False
+    for line in lines:
+        if not line:
+            echoing = False
+        elif ECHO_LABEL_RE.match(line):
+            echoing = True
+        elif not echoing:
+            kept.append(line)
+    return kept
+
+
+def _warning(lines: list[str]) -> str:
+    """A warning header and its sentence (``lib/a.ex:23:pattern_match: The pattern can ...``)."""
+    for header, after in pairwise(lines):
+        if WARNING_HEADER_RE.match(header) and readable(after):
+            return f"{header}: {after}"
+    return ""
+
+
+def bare(line: str) -> bool:
+    """Whether a line is a bare token or a data dump (``:error``, ``error``, ``[do: %Plug.Conn{...``),
+    not something a reader understands without the output."""
+    return len(WORD_RE.findall(line)) < 2 or DUMP_RE.search(line) is not None
+
+
+def readable(line: str) -> bool:
+    """Whether a line reads as a sentence: three words or more, mostly letters, no data dump."""
+    words = WORD_RE.findall(line)
+    letters = sum(map(len, words))
+    return len(words) >= 3 and letters * 2 >= len(line.replace(" ", "")) and not bare(line)

@@ -21,7 +21,7 @@ from weakref import WeakKeyDictionary
 
 from compaction.handover import facts_fold, fold
 from compaction.handover.analysis import ANALYSIS_BYTES, SpanAnalysis
-from compaction.handover.carried import publish_carried, record
+from compaction.handover.carried import DIGESTS, FILES, publish_carried, record
 from compaction.handover.facts_fold import FactsFold
 from compaction.handover.fold import IdentifierFold, SurfaceFold
 from compaction.handover.identifiers import message_kinds
@@ -67,8 +67,8 @@ class ReadAhead:
         if restart:
             seqs = session.nodes
             progress.waiting = {}
-            analysis.digests.clear()  # kept by seq: seqs of another epoch may name other events
-            analysis.files.clear()
+            analysis.memo(DIGESTS).clear()  # kept by seq: seqs of another epoch may name other events
+            analysis.memo(FILES).clear()
         else:
             seqs = range(progress.length, len(session))
         count = 0

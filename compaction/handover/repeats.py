@@ -16,7 +16,9 @@ the checkpoint verbatim, where the fidelity gate and the retention measures find
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+
+from compaction.handover.starts import Starts
 
 WORDISH = re.compile(r"[\w.-]")
 """A character that would continue a name before it (a letter, digit, ``_``, ``.`` or ``-``)."""
@@ -54,12 +56,52 @@ def _continues(text: str, end: int) -> bool:
 
 def unrepeated(items: Sequence[str], elsewhere: str) -> list[str]:
     """``items`` (identifiers listed for their own sake) without those that occur whole in
-    ``elsewhere`` (the rest of the checkpoint) or in another item that stays; in their order.
-    Shortest first, so a chain (a directory in a path in a command) keeps only its longest link."""
-    kept = dict.fromkeys(items)
-    for item in sorted(kept, key=len):
-        if occurs(item, elsewhere) or any(
-            item in other and other is not item and occurs(item, other) for other in kept
+    ``elsewhere`` (the rest of the checkpoint) or in another, longer item; in their order. So a
+    chain (a directory in a path in a command) keeps only its longest link.
+
+    An item can only occur whole in a longer one, so whether it is left out does not depend on
+    which others are left out: each item is looked up once among the places where any item may
+    start whole (:class:`~compaction.handover.starts.Starts`), not compared with every other. The
+    items are read as one text, joined by a character none of them holds (it continues no name,
+    so each item's edges are edges there too)."""
+    kept = list(dict.fromkeys(items))
+    if any(SEPARATOR in item for item in kept):
+        texts, own = [*kept, elsewhere], [(index, 0) for index in range(len(kept))]
+    else:
+        texts, own = [SEPARATOR.join(kept), elsewhere], [(0, at) for at in _offsets(kept)]
+    starts = Starts(texts, kept, allowed=_starts)
+    return [item for item, place in zip(kept, own, strict=True) if not _quoted(item, place, starts)]
+
+
+SEPARATOR = "\x00"
+START = re.compile(r"(?<![\w.-])|(?=/)")
+"""A place where an identifier may start whole: after a character that does not continue a name,
+or at a ``/`` (a path's tail may start anywhere)."""
+
+
+def _offsets(items: list[str]) -> Iterator[int]:
+    """Where each of ``items`` starts in their join by :data:`SEPARATOR`."""
+    at = 0
+    for item in items:
+        yield at
+        at += len(item) + len(SEPARATOR)
+
+
+def _starts(text: str) -> Iterator[int]:
+    return (found.start() for found in START.finditer(text))
+
+
+def _quoted(item: str, own: tuple[int, int], starts: Starts) -> bool:
+    """Whether ``item``, at place ``own`` of ``starts``, also occurs whole at another place."""
+    check_before = not item.startswith("/")
+    check_after = bool(item) and (item[-1].isalnum() or item[-1] in "_-")
+    for owner, at in starts.where(item):
+        if (owner, at) == own:
+            continue
+        text = starts.texts[owner]
+        if (check_before and at and WORDISH.match(text[at - 1])) or (
+            check_after and _continues(text, at + len(item))
         ):
-            del kept[item]
-    return list(kept)
+            continue
+        return True
+    return False

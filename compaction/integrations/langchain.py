@@ -331,6 +331,13 @@ def _caught_up(state: Sequence[BaseMessage], found: Compacted) -> dict[str, Any]
     return {"messages": [*replaced["messages"], *fresh]}
 
 
+def _is_surface(state: Sequence[BaseMessage], surface: list[Message]) -> bool:
+    """Whether ``state`` holds exactly the surface's messages, in order (the ``/compact`` messages
+    the log keeps out aside)."""
+    held = [m.id for m in state if not _is_command_message(m)]
+    return held == [_lc_id(m) for m in surface]
+
+
 def _lc_id(message: Message) -> str:
     return message.id.removeprefix("system:").removeprefix("parts:")
 
@@ -371,10 +378,15 @@ def _answered(
 def _replacement(
     state: Sequence[BaseMessage], before: list[Message], after: list[Message]
 ) -> dict[str, Any] | None:
-    """None (the state as it is) unless a compaction changed the surface; then the surface, each
-    message the state still holds handed back as the state's own object (its metadata, artifact
-    and id untouched)."""
-    if after is before:
+    """None (the state as it is) when no compaction changed the surface and the state is the
+    surface already; else the surface, each message the state still holds handed back as the
+    state's own object (its metadata, artifact and id untouched).
+
+    The state can differ from an uncompacted surface when a tool call never returned (its process
+    was killed inside the tool, or the tool raised): the log answers the call (``The tool call was
+    interrupted``) when the next message is recorded, the state does not, and a provider rejects a
+    request with an unanswered call."""
+    if after is before and _is_surface(state, after):
         return None
     kept = {m.id: m for m in state if m.id}
     surface = [

@@ -3,7 +3,7 @@
 :class:`CompactingMemory` maps a framework's session key (any string) to a session of a
 :class:`~compaction.sessions.store.SessionStore`, records the framework's items as this library's
 events and hands back the *surface*, compacted first when it is over the threshold. Recording reuses
-the importers' :class:`~compaction.sessions.importers.builder.SessionBuilder` (the turn/step/tool-call
+the importers' :class:`~compaction.importers.builder.SessionBuilder` (the turn/step/tool-call
 rules of the reference loop, in one place): :class:`LiveRecorder` continues a stored session
 instead of starting a new one.
 
@@ -48,7 +48,7 @@ import logging
 import threading
 import uuid
 import weakref
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -64,6 +64,7 @@ from compaction.errors import (
     ForeignSessionError,
     IntegrationError,
 )
+from compaction.importers.builder import SessionBuilder, _PendingCall
 from compaction.integrations.runlock import RunLock
 from compaction.service import BasicCompactService, Settings, known_window, load_settings, service_for
 from compaction.sessions.blocks import Message, ResultPart, Source, ToolCallBlock, tool_calls_of
@@ -79,12 +80,11 @@ from compaction.sessions.events import (
     TurnEndReason,
     TurnStart,
 )
-from compaction.sessions.importers.builder import SessionBuilder, _PendingCall
 from compaction.sessions.interrupted import open_turn
 from compaction.sessions.invariants import DEFAULT_INVARIANTS
 from compaction.sessions.retry import save_retrying
 from compaction.sessions.session import Session, project
-from compaction.sessions.store import SessionStore
+from compaction.sessions.store import SessionStore, default_url, parse_store_url
 from compaction.vocabulary.command import NAME as COMPACT
 from compaction.vocabulary.command import handle_compact
 from compaction.vocabulary.config import BasicConfig
@@ -255,6 +255,9 @@ class CompactingMemory:
     and ``summarizer`` (default: the template). ``retries``: how many times a save refused by a
     concurrent writer is reloaded and retried. ``allow_foreign``: open a session another
     framework made (by its UUID) instead of raising :class:`ForeignSessionError`.
+    ``keep_sessions``: how many recently used sessions stay loaded; ``keep_compactions``: how many
+    of the latest :class:`CompactionResult` ``compactions`` keeps (the log keeps every compaction).
+    A key's locks are weakly held, so the state kept per key is bounded however many keys pass.
     ``custom_instructions``: ``/compact <text>`` takes ``<text>`` as the summary's focus (else
     it is refused with the usage line). ``config``: a ``compaction.toml`` (its path, or the
     loaded :class:`~compaction.service.Settings`): its store URL when neither ``url`` nor ``store``
@@ -297,6 +300,7 @@ class CompactingMemory:
         retries: int = 1,
         allow_foreign: bool = False,
         keep_sessions: int = 256,
+        keep_compactions: int = 256,
         custom_instructions: bool = False,
         config: str | Path | Settings | None = None,
     ) -> None:
@@ -325,11 +329,17 @@ class CompactingMemory:
         self.service = (
             service if service is not None or settings is not None else self._service(context_window)
         )
-        self.store = store if store is not None else SessionStore.open(url)
+        if store is None:  # a malformed URL is refused here; the store opens on first use
+            url = url or default_url()
+            parse_store_url(url)
+        self._url = url
+        self._store = store
+        self._opening = threading.Lock()
         self._owns_store = store is None
-        self.compactions: list[CompactionResult] = []
-        self._locks: dict[str, asyncio.Lock] = {}
-        self._run_locks: dict[str, RunLock] = {}
+        self.compactions: deque[CompactionResult] = deque(maxlen=max(keep_compactions, 0))
+        # a key's locks live while a caller holds or waits for them: then no one can tell a new one
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._run_locks: weakref.WeakValueDictionary[str, RunLock] = weakref.WeakValueDictionary()
         self._kept: OrderedDict[str, Session] = OrderedDict()
         self._guard = threading.Lock()
         self._indexes: weakref.WeakKeyDictionary[Session, Recorded] = weakref.WeakKeyDictionary()
@@ -338,6 +348,22 @@ class CompactingMemory:
     @property
     def provider(self) -> str:
         return self.framework
+
+    @property
+    def store(self) -> SessionStore:
+        """The store, opened on first use: by an async adapter in its worker thread, so opening
+        it (importing its driver, opening a pool, creating tables) never blocks the event loop."""
+        found = self._store
+        if found is None:
+            with self._opening:  # not _guard: the loop takes that one
+                found = self._store
+                if found is None:
+                    found = self._store = SessionStore.open(self._url)
+        return found
+
+    @store.setter
+    def store(self, store: SessionStore) -> None:
+        self._store = store
 
     def _service(self, context_window: int | None) -> BasicCompactService:
         window = context_window if context_window is not None else known_window(self.model)
@@ -369,8 +395,8 @@ class CompactingMemory:
         return found
 
     def close(self) -> None:
-        if self._owns_store:
-            self.store.close()
+        if self._owns_store and self._store is not None:
+            self._store.close()
 
     # ------------------------------------------------------------ keys, generations, locks
 
@@ -389,14 +415,21 @@ class CompactingMemory:
 
     def lock(self, key: str) -> asyncio.Lock:
         """The lock that serializes this process's reads and writes of ``key``'s session."""
-        return self._locks.setdefault(key, asyncio.Lock())
+        with self._guard:
+            found = self._locks.get(key)
+            if found is None:
+                found = self._locks[key] = asyncio.Lock()
+            return found
 
     def run_lock(self, key: str) -> RunLock:
         """The lock an adapter holds for a whole run of ``key``'s conversation, so concurrent runs
         of one conversation in this process follow each other, each run's items together: sync
         and async runs alike, on any event loop (:class:`RunLock`)."""
         with self._guard:
-            return self._run_locks.setdefault(key, RunLock())
+            found = self._run_locks.get(key)
+            if found is None:
+                found = self._run_locks[key] = RunLock()
+            return found
 
     async def _off_loop(self, key: str, work: Callable[[], T], worker: WorkerLoop | None = None) -> T:
         """``work`` (store calls) in a worker thread, under ``key``'s lock. With ``worker`` (the
@@ -572,7 +605,8 @@ class CompactingMemory:
         def attempt() -> uuid.UUID:
             generation = self._generation(key) + 1
             session = self.store.create(generation_id(self.framework, key, generation))
-            session.append(SessionResume(origin=f"clear_session of {key!r}: generation {generation}"))
+            origin = f"clear_session of {key!r}: generation {generation}"
+            session.append(SessionResume(reason="cleared", origin=origin))
             session.enforce(DEFAULT_INVARIANTS)
             save_retrying(self.store, session)
             self.forget(key)

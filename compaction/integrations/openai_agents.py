@@ -16,12 +16,14 @@ items come back as they went in until a compaction replaces some of them with it
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import hashlib
 import inspect
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +58,7 @@ from compaction.vocabulary.summarizer import Summarizer
 
 if TYPE_CHECKING:
     from agents.memory.session_settings import SessionSettings
+    from agents.result import RunResultStreaming
     from agents.run_config import CallModelData, ModelInputData, RunConfig
 
 log = logging.getLogger("compaction.integrations")
@@ -69,6 +72,12 @@ OWN_TYPES = frozenset({"message", "reasoning", "function_call", "function_call_o
 the model's response it came with, and handed back unchanged."""
 PLAIN_REASONING = frozenset({"id", "type", "summary"})
 CONTEXT_ROLES = frozenset({"system", "developer"})
+
+_HOLDING: contextvars.ContextVar[frozenset[tuple[int, str]]] = contextvars.ContextVar(
+    "compaction_agents_runs", default=frozenset()
+)
+"""The conversations (memory id, session id) whose run lock the current run holds: the session's
+methods the SDK calls inside that run (its task, or a task it starts) do not wait for it again."""
 
 
 def _settings_type() -> Any:
@@ -93,7 +102,16 @@ class CompactingSession:
 
     :meth:`run` is ``Runner.run`` with this session, one run of the conversation at a time in this
     process, and compaction before every model call of the run (:meth:`run_config`); an input
-    that is ``/compact`` runs the command instead (:meth:`run_command`)."""
+    that is ``/compact`` runs the command instead (:meth:`run_command`). :meth:`run_streamed` is
+    the same for ``Runner.run_streamed``: the run lock is held until the streamed run ends.
+
+    The session's own methods (``get_items``, ``add_items``, ``pop_item``, ``clear_session``,
+    :meth:`filter_model_input`) called from outside such a run wait for the run in progress to
+    end, so nothing is written into the middle of it. A run the SDK drives itself
+    (``Runner.run(agent, input, session=session)``) cannot hold the lock for its whole length: the
+    SDK calls the session at the start of a run and after each turn but never says when a run ends
+    (a failure, a guardrail or ``max_turns`` ends it without a call), so each call is serialized
+    on its own and two such runs of one conversation can still interleave their turns."""
 
     def __init__(
         self,
@@ -140,7 +158,8 @@ class CompactingSession:
         session is over its threshold."""
         from agents.memory.session_settings import resolve_session_limit
 
-        items = await self.memory.view(self.session_id, lambda found: to_items(found.after))
+        async with self._serialized():
+            items = await self.memory.view(self.session_id, lambda found: to_items(found.after))
         wanted = resolve_session_limit(limit, self.session_settings)
         return items if wanted is None else items[-wanted:] if wanted > 0 else []
 
@@ -150,9 +169,9 @@ class CompactingSession:
             return
         origin = f"add_items #{self._added}"
         self._added += 1
-        await self.memory.record(
-            self.session_id, from_items([as_json(i) for i in items], origin), origin=origin
-        )
+        recorded = from_items([as_json(i) for i in items], origin)
+        async with self._serialized():
+            await self.memory.record(self.session_id, recorded, origin=origin)
 
     async def pop_item(self) -> Any | None:
         """Remove the newest item from the surface and return it.
@@ -161,7 +180,8 @@ class CompactingSession:
         replaces its node on the surface (see :meth:`CompactingMemory.pop`). When the newest node
         is an assistant message holding several items, the whole message leaves the surface and
         its last item is returned."""
-        popped = await self.memory.pop(self.session_id)
+        async with self._serialized():
+            popped = await self.memory.pop(self.session_id)
         if popped is None:
             return None
         items = to_items([popped])
@@ -172,7 +192,8 @@ class CompactingSession:
 
         Append-only: the earlier generations stay in the store as they were (``compaction
         sessions`` lists them); only ``get_items`` stops seeing them."""
-        await self.memory.clear(self.session_id)
+        async with self._serialized():
+            await self.memory.clear(self.session_id)
 
     # ------------------------------------------------------------ runs
 
@@ -181,11 +202,80 @@ class CompactingSession:
         with :meth:`run_config` (compaction before every model call)."""
         from agents import Runner
 
-        async with self.memory.run_lock(self.session_id):
+        async with self._serialized():
             if is_command(command_text(input)):
                 return await self.run_command(agent, str(command_text(input)), **kwargs)
             kwargs["run_config"] = self.run_config(kwargs.get("run_config"))
             return await Runner.run(agent, input, session=self, **kwargs)
+
+    async def run_streamed(self, agent: Any, input: Any, **kwargs: Any) -> RunResultStreaming:
+        """``Runner.run_streamed(agent, input, session=self, ...)`` with :meth:`run_config`, once no
+        other run of this conversation is in progress in this process; the run lock is held until
+        the streamed run ends (finished, failed or cancelled), whether or not its events are read.
+        An input that is ``/compact`` runs the command; its answer is the stream's one response."""
+        from agents import Runner
+
+        held = self._mark() in _HOLDING.get()
+        lock = self.memory.run_lock(self.session_id)
+        if not held:
+            await lock.acquire_async()
+        token = _HOLDING.set(_HOLDING.get() | {self._mark()})
+        try:  # the run's task is made here and copies this context: its session calls hold the lock
+            text = command_text(input)
+            if is_command(text):
+                result = await self._command_streamed(agent, str(text), **kwargs)
+            else:
+                kwargs["run_config"] = self.run_config(kwargs.get("run_config"))
+                result = Runner.run_streamed(agent, input, session=self, **kwargs)
+        except BaseException:
+            if not held:
+                lock.release()
+            raise
+        finally:
+            _HOLDING.reset(token)
+        task = result.run_loop_task
+        if not held:
+            if task is None:  # pragma: no cover - the SDK starts the run before it returns
+                lock.release()
+            else:
+                task.add_done_callback(lambda _: lock.release())
+        return result
+
+    async def _command_config(self, text: str, kwargs: dict[str, Any]) -> RunConfig:
+        """Run ``/compact`` (logged as ``command/run``, ``command/done``); the run's ``RunConfig``
+        (``kwargs``'s, popped) whose model answers the command's one line."""
+        from agents import RunConfig
+
+        result = await self.memory.command(self.session_id, text)
+        if result is None:  # pragma: no cover - the caller checked
+            raise IntegrationError(f"session {self.session_id!r}: expected /compact; found {text!r}")
+        base = kwargs.pop("run_config", None)
+        return dataclasses.replace(base if base is not None else RunConfig(), model=_reply_model(result.text))
+
+    async def _command_streamed(self, agent: Any, text: str, **kwargs: Any) -> RunResultStreaming:
+        """:meth:`run_command` for :meth:`run_streamed`."""
+        from agents import Runner
+
+        config = await self._command_config(text, kwargs)
+        return Runner.run_streamed(agent, text, run_config=config, **kwargs)
+
+    def _mark(self) -> tuple[int, str]:
+        return (id(self.memory), self.session_id)
+
+    @contextlib.asynccontextmanager
+    async def _serialized(self) -> AsyncIterator[None]:
+        """Hold this conversation's run lock (waiting for a run in progress in this process),
+        unless the current run holds it already."""
+        mark = self._mark()
+        if mark in _HOLDING.get():
+            yield
+            return
+        async with self.memory.run_lock(self.session_id):
+            token = _HOLDING.set(_HOLDING.get() | {mark})
+            try:
+                yield
+            finally:
+                _HOLDING.reset(token)
 
     async def run_command(self, agent: Any, text: str, **kwargs: Any) -> Any:
         """The ``/compact`` command as a run: the manual compaction, logged (``command/run``,
@@ -193,15 +283,9 @@ class CompactingSession:
         answers the command's one line (the agent's model is not called), so the result is
         the SDK's own ``RunResult`` with the line as its ``final_output``; the command and its
         answer do not join the conversation."""
-        from agents import RunConfig, Runner
+        from agents import Runner
 
-        result = await self.memory.command(self.session_id, text)
-        if result is None:  # pragma: no cover - the caller checked
-            raise IntegrationError(f"session {self.session_id!r}: expected /compact; found {text!r}")
-        base = kwargs.pop("run_config", None)
-        config = dataclasses.replace(
-            base if base is not None else RunConfig(), model=_reply_model(result.text)
-        )
+        config = await self._command_config(text, kwargs)
         return await Runner.run(agent, text, run_config=config, **kwargs)
 
     def run_config(self, base: RunConfig | None = None) -> RunConfig:
@@ -241,7 +325,8 @@ class CompactingSession:
             surface = surface if wanted is None else surface[-wanted:] if wanted > 0 else []
             return [*surface, *given[start:]]
 
-        items = await self.memory.view(self.session_id, model_input)
+        async with self._serialized():
+            items = await self.memory.view(self.session_id, model_input)
         return ModelInputData(input=items, instructions=data.model_data.instructions)
 
 
@@ -261,18 +346,28 @@ def _reply_model(text: str) -> Any:
     from agents.items import ModelResponse
     from agents.models.interface import Model
     from agents.usage import Usage
-    from openai.types.responses import ResponseOutputMessage, ResponseOutputText
+    from openai.types.responses import (
+        Response,
+        ResponseCompletedEvent,
+        ResponseOutputMessage,
+        ResponseOutputText,
+    )
+
+    part = ResponseOutputText(type="output_text", text=text, annotations=[])
+    message = ResponseOutputMessage(
+        id="command-reply", type="message", role="assistant", status="completed", content=[part]
+    )
 
     class CommandReply(Model):
         async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
-            part = ResponseOutputText(type="output_text", text=text, annotations=[])
-            message = ResponseOutputMessage(
-                id="command-reply", type="message", role="assistant", status="completed", content=[part]
-            )
             return ModelResponse(output=[message], usage=Usage(), response_id=None)
 
-        def stream_response(self, *args: Any, **kwargs: Any) -> Any:
-            raise IntegrationError("the /compact command's answer is not streamed: use run()")
+        async def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+            response = Response(
+                id="command-reply", created_at=0, model="compaction", object="response",
+                output=[message], parallel_tool_calls=False, tool_choice="none", tools=[],
+            )  # fmt: skip
+            yield ResponseCompletedEvent(type="response.completed", response=response, sequence_number=0)
 
     return CommandReply()
 

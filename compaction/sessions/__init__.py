@@ -1,6 +1,6 @@
 """The durable message log: events, the positional surface, sessions, the store, the loop.
 
-The public names below are pinned by ``tests/test_public_api.py``; submodules (``.loop``, ``.importers``,
+The public names below are pinned by ``tests/test_public_api.py``; submodules (``.loop``,
 ``.native``, ``.copy``, ``.hashing``) hold the rest. This package imports nothing of the library but
 :mod:`compaction.errors`; it knows nothing of compaction.
 """
@@ -11,6 +11,7 @@ from compaction.errors import (
     CorruptSurfaceError,
     EventCompactionError,
     EventRuleError,
+    EventVersionError,
     SessionNotFoundError,
     SessionStateError,
     StoreError,
@@ -51,6 +52,7 @@ from compaction.sessions.events import (
     TurnEnd,
     TurnEndReason,
     TurnStart,
+    UnknownEvent,
     Usage,
     UserMessage,
     register_event_type,
@@ -72,6 +74,7 @@ __all__ = [
     "CorruptSurfaceError",
     "EventCompactionError",
     "EventRuleError",
+    "EventVersionError",
     "ImageBlock",
     "Message",
     "OpaqueBlock",
@@ -104,6 +107,7 @@ __all__ = [
     "TurnEnd",
     "TurnEndReason",
     "TurnStart",
+    "UnknownEvent",
     "UnknownEventTypeError",
     "Usage",
     "UserMessage",

@@ -24,7 +24,7 @@ import msgspec
 import msgspec.inspect as mi
 from eventsourcing.utils import TopicError, resolve_topic
 
-from compaction.errors import UnknownEventTypeError
+from compaction.errors import EventVersionError, UnknownEventTypeError
 from compaction.sessions.blocks import Message, ToolCallBlock
 
 UNSET_SEQ = -1
@@ -57,6 +57,11 @@ class SessionEvent(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
 
     TYPE: ClassVar[str] = ""
     SURFACE: ClassVar[bool] = False
+    class_version: ClassVar[int] = 1
+    """The shape's version, eventsourcing's convention: a class that changes its stored shape
+    raises it and defines ``upcast_vN_vN+1(state: dict) -> None`` static methods that rewrite a
+    stored payload of version N in place (:func:`upcast_state`); stored rows of a version above 1
+    carry ``class_version`` (:mod:`compaction.sessions.mapper`)."""
 
     seq: int = UNSET_SEQ
     time: datetime = UNSET_TIME
@@ -205,12 +210,25 @@ class RequestHeader(SessionEvent, frozen=True, kw_only=True):
     reason: Literal["initial", "resume", "change"] = "initial"
 
 
+ResumeReason = Literal["restart", "cleared", "unknown"]
+
+
 class SessionResume(SessionEvent, frozen=True, gc=False, kw_only=True):
-    """A new process lifecycle took the session over (makes older unmatched locks stale)."""
+    """A new process lifecycle took the session over (makes older unmatched locks stale).
+
+    Version 2 says why (``reason``): a process restarted, or the conversation was cleared. Rows
+    of version 1 did not say; they read as ``"unknown"`` (:meth:`upcast_v1_v2`), not as the
+    default a new event gets."""
 
     TYPE: ClassVar[str] = "session/resume"
+    class_version: ClassVar[int] = 2
     host: str | None = None
     pid: int | None = None
+    reason: ResumeReason = "restart"
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        state["reason"] = "unknown"
 
 
 class SessionInvariants(SessionEvent, frozen=True, gc=False, kw_only=True):
@@ -256,6 +274,8 @@ def register_event_type(cls: E) -> E:
     """Add an event class to the registry under its ``TYPE`` (usable as a decorator)."""
     if not cls.TYPE:
         raise ValueError(f"{cls.__qualname__} has no TYPE")
+    if ":" in cls.TYPE:  # a stored topic with a colon is an eventsourcing topic (module:Class)
+        raise ValueError(f"{cls.__qualname__}: TYPE {cls.TYPE!r} may not contain ':'")
     existing = _REGISTRY.get(cls.TYPE)
     if existing is not None and existing is not cls:
         raise ValueError(
@@ -305,6 +325,47 @@ def event_class(event_type: str, where: str = "") -> type[SessionEvent]:
             event_type, f"topic {topic!r} names {resolved.__qualname__}, whose TYPE is {resolved.TYPE!r}"
         )
     return register_event_type(resolved)
+
+
+class UnknownEvent(SessionEvent, frozen=True, kw_only=True):
+    """A stored event of a type no code in this process knows (no class registered, no topic, no
+    ``compaction.event_types`` entry point): kept opaque and log-only, so the session still loads,
+    lists, audits and folds. ``event_type`` is the stored type and ``payload`` the stored JSON,
+    byte for byte (a copy to another store writes it back unchanged). Never stored under its own
+    ``TYPE``; a store opened with ``strict_types`` refuses such rows instead."""
+
+    TYPE: ClassVar[str] = "unknown"
+    event_type: str
+    payload: bytes
+
+    @property
+    def type(self) -> str:
+        return self.event_type
+
+
+def upcast_state(cls: type[SessionEvent], state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` (a stored payload, decoded to a dict) at ``cls.class_version``: its
+    ``class_version`` key (1 when absent) removed and every ``upcast_vN_vN+1`` from there applied
+    in turn, as eventsourcing's mapper does for its own events."""
+    version = state.pop("class_version", 1)
+    target = cls.class_version
+    if not isinstance(version, int) or version > target:
+        raise EventVersionError(
+            cls.TYPE,
+            f"event type {cls.TYPE!r}: the stored row is class_version {version!r} but "
+            f"{cls.__qualname__} is version {target}; upgrade the package that defines it",
+        )
+    while version < target:
+        upcast = getattr(cls, f"upcast_v{version}_v{version + 1}", None)
+        if upcast is None:
+            raise EventVersionError(
+                cls.TYPE,
+                f"event type {cls.TYPE!r}: no upcast_v{version}_v{version + 1} on "
+                f"{cls.__qualname__} to bring a version {version} row to version {target}",
+            )
+        upcast(state)
+        version += 1
+    return state
 
 
 def registered_types() -> dict[str, type[SessionEvent]]:

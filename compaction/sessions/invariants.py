@@ -26,14 +26,21 @@ if TYPE_CHECKING:
 Rule = Callable[["Session", "SessionEvent"], None]
 
 COMPACT_BRACKETS = "compact-brackets"
+UNIQUE_CALL_IDS = "unique-call-ids"
 
 INVARIANT_TOPICS: dict[str, str] = {
     COMPACT_BRACKETS: "compaction.vocabulary.invariant:check_brackets",
+    UNIQUE_CALL_IDS: "compaction.sessions.call_ids:check_unique_call_ids",
 }
 """Invariant name -> the topic (``module:function``) of its rule."""
 
 DEFAULT_INVARIANTS: tuple[str, ...] = (COMPACT_BRACKETS,)
 """What :meth:`SessionStore.create` puts in force for the sessions the library writes."""
+
+STRICT_INVARIANTS: tuple[str, ...] = (*DEFAULT_INVARIANTS, UNIQUE_CALL_IDS)
+"""Every invariant: what the importers put in force at the end of an imported session (their
+builder keeps tool call ids unique). Not the default of sessions the agent-framework adapters
+write: their call ids are the framework's, and a scripted model may repeat them."""
 
 
 def register_invariant(name: str, topic: str) -> None:

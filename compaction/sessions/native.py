@@ -9,8 +9,11 @@ whose seqs are not contiguous, whose events break a rule or whose event does not
 naming the line and the seq. Version 1 files (no per-event hash) still import.
 
 Format evolution rules (docs/formats.md): new fields get defaults; a type name is never reused for a
-different shape; where a shape must change, an upcaster keyed by (type, version) rewrites old payloads
-before decoding.
+different shape; where an event's shape must change, its class raises ``class_version`` and gains an
+``upcast_vN_vN+1`` (eventsourcing's convention): an event line of a version above 1 says
+``"class_version"``, and an older line is upcast when it is imported, as a stored row is when it is
+read. Such a line's content hash names the shape it was written in, so it is checked against the
+line as written. A whole-file change of the envelope is upcast by :data:`UPCASTERS`.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from compaction.errors import (
     TranscriptError,
     UnknownEventTypeError,
 )
-from compaction.sessions.events import SessionEvent
+from compaction.sessions.events import SessionEvent, UnknownEvent
 from compaction.sessions.hashing import surface_hash
 from compaction.sessions.mapper import decode_event, encode_event
 from compaction.sessions.session import Session
@@ -64,18 +67,28 @@ def event_hash(event: SessionEvent) -> str:
 
 
 def event_line(event: SessionEvent) -> dict[str, Any]:
-    data = msgspec.to_builtins(event)
+    if isinstance(event, UnknownEvent):  # written back as it was stored
+        data = msgspec.json.decode(event.payload)
+        version = data.pop("class_version", 1)
+        digest = hashlib.sha256(msgspec.json.encode(data)).hexdigest()
+        kind = event.event_type
+    else:
+        data = msgspec.to_builtins(event)
+        version, digest, kind = event.class_version, event_hash(event), event.TYPE
     envelope = {key: data.pop(key, None) for key in _ENVELOPE}
     data.pop("type", None)
-    return {
+    line = {
         "seq": event.seq,
-        "type": event.TYPE,
+        "type": kind,
         "time": envelope["time"],
         "payload": data,
         "surface_op": envelope["surface_op"],
         "source_event_seqs": envelope["source_event_seqs"],
-        "hash": event_hash(event),
+        "hash": digest,
     }
+    if version > 1:
+        line["class_version"] = version
+    return line
 
 
 def export_lines(session: Session) -> Iterator[str]:
@@ -198,6 +211,9 @@ def _decode_line(path: str, number: int, raw: str, file_version: int) -> Session
         for key in ("surface_op", "source_event_seqs"):
             if line.get(key) is not None:
                 payload[key] = line[key]
+        version = line.get("class_version", 1)
+        if version != 1:  # first, where the mapper looks for it (upcast there when older)
+            payload = {"class_version": version, **payload}
         return decode_event(kind, msgspec.json.encode(payload), f"{path}:{number}")
     except UnknownEventTypeError as e:
         raise _fail(path, number, str(e)) from e
@@ -213,10 +229,14 @@ def _check_hash(path: str, number: int, raw: str, event: SessionEvent) -> None:
     """The line's recorded content hash against the event it decoded to. Checked after the count
     and the surface hash, so an edit the surface shows is reported as such (line 1); this finds
     the rest: an edited event that is no longer on the surface (a shadowed one)."""
-    recorded = json.loads(raw).get("hash")
+    line = json.loads(raw)
+    recorded = line.get("hash")
     if not isinstance(recorded, str):
         raise _fail(path, number, f'event seq {event.seq} has no content hash; expected "hash": a sha256')
-    actual = event_hash(event)
+    if line.get("class_version", 1) != event.class_version:  # upcast: hashed as written
+        actual = hashlib.sha256(_written(line)).hexdigest()
+    else:
+        actual = event_hash(event)
     if recorded != actual:
         raise _fail(
             path,
@@ -224,6 +244,16 @@ def _check_hash(path: str, number: int, raw: str, event: SessionEvent) -> None:
             f"event seq {event.seq} ({event.TYPE}) does not match its content hash (expected "
             f"{recorded[:16]}..., found {actual[:16]}...): the event was edited after export",
         )
+
+
+def _written(line: dict[str, Any]) -> bytes:
+    """The event's JSON as the exporting version encoded it (its field order: the envelope, then
+    the payload as exported), for the content hash of a line written in an older shape."""
+    envelope = {"seq": line["seq"], "time": line["time"]}
+    for key in ("surface_op", "source_event_seqs"):
+        if line.get(key) is not None:
+            envelope[key] = line[key]
+    return msgspec.json.encode(envelope | dict(line["payload"]))
 
 
 def _verify(path: str, header: dict[str, Any], session: Session) -> None:

@@ -228,6 +228,11 @@ class PartitionedSessionStore:
         for part in self.parts:
             part.close()
 
+    def drop_broken_connections(self) -> None:
+        """:meth:`SessionStore.drop_broken_connections` of every partition."""
+        for part in self.parts:
+            part.drop_broken_connections()
+
     def __enter__(self) -> PartitionedSessionStore:
         return self
 

@@ -31,13 +31,41 @@ from contextlib import contextmanager
 from typing import Any
 
 from eventsourcing.persistence import StoredEvent
-from eventsourcing.postgres import PostgresApplicationRecorder
+from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
 from psycopg.sql import SQL, Identifier
+from psycopg.types.composite import CompositeInfo, register_composite
 
 BATCH_BYTES = 8 * 1024 * 1024
 """Payload bytes per INSERT statement (a single larger event is sent alone)."""
 DEFAULT_STATEMENT_TIMEOUT = 300.0
 """Seconds any one statement of a save may run (0: no limit)."""
+
+
+class QuotingPostgresDatastore(PostgresDatastore):
+    """eventsourcing's datastore, looking its composite types up by quoted name. Its statements
+    quote the schema (``?schema=``) as an identifier, but its type lookup joins the schema and the
+    type name unquoted, so a schema that needs quotes (``Tenant-1``) could not be opened."""
+
+    def register_type_adapters(self) -> None:
+        names = [n for n in self.db_type_names if n not in self.psycopg_type_adapters]
+        if not names:
+            return
+        with self.get_connection() as conn:
+            for name in names:
+                info = CompositeInfo.fetch(conn, Identifier(self.schema, name))
+                if info is None:
+                    continue
+                register_composite(info, conn)
+                self.psycopg_type_adapters[name] = info
+                self.psycopg_python_types[name] = info.python_type
+
+
+def quoting(datastore: PostgresDatastore) -> PostgresDatastore:
+    """``datastore`` as a :class:`QuotingPostgresDatastore` (made by eventsourcing's factory, which
+    offers no way to choose the class; the subclass adds no state)."""
+    if type(datastore) is PostgresDatastore:
+        datastore.__class__ = QuotingPostgresDatastore
+    return datastore
 
 
 class SessionPostgresRecorder(PostgresApplicationRecorder):
@@ -46,8 +74,8 @@ class SessionPostgresRecorder(PostgresApplicationRecorder):
     statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT
     batch_bytes: int = BATCH_BYTES
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, datastore: PostgresDatastore, *args: Any, **kwargs: Any) -> None:
+        super().__init__(quoting(datastore), *args, **kwargs)
         self.insert_rows_statement = SQL(
             "INSERT INTO {schema}.{table} (originator_id, originator_version, topic, state) "
             "SELECT * FROM unnest(%s::uuid[], %s::bigint[], %s::text[], %s::bytea[]) "

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shlex
 import threading
 import time
 from collections.abc import Callable, Container, Iterator, Mapping, Sequence
@@ -35,17 +36,20 @@ from urllib.parse import parse_qsl, unquote, urlparse
 from uuid import UUID
 
 import msgspec
-from eventsourcing.application import Application
 from eventsourcing.persistence import (
     ApplicationRecorder,
     IntegrityError,
     ListenNotifySubscription,
     Mapper,
+    Notification,
     PersistenceError,
+    Recording,
+    StoredEvent,
     Subscription,
 )
 from eventsourcing.popo import POPOApplicationRecorder
 from eventsourcing.sqlite import SQLiteAggregateRecorder, SQLiteApplicationRecorder
+from eventsourcing.system import Leader, RecordingEvent
 
 from compaction.errors import (
     ConcurrencyError,
@@ -53,6 +57,7 @@ from compaction.errors import (
     EventCompactionError,
     SaveError,
     SessionNotFoundError,
+    StoreDriverMissingError,
     StoreError,
     StoreNotFoundError,
     StoreUnavailableError,
@@ -62,6 +67,7 @@ from compaction.sessions.collector import collector_paused
 from compaction.sessions.events import SessionEvent
 from compaction.sessions.leases import Closed, CompactionLeases, Grant, LeaseClaim, LogLeases
 from compaction.sessions.mapper import SessionMapper, SnapshotEnvelope, StoredRow
+from compaction.sessions.plugins import load_event_types
 from compaction.sessions.polling import (
     POLLING_SQLITE_RECORDER_TOPIC,
     PollingRecorder,
@@ -167,6 +173,27 @@ def parse_store_url(url: str, *, create: bool = True) -> StoreLocation:
         f"unsupported store URL {_redacted(url)!r}: expected sqlite:///PATH, "
         "postgresql://USER@HOST:PORT/DB, nats://HOST:PORT or memory://"
     )
+
+
+def _require_nats(display: str) -> None:
+    """Refuse a ``nats://`` store, naming the extra, when the NATS client is not installed."""
+    try:
+        import nats  # noqa: F401  (the JetStream recorder's client)
+    except ImportError as e:
+        raise StoreDriverMissingError(
+            f"store {display}: a nats:// store needs the NATS client, which is not installed "
+            f"({e}); install the nats extra: pip install 'event-compaction[nats]'"
+        ) from e
+
+
+def drop_broken_connections(datastore: object) -> None:
+    """Check every idle connection of ``datastore``'s pool (an eventsourcing PostgreSQL datastore;
+    anything else is left alone): a broken one is closed and a new one is opened in its place. A
+    failure of the check itself is left for the next call to report."""
+    check = getattr(getattr(datastore, "pool", None), "check", None)
+    if callable(check):
+        with contextlib.suppress(Exception):
+            check()
 
 
 def _redacted(url: str) -> str:
@@ -290,14 +317,24 @@ def _checked(where: str, value: str, kind: type) -> str:
     return text
 
 
-class SessionApplication(Application[UUID]):
-    """The eventsourcing application a :class:`SessionStore` holds (a field, not its base class:
-    the application's ``save`` and ``repository`` speak of aggregates, which sessions are not)."""
+class SessionApplication(Leader[UUID]):
+    """The eventsourcing application of a :class:`SessionStore`: a ``Leader``, so the store's saves
+    prompt the followers of a ``System`` (``SingleThreadedRunner``, ``MultiThreadedRunner``), and
+    its mapper (:class:`SessionMapper`) is the one eventsourcing's followers, ``ProjectionRunner``
+    and notification-log readers use to decode session rows.
 
-    def __init__(self, name: str, env: dict[str, str]) -> None:
-        self.name = name
+    The store holds it as a field (sessions are not aggregates: the application's ``save`` and
+    ``repository`` do not apply to them). A runner constructs it from its environment
+    (``SessionApplication(env=...)``): ``COMPACTION_STORE`` (a store URL) or eventsourcing's own
+    settings name the database; :meth:`SessionStore.of` wraps the running instance."""
+
+    name = "SessionStore"
+
+    def __init__(self, env: Mapping[str, str] | None = None, *, name: str | None = None) -> None:
+        if name is not None:
+            self.name = name
         try:
-            super().__init__(env=env)
+            super().__init__(env=store_settings(self.name, env or {}))
         except BaseException:
             factory = getattr(self, "factory", None)
             if factory is not None:
@@ -306,7 +343,7 @@ class SessionApplication(Application[UUID]):
             raise
 
     def construct_env(self, name: str, env: Any = None) -> Any:
-        # Application.construct_env re-reads os.environ; the store has merged it already.
+        # Application.construct_env re-reads os.environ; the settings are merged already.
         from eventsourcing.utils import Environment
 
         return Environment(name, dict(env or {}))
@@ -314,6 +351,82 @@ class SessionApplication(Application[UUID]):
     def construct_mapper(self) -> Mapper[UUID]:
         # Through the factory, so COMPRESSOR_TOPIC and CIPHER_TOPIC settings take effect.
         return self.factory.mapper(transcoder=self.construct_transcoder(), mapper_class=SessionMapper)
+
+    def prompt_followers(self, stored: Sequence[StoredEvent] = (), ids: Sequence[int] | None = None) -> None:
+        """Tell the followers of a ``System`` that ``stored`` rows were committed (what
+        ``Leader.save`` does after a save of aggregates); nothing when nobody follows. Called
+        without rows (after ``runner.start()``), it prompts them to catch up with whatever was
+        committed while they did not run (another process's saves, a crash before they
+        processed)."""
+        if not self.followers:
+            return
+        if not stored:
+            prompt: RecordingEvent[UUID] = RecordingEvent(self.name, [], self.previous_max_notification_id)
+            for follower in self.followers:
+                follower.receive_recording_event(prompt)
+            return
+        if not ids or len(ids) != len(stored):  # a recorder that does not return the ids
+            last = self.recorder.max_notification_id() or 0
+            ids = range(last - len(stored) + 1, last + 1)
+        recordings: list[Recording[UUID]] = [
+            Recording(
+                domain_event=self.mapper.to_domain_event(row),
+                notification=Notification(
+                    id=nid, originator_id=row.originator_id,
+                    originator_version=row.originator_version, topic=row.topic, state=row.state,
+                ),
+            )
+            for row, nid in zip(stored, ids, strict=True)
+        ]  # fmt: skip
+        if self.previous_max_notification_id is None:
+            self.previous_max_notification_id = recordings[0].notification.id - 1
+        self._notify(recordings)
+
+
+def system_env(url: str, name: str = "SessionStore") -> dict[str, str]:
+    """The settings a ``System`` runner needs for the session store at ``url`` beside other
+    applications: the store's own settings under its name (``SESSIONSTORE_PERSISTENCE_MODULE``,
+    ``SESSIONSTORE_SQLITE_DBNAME``, ...; its followers read them to reach its notification log),
+    and ``MAPPER_TOPIC``, so every application of the system decodes session rows with
+    :class:`SessionMapper` (which stores and reads their own aggregate events as eventsourcing's
+    mapper does). Merge the other applications' settings into it."""
+    from compaction.sessions.mapper import SESSION_MAPPER_TOPIC
+
+    return store_settings(name, {f"{name.upper()}_COMPACTION_STORE": url}) | {
+        "MAPPER_TOPIC": SESSION_MAPPER_TOPIC
+    }
+
+
+def store_settings(name: str, env: Mapping[str, str]) -> dict[str, str]:
+    """The eventsourcing settings of a session store named ``name`` from ``env`` (a ``System``
+    runner's, shared by every application it constructs): a store URL in ``NAME_COMPACTION_STORE``
+    or ``COMPACTION_STORE`` expanded into settings of this application alone (``NAME_...``, so the
+    other applications keep theirs; what ``env`` names for it itself wins), and the store's own
+    recorders (polling SQLite, batched PostgreSQL) where none is named."""
+    from eventsourcing.utils import Environment
+
+    merged = dict(env)
+    prefix = f"{name.upper()}_"
+    url = merged.pop(f"{prefix}COMPACTION_STORE", None) or merged.pop("COMPACTION_STORE", None)
+    if url:
+        for key, value in parse_store_url(url).env.items():
+            merged.setdefault(prefix + key, value)
+        merged.setdefault(prefix + "COMPACTION_STORE_URL", url)
+    read = Environment(name, merged)
+    if not read.get("IS_SNAPSHOTTING_ENABLED"):
+        merged[prefix + "IS_SNAPSHOTTING_ENABLED"] = "y"
+    module = read.get("PERSISTENCE_MODULE")
+    recorder = {
+        "eventsourcing.sqlite": POLLING_SQLITE_RECORDER_TOPIC,
+        "eventsourcing.postgres": POSTGRES_RECORDER_TOPIC,
+    }.get(module or "")
+    if recorder and not read.get("APPLICATION_RECORDER_TOPIC"):
+        merged[prefix + "APPLICATION_RECORDER_TOPIC"] = recorder
+    if module == "eventsourcing.postgres":
+        for key, value in POSTGRES_DEFAULTS.items():
+            if not read.get(key):
+                merged[prefix + key] = value
+    return merged
 
 
 class StoredNotification(msgspec.Struct, frozen=True):
@@ -336,49 +449,86 @@ class SessionStore:
     name = "SessionStore"
     snapshot_interval = DEFAULT_SNAPSHOT_INTERVAL
 
-    def __init__(self, env: dict[str, str] | None = None, *, location: StoreLocation | None = None):
-        self.location = location or StoreLocation("memory://", "memory", dict(env or {}))
-        # Settings from the URL win over the process environment.
-        merged = {k: v for k, v in os.environ.items() if not k.startswith(_ES_KEYS)}
-        merged.update(self.location.env)
-        merged.update(env or {})
-        module = merged.get("PERSISTENCE_MODULE")
-        if module == "eventsourcing.sqlite":
-            merged.setdefault("APPLICATION_RECORDER_TOPIC", POLLING_SQLITE_RECORDER_TOPIC)
-        elif module == "eventsourcing.postgres":
-            merged.setdefault("APPLICATION_RECORDER_TOPIC", POSTGRES_RECORDER_TOPIC)
-            _probe_postgres(self.location.display, merged)
-        self.settings: Mapping[str, str] = MappingProxyType(merged)
+    def __init__(
+        self,
+        env: dict[str, str] | None = None,
+        *,
+        location: StoreLocation | None = None,
+        application: SessionApplication | None = None,
+        strict_types: bool | None = None,
+    ):
+        load_event_types()  # every process that opens a store knows the installed event types
+        if application is not None:
+            self.location = location or _location_of(application)
+            self.settings: Mapping[str, str] = MappingProxyType(_own_settings(application))
+            self.application = application
+        else:
+            self.location = location or StoreLocation("memory://", "memory", dict(env or {}))
+            # Settings from the URL win over the process environment.
+            merged = {k: v for k, v in os.environ.items() if not k.startswith(_ES_KEYS)}
+            merged.update(self.location.env)
+            merged.update(env or {})
+            merged.setdefault("PERSISTENCE_MODULE", "eventsourcing.popo")
+            merged.pop("COMPACTION_STORE", None)  # the URL is parsed: self.location
+            merged = store_settings(self.name, merged)
+            if merged.get("PERSISTENCE_MODULE") == "eventsourcing.postgres":
+                _probe_postgres(self.location.display, merged)
+            elif self.location.kind == "nats":
+                _require_nats(self.location.display)
+            self.settings = MappingProxyType(merged)
+            self.application = self._open(merged)
+        mapper = self.application.mapper
+        assert isinstance(mapper, SessionMapper)
+        if strict_types is None:
+            strict_types = os.environ.get("COMPACTION_STRICT_TYPES", "").lower() in _YES
+        mapper.strict_types = strict_types
+        self._mapper = mapper
+        self._recorder = self.application.recorder
+        self.snapshot_fallbacks: list[str] = []  # loads that replayed past an unusable snapshot
+        self.snapshot_warnings: list[str] = []  # saves whose snapshot could not be written
+        self._covered: dict[UUID, int] = {}  # snapshot lengths whose covered rows were counted
+        timeout = self.settings.get("POSTGRES_STATEMENT_TIMEOUT")
+        if timeout and hasattr(self._recorder, "statement_timeout"):
+            self._recorder.statement_timeout = float(timeout)
+        self._ids: dict[object, UUID] = {}
+
+    def _open(self, settings: dict[str, str]) -> SessionApplication:
         try:
-            self.application = _open_application(self.name, merged)
+            return _open_application(self.name, settings)
         except PersistenceError as e:
             raise StoreError(f"cannot open store {self.location.display}: {e}") from e
         except Exception as e:
             if type(e).__module__.startswith(("psycopg", "sqlite3")):
                 raise StoreError(f"cannot open store {self.location.display}: {e}") from e
             raise
-        mapper = self.application.mapper
-        assert isinstance(mapper, SessionMapper)
-        self._mapper = mapper
-        self._recorder = self.application.recorder
-        self.snapshot_fallbacks: list[str] = []  # loads that replayed past an unusable snapshot
-        self.snapshot_warnings: list[str] = []  # saves whose snapshot could not be written
-        self._covered: dict[UUID, int] = {}  # snapshot lengths whose covered rows were counted
-        timeout = merged.get("POSTGRES_STATEMENT_TIMEOUT")
-        if timeout and hasattr(self._recorder, "statement_timeout"):
-            self._recorder.statement_timeout = float(timeout)
-        self._ids: dict[object, UUID] = {}
 
     @classmethod
     def open(
-        cls, url: str | None = None, *, snapshot_interval: int | None = None, create: bool = True
+        cls,
+        url: str | None = None,
+        *,
+        snapshot_interval: int | None = None,
+        create: bool = True,
+        strict_types: bool | None = None,
     ) -> SessionStore:
         """The store at ``url``; ``create=False`` (read-only commands) refuses a SQLite store that
-        does not exist (:class:`StoreNotFoundError`) instead of creating it."""
-        store = cls(location=parse_store_url(url or default_url(), create=create))
+        does not exist (:class:`StoreNotFoundError`) instead of creating it. A row of an event
+        type no installed package defines reads as an ``UnknownEvent``; ``strict_types=True`` (or
+        ``$COMPACTION_STRICT_TYPES=1``) refuses it (:class:`UnknownEventTypeError`) instead."""
+        store = cls(
+            location=parse_store_url(url or default_url(), create=create),
+            strict_types=strict_types,
+        )
         if snapshot_interval is not None:
             store.snapshot_interval = snapshot_interval
         return store
+
+    @classmethod
+    def of(cls, application: SessionApplication, *, strict_types: bool | None = None) -> SessionStore:
+        """The store over an application a ``System`` runner constructed
+        (``SessionStore.of(runner.get(SessionApplication))``): its saves prompt the runner's
+        followers. Closing the store closes the application."""
+        return cls(application=application, strict_types=strict_types)
 
     @property
     def backend(self) -> str:
@@ -397,6 +547,13 @@ class SessionStore:
 
     def close(self) -> None:
         self.application.close()
+
+    def drop_broken_connections(self) -> None:
+        """After a lost connection (a terminated backend, a restart, a failover): test the pooled
+        PostgreSQL connections and replace the broken ones, so the next call reaches a healthy
+        server at once instead of being handed the dead connections one failure at a time (the
+        pool does not ping a connection it hands out). Nothing for the other backends."""
+        drop_broken_connections(getattr(self._recorder, "datastore", None))
 
     # ------------------------------------------------------------ compaction leases
 
@@ -487,7 +644,7 @@ class SessionStore:
             return
         stored = [self._mapper.stored_event(session_id, e) for e in events]
         try:
-            self._recorder.insert_events(stored)  # one transaction: all of them or none
+            ids = self._recorder.insert_events(stored)  # one transaction: all of them or none
         except IntegrityError as e:
             if self._seqs_taken(session_id, events[0].seq, events[-1].seq):
                 raise ConcurrencyError(session_id, events[0].seq, events[-1].seq) from e
@@ -502,6 +659,8 @@ class SessionStore:
                 "stored; the save succeeded",
                 session_id, events[0].seq, events[-1].seq, reason,
             )  # fmt: skip
+            ids = None
+        self.application.prompt_followers(stored, ids)
 
     def take_session_snapshot(self, session: Session) -> None:
         snapshots = self.application.snapshots
@@ -844,6 +1003,31 @@ class SessionStore:
             yield self.get(session_id)
 
 
+_YES = ("1", "y", "yes", "true", "on")
+
+
+def _own_settings(application: SessionApplication) -> dict[str, str]:
+    """The application's settings as it reads them: its own ``NAME_KEY`` ones as ``KEY``."""
+    prefix = f"{application.name.upper()}_"
+    raw = dict(application.env)
+    own = {key[len(prefix) :]: value for key, value in raw.items() if key.startswith(prefix)}
+    return {key: value for key, value in raw.items() if not key.startswith(prefix)} | own
+
+
+def _location_of(application: SessionApplication) -> StoreLocation:
+    """Where an application's rows are, for messages (no password shown)."""
+    env = application.env
+    url = env.get("COMPACTION_STORE_URL")
+    module = env.get("PERSISTENCE_MODULE") or "eventsourcing.popo"
+    kind = {"eventsourcing.sqlite": "sqlite", "eventsourcing.postgres": "postgresql"}.get(
+        module, "memory" if module == "eventsourcing.popo" else module
+    )
+    if not url:
+        where = env.get("SQLITE_DBNAME") or env.get("POSTGRES_DBNAME") or ""
+        url = f"{kind}:///{where}" if kind == "sqlite" else f"{kind}://{where}"
+    return StoreLocation(url, kind, {})
+
+
 _LOG_LEASES = LogLeases()
 _ES_KEYS = ("PERSISTENCE_MODULE", "SQLITE_", "POSTGRES_", "NATS_", "IS_SNAPSHOTTING", "SESSIONSTORE_")
 
@@ -881,7 +1065,7 @@ def _distinct_ids(recorder: Any, kind: str) -> Iterator[UUID]:
     if isinstance(recorder, OriginatorIndex):  # nats://
         yield from recorder.originator_ids(first_stored=True)
         return
-    table = getattr(recorder, "events_table_name", None)
+    table = _events_table(recorder)
     if table is None:  # memory://
         for stored in recorder._stored_events:
             if stored.originator_version == 0:
@@ -900,7 +1084,7 @@ def _all_ids(recorder: Any, kind: str) -> Iterator[UUID]:
     if isinstance(recorder, OriginatorIndex):  # nats://
         yield from recorder.originator_ids(first_stored=False)
         return
-    table = getattr(recorder, "events_table_name", None)
+    table = _events_table(recorder)
     if table is None:  # memory://
         seen: dict[UUID, None] = {}
         for stored in recorder._stored_events:
@@ -914,6 +1098,24 @@ def _all_ids(recorder: Any, kind: str) -> Iterator[UUID]:
         rows = cursor.fetchall()
     for row in rows:
         yield _uuid(row["originator_id"])
+
+
+def _events_table(recorder: Any) -> str | None:
+    """The events table of a SQL recorder as a statement names it (PostgreSQL: qualified by its
+    quoted schema, ``?schema=``); None for the in-memory recorder."""
+    table = getattr(recorder, "events_table_name", None)
+    schema = getattr(getattr(recorder, "datastore", None), "schema", None)
+    if table is None or not isinstance(schema, str):
+        return table
+    return f"{quoted_identifier(schema)}.{quoted_identifier(table)}"
+
+
+def quoted_identifier(name: str) -> str:
+    """``name`` as a PostgreSQL quoted identifier: in double quotes, each double quote doubled, so
+    any name (``x"; DROP TABLE t; --``) is only ever a name."""
+    if "\x00" in name:
+        raise ConfigurationError(f"a PostgreSQL identifier cannot hold a NUL byte; found {name!r}")
+    return '"' + name.replace('"', '""') + '"'
 
 
 def _uuid(value: object) -> UUID:
@@ -1074,8 +1276,74 @@ def _probe_postgres(display: str, env: Mapping[str, str]) -> None:
         )
     except psycopg.Error as e:
         reason = " ".join(str(e).split())
+        if _database_exists(env) is False:
+            reason += f"; {_how_to_create(env)}"
         raise StoreError(f"cannot open store {display}: {reason}") from e
     connection.close()
+
+
+def create_postgres_database(url: str) -> bool:
+    """Create the database a ``postgresql://`` store URL names when its server does not have it
+    (the target of ``compaction copy``, a new store as a new SQLite path is); True when this call
+    created it. Any other URL, a reachable database, or a server this cannot ask: False (opening
+    the store then reports what is wrong)."""
+    location = parse_store_url(url)
+    if location.kind != "postgresql" or _database_exists(location.env) is not False:
+        return False
+    import psycopg
+    from psycopg import sql
+
+    name = location.env["POSTGRES_DBNAME"]
+    try:
+        with _maintenance_connection(location.env) as admin:
+            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    except psycopg.errors.DuplicateDatabase:
+        return False  # another process created it first
+    except psycopg.Error as e:
+        raise StoreError(
+            f"cannot create the database {name!r} for store {location.display}: "
+            f"{' '.join(str(e).split())}; {_how_to_create(location.env)}"
+        ) from e
+    return True
+
+
+def _database_exists(env: Mapping[str, str]) -> bool | None:
+    """Whether the server of a PostgreSQL store has its database (asked of the ``postgres``
+    maintenance database); None when that cannot be asked."""
+    import psycopg
+
+    try:
+        with _maintenance_connection(env) as admin:
+            found = admin.execute(
+                "SELECT 1 FROM pg_database WHERE datname = %s", (env["POSTGRES_DBNAME"],)
+            ).fetchone()
+    except psycopg.Error:
+        return None
+    return found is not None
+
+
+def _maintenance_connection(env: Mapping[str, str]) -> Any:
+    import psycopg
+
+    return psycopg.connect(
+        dbname="postgres",
+        host=env["POSTGRES_HOST"],
+        port=env["POSTGRES_PORT"],
+        user=env["POSTGRES_USER"],
+        password=env.get("POSTGRES_PASSWORD") or None,
+        connect_timeout=max(1, int(env.get("POSTGRES_CONNECT_TIMEOUT") or 5)),
+        autocommit=True,
+    )
+
+
+def _how_to_create(env: Mapping[str, str]) -> str:
+    host, port, user, name = (
+        env[k] for k in ("POSTGRES_HOST", "POSTGRES_PORT", "POSTGRES_USER", "POSTGRES_DBNAME")
+    )
+    return (
+        f"create it with `createdb -h {host} -p {port} -U {user} {shlex.quote(name)}`, or copy "
+        "sessions into it with `compaction copy --to URL`, which creates it"
+    )
 
 
 def _open_application(name: str, env: dict[str, str]) -> SessionApplication:
@@ -1084,7 +1352,7 @@ def _open_application(name: str, env: dict[str, str]) -> SessionApplication:
     FUNCTION``, or a duplicate ``pg_type`` row for ``CREATE TABLE``)."""
     for attempt in range(1, OPEN_ATTEMPTS + 1):
         try:
-            return SessionApplication(name, env)
+            return SessionApplication(env, name=name)
         except Exception as e:
             if attempt == OPEN_ATTEMPTS or not any(m in str(e) for m in _CONCURRENT_DDL):
                 raise

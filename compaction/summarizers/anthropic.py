@@ -12,13 +12,13 @@ tool use, images or any other block type in the output are refused.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Unpack
 
 from compaction.errors import CompactionConfigError, UnsupportedOutputError
 from compaction.sessions.events import Usage
-from compaction.summarizers.http import HttpSummarizer, StreamResult, stream_error
+from compaction.summarizers.http import ClientOptions, HttpSummarizer, StreamResult, stream_error
 from compaction.summarizers.payloads import JSON, build_anthropic_payload
 from compaction.summarizers.sse import SSEEvent, decode_event
-from compaction.summarizers.transport import DEFAULT_TIMEOUTS, Timeouts, Transport
 from compaction.vocabulary.summarizer import SummaryRequest
 
 __all__ = [
@@ -146,31 +146,17 @@ class AnthropicSummarizer(HttpSummarizer):
     path = "/messages"
     key_env = "ANTHROPIC_API_KEY"
 
+    default_base_url = ANTHROPIC_URL
+
     def __init__(
         self,
         base_url: str | None = None,
         model: str = "",
         *,
-        api_key: str | None = None,
-        timeout: Timeouts | float = DEFAULT_TIMEOUTS,
-        max_retries: int = 3,
-        backoff_base: float = 0.5,
-        backoff_max: float = 30.0,
-        transport: Transport | None = None,
-        provider: str | None = None,
         anthropic_version: str = ANTHROPIC_VERSION,
+        **options: Unpack[ClientOptions],
     ) -> None:
-        super().__init__(
-            base_url or ANTHROPIC_URL,
-            model,
-            api_key=api_key,
-            timeout=timeout,
-            max_retries=max_retries,
-            backoff_base=backoff_base,
-            backoff_max=backoff_max,
-            transport=transport,
-            provider=provider,
-        )
+        super().__init__(base_url, model, **options)
         self.anthropic_version = anthropic_version
         if self.url.startswith(ANTHROPIC_URL) and self._key is None:
             raise CompactionConfigError(

@@ -47,14 +47,9 @@ import msgspec
 
 from compaction.engine.meters import Meter, meter_named
 from compaction.errors import CompactionConfigError, ContextLengthError
-from compaction.handover.facts import (
-    FENCE_RE,
-    HARNESS_BLOCK_RE,
-    clean_user_text,
-    failed,
-    first_informative_line,
-    result_text,
-)
+from compaction.handover.calls import failed, result_text
+from compaction.handover.harness_text import FENCE_RE, HARNESS_BLOCK_RE, clean_user_text
+from compaction.handover.outcomes import first_informative_line
 from compaction.sessions.blocks import (
     Block,
     Message,

@@ -39,7 +39,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, NamedTuple, Protocol
+from typing import Any, ClassVar, NamedTuple, Protocol, TypedDict, Unpack
 from urllib.parse import urlsplit
 
 import msgspec
@@ -69,6 +69,7 @@ __all__ = [
     "JSON",
     "RETRIED_CODES",
     "ApiKey",
+    "ClientOptions",
     "HttpClient",
     "HttpSummarizer",
     "RetryPolicy",
@@ -478,8 +479,30 @@ class HttpClient:
 # ---------------------------------------------------------------- the summarizer base
 
 
+class ClientOptions(TypedDict, total=False):
+    """The keyword options of every model-backed summarizer (the defaults are
+    :class:`HttpSummarizer`'s): the key (else the provider's environment variable), the timeouts (a
+    number is both), the retries inside one call, the transport, and the provider name recorded on
+    the summary."""
+
+    api_key: str | None
+    timeout: Timeouts | float
+    max_retries: int
+    backoff_base: float
+    backoff_max: float
+    transport: Transport | None
+    provider: str | None
+
+
+_OPTIONS = frozenset(ClientOptions.__annotations__)
+
+
 class HttpSummarizer(Summarizer):
     """A summarizer speaking one provider protocol over :class:`HttpClient`.
+
+    ``HttpSummarizer(base_url, model, **options)`` with the :class:`ClientOptions`; a provider
+    supplies its ``provider`` name, endpoint ``path``, key variable ``key_env`` and
+    ``default_base_url`` (used when ``base_url`` is None) as class attributes.
 
     ``transport``: how the bytes travel (default: a new
     :class:`~compaction.summarizers.aiohttp_transport.AiohttpTransport`, closed by ``aclose``;
@@ -490,33 +513,35 @@ class HttpSummarizer(Summarizer):
     provider = "http"
     path = "/chat/completions"
     key_env = "API_KEY"
+    default_base_url: ClassVar[str | None] = None
 
     def __init__(
-        self,
-        base_url: str,
-        model: str,
-        *,
-        api_key: str | None = None,
-        timeout: Timeouts | float = DEFAULT_TIMEOUTS,
-        max_retries: int = 3,
-        backoff_base: float = 0.5,
-        backoff_max: float = 30.0,
-        transport: Transport | None = None,
-        provider: str | None = None,
+        self, base_url: str | None = None, model: str = "", **options: Unpack[ClientOptions]
     ) -> None:
+        name = type(self).__name__
+        if unknown := options.keys() - _OPTIONS:
+            raise TypeError(f"{name}() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
         if not model:
-            raise CompactionConfigError(f"{type(self).__name__}: model must be a non-empty name")
+            raise CompactionConfigError(f"{name}: model must be a non-empty name")
+        base_url = base_url or self.default_base_url
+        if not base_url:
+            raise CompactionConfigError(f"{name}: base_url must be http(s)://HOST[:PORT][/PATH], got None")
         self.base_url = base_url
         self.url = endpoint_url(base_url, self.path)
         self.model = model
-        if provider:
-            self.provider = provider
-        self._key = resolve_key(api_key, self.key_env)
-        timeouts = timeout if isinstance(timeout, Timeouts) else Timeouts(timeout, timeout)
+        self.provider = options.get("provider") or self.provider
+        self._key = resolve_key(options.get("api_key"), self.key_env)
+        timeout = options.get("timeout", DEFAULT_TIMEOUTS)
+        retry = RetryPolicy(
+            options.get("max_retries", RetryPolicy.max_retries),
+            options.get("backoff_base", RetryPolicy.backoff_base),
+            options.get("backoff_max", RetryPolicy.backoff_max),
+        )
+        transport = options.get("transport")
         self._client = HttpClient(
             provider=self.provider,
-            timeouts=timeouts,
-            retry=RetryPolicy(max_retries, backoff_base, backoff_max),
+            timeouts=timeout if isinstance(timeout, Timeouts) else Timeouts(timeout, timeout),
+            retry=retry,
             transport=transport if transport is not None else default_transport(),
             key=self._key,
             key_hint=self.key_env,

@@ -10,14 +10,13 @@ the output are refused.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Unpack
 
 from compaction.errors import UnsupportedOutputError
 from compaction.sessions.events import Usage
-from compaction.summarizers.http import HttpSummarizer, StreamResult, stream_error
+from compaction.summarizers.http import ClientOptions, HttpSummarizer, StreamResult, stream_error
 from compaction.summarizers.payloads import JSON, MaxTokensField, build_openai_payload
 from compaction.summarizers.sse import SSEEvent, decode_event
-from compaction.summarizers.transport import DEFAULT_TIMEOUTS, Timeouts, Transport
 from compaction.vocabulary.summarizer import SummaryRequest
 
 __all__ = [
@@ -133,31 +132,17 @@ class OpenAISummarizer(HttpSummarizer):
     path = "/chat/completions"
     key_env = "OPENAI_API_KEY"
 
+    default_base_url = "https://api.openai.com/v1"
+
     def __init__(
         self,
         base_url: str | None = None,
         model: str = "",
         *,
-        api_key: str | None = None,
-        timeout: Timeouts | float = DEFAULT_TIMEOUTS,
-        max_retries: int = 3,
-        backoff_base: float = 0.5,
-        backoff_max: float = 30.0,
-        transport: Transport | None = None,
-        provider: str | None = None,
         max_tokens_field: MaxTokensField = "max_tokens",
+        **options: Unpack[ClientOptions],
     ) -> None:
-        super().__init__(
-            base_url or "https://api.openai.com/v1",
-            model,
-            api_key=api_key,
-            timeout=timeout,
-            max_retries=max_retries,
-            backoff_base=backoff_base,
-            backoff_max=backoff_max,
-            transport=transport,
-            provider=provider,
-        )
+        super().__init__(base_url, model, **options)
         self.max_tokens_field: MaxTokensField = max_tokens_field
 
     def payload(self, request: SummaryRequest) -> JSON:

@@ -18,18 +18,12 @@ from collections import Counter
 from collections.abc import Iterable
 
 from compaction.errors import EmptySummaryError
-from compaction.handover.facts import (
-    ErrorFact,
-    SpanFacts,
-    led_facts,
-    led_span_facts,
-    mentions,
-    normalized,
-    read,
-    span_facts,
-)
+from compaction.handover.facts import SpanFacts, led_facts, led_span_facts, span_facts
+from compaction.handover.failures import ErrorFact
 from compaction.handover.fidelity import section_bodies
 from compaction.handover.identifiers import ELLIPSIS, clip_words, word_head, word_tail
+from compaction.handover.matching import mentions, normalized
+from compaction.handover.reading import read
 from compaction.handover.repeats import unrepeated
 from compaction.sessions.blocks import Message, text_of
 from compaction.vocabulary.checkpoint import framed_summary, is_checkpoint

@@ -25,6 +25,10 @@ class ViewRecorder(TrackingRecorder, ABC):
     projection_name: str
     tables: tuple[Table, ...]
 
+    def drop_broken_connections(self) -> None:
+        """After a lost connection: replace the view database's broken pooled connections
+        (PostgreSQL); nothing for the other backends."""
+
     def table(self, name: str) -> Table:
         for candidate in self.tables:
             if candidate.name == name:

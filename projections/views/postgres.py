@@ -15,6 +15,8 @@ from eventsourcing.postgres import PostgresDatastore, PostgresTrackingRecorder
 from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Composed, Identifier
 
+from compaction.sessions.pgrecorder import quoting
+from compaction.sessions.store import drop_broken_connections, quoted_identifier
 from projections.tables import Changes, Row, Table
 from projections.views.base import (
     ViewRecorder,
@@ -26,17 +28,20 @@ from projections.views.base import (
 
 class PostgresView(PostgresTrackingRecorder, ViewRecorder):
     def __init__(self, datastore: PostgresDatastore, *, projection: str, tables: tuple[Table, ...]) -> None:
-        super().__init__(datastore, tracking_table_name=f"{projection}_tracking")
+        super().__init__(quoting(datastore), tracking_table_name=f"{projection}_tracking")
         self.projection_name = projection
         self.tables = tables
-        schema = datastore.schema
-        self._qualified = {t.name: f'"{schema}".{t.name}' for t in tables}
+        schema = quoted_identifier(datastore.schema)
+        self._qualified = {t.name: f"{schema}.{t.name}" for t in tables}
         for t in tables:
             statement = create_statement(t, "postgresql", self._qualified[t.name])
             self.sql_create_statements.append(self._sql(statement))
         self._upserts = {
             t.name: self._sql(upsert_statement(t, self._qualified[t.name], "%s")) for t in tables
         }
+
+    def drop_broken_connections(self) -> None:
+        drop_broken_connections(self.datastore)
 
     @staticmethod
     def _sql(text: str) -> Composed:

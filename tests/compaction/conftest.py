@@ -12,13 +12,13 @@ from compaction.sessions.blocks import Message
 def extracted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The ids of the messages whose identifiers were extracted (not recalled)."""
     seen: list[str] = []
-    original = identifiers._kinds_of
+    original = identifiers.message_kinds.compute
 
     def counting(message: Message) -> identifiers.Kinds:
         seen.append(message.id)
         return original(message)
 
-    monkeypatch.setattr(identifiers, "_kinds_of", counting)
+    monkeypatch.setattr(identifiers.message_kinds, "compute", counting)
     return seen
 
 

@@ -14,12 +14,12 @@ import pytest
 
 from compaction.handover.analysis import SpanAnalysis
 from compaction.handover.carried import READING, SEQ_CODE, carried, recall_carried
-from compaction.handover.facts import file_action
+from compaction.handover.files import file_action, file_actions
 from compaction.handover.readahead import ReadAhead
+from compaction.importers import import_path
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import ToolCallBlock, ToolResultBlock
 from compaction.sessions.hashing import event_hash
-from compaction.sessions.importers import import_path
 from compaction.sessions.session import Session, project
 from compaction.sessions.store import SessionStore
 from compaction.vocabulary.config import BasicConfig
@@ -87,13 +87,13 @@ def test_a_loaded_session_recalls_them_for_any_span(path: Path, tmp_path: Path) 
                 with analysis.active():
                     for result, (call, action) in _kept_actions(analysis):
                         assert action == _fresh_action(call, result)
-                assert analysis.file_actions.computed == 0
+                assert file_actions(analysis).computed == 0
 
 
 def _kept_actions(
     analysis: SpanAnalysis,
 ) -> list[tuple[ToolResultBlock, tuple[ToolCallBlock, tuple[str, tuple[str, ...]]]]]:
-    memo = analysis.file_actions
+    memo = file_actions(analysis)
     return [(memo._objects[key], value) for key, value in memo._values.items()]
 
 

@@ -33,12 +33,14 @@ from compaction.handover.completion import (
     repair_request,
     without_echo,
 )
-from compaction.handover.facts import ErrorFact, Retention, SpanFacts, retention, span_facts
+from compaction.handover.facts import SpanFacts, span_facts
+from compaction.handover.failures import ErrorFact
 from compaction.handover.fidelity import missing_sections
 from compaction.handover.identifiers import Identifiers, extract
+from compaction.handover.retention import Retention, retention
+from compaction.importers import import_path
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import text_of
-from compaction.sessions.importers import import_path
 from compaction.sessions.session import Session, project
 from compaction.sessions.store import SessionStore
 from compaction.vocabulary.config import BasicConfig
@@ -410,8 +412,8 @@ async def test_an_appendix_that_outgrows_a_tiny_span_is_refused_by_name() -> Non
     session = Session()
     user(session, "Fix the failing tests under tests/ and run `pytest -q` until green.")
     start_turn(session)
-    for _ in range(3):
-        tool_step(session, n_calls=1, output="ok")
+    for _ in range(3):  # a span above the floor (the frame and the headings), under the appendix
+        tool_step(session, n_calls=1, output="3 passed in 0.02s; " * 10)
     service = BasicCompactService(BasicConfig(), summarizer=OwnSummarizer())
     with pytest.raises(ShrinkError, match=r"of its characters are the completion appendix"):
         await service.compact_region(session, session.nodes[1], session.nodes[4])

@@ -1,4 +1,4 @@
-"""Per-message facts found once (issue 13): the identifiers of a message are extracted once and
+"""Per-message facts found once: the identifiers of a message are extracted once and
 shared by the template summarizer, the completion and the fidelity gate; a span's error facts
 parse each tool call once; a cold meter prices the surface in one batch, with the same figures.
 What is found once is kept by the session's analysis (:class:`SpanAnalysis`), active while a
@@ -13,8 +13,9 @@ import msgspec
 import pytest
 
 from compaction.engine.meters import HeuristicMeter, Meter
-from compaction.handover import facts, identifiers
+from compaction.handover import calls, facts, failures, identifiers, outcomes, reading, walk
 from compaction.handover.analysis import SpanAnalysis
+from compaction.handover.files import file_actions
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import (
     ImageBlock,
@@ -145,14 +146,14 @@ def test_one_compaction_finds_its_span_facts_once(monkeypatch: pytest.MonkeyPatc
     """The template summarizer (the span led by the task statement) and the completion (the span
     alone) share one walk of the span: the lead's facts are added to the span's, not re-walked."""
     walked: list[int] = []
-    real = facts._span_facts
-    monkeypatch.setattr(facts, "_span_facts", lambda m: walked.append(len(m)) or real(m))
+    real = facts.span_facts.compute
+    monkeypatch.setattr(facts.span_facts, "compute", lambda m: walked.append(len(m)) or real(m))
     result = compacted_turn()
     assert sorted(walked) == [1, len(result.shadowed_seqs)]  # the lead alone, the span once
 
 
 def _public_spans() -> Iterator[tuple[str, list[Message]]]:
-    from compaction.sessions.importers import import_path
+    from compaction.importers import import_path
     from compaction.sessions.session import project
     from tests.conftest import PUBLIC_TRANSCRIPTS
 
@@ -172,7 +173,7 @@ def test_led_span_facts_equal_the_facts_of_the_whole_request_on_every_transcript
         for i in leads[:6]:
             for end in sorted({i + 1, i + 2, i + 5, i + 40, (i + len(messages)) // 2, len(messages)}):
                 lead, rest = messages[i], messages[i + 1 : end]
-                whole = facts._span_facts([lead, *rest])
+                whole = facts.span_facts.compute([lead, *rest])
                 with SpanAnalysis().active():
                     led = facts.led_span_facts(lead, rest)
                 assert led == whole, (name, i, end)
@@ -183,18 +184,20 @@ def test_led_span_facts_equal_the_facts_of_the_whole_request_on_every_transcript
 
 def test_error_facts_parse_each_call_once(analysis: SpanAnalysis) -> None:
     messages = span()
-    walk = facts._walk(messages, [facts.read(m) for m in messages])
-    errors = facts._errors(walk)
+    walked = walk.walk_span(messages, [reading.read(m) for m in messages])
+    errors = failures.span_errors(walked)
     assert [(e.command, e.fixed) for e in errors] == [
         ("pytest tests/test_a.py", True),  # the same command passed later
         ("pytest tests/test_b.py", False),
     ]
-    found = analysis.call_keys.computed
-    assert found == len(walk.steps)  # each call's key found when it was read
-    assert analysis.arguments.computed == len({s.call.arguments for s in walk.steps})
-    again = facts._walk(messages, [facts.read(m) for m in messages])
-    assert facts._errors(again) == errors
-    assert analysis.call_keys.computed == found  # the same messages are not read twice
+    found = calls.call_key.memo(analysis).computed
+    assert found == len(walked.steps)  # each call's key found when it was read
+    assert identifiers.parsed_arguments.memo(analysis).computed == len(
+        {s.call.arguments for s in walked.steps}
+    )
+    again = walk.walk_span(messages, [reading.read(m) for m in messages])
+    assert failures.span_errors(again) == errors
+    assert calls.call_key.memo(analysis).computed == found  # the same messages are not read twice
 
 
 def test_span_facts_are_the_same_with_warm_caches() -> None:
@@ -211,9 +214,9 @@ def test_span_facts_are_the_same_with_warm_caches() -> None:
 @pytest.mark.usefixtures("analysis")
 def test_arguments_of_returns_a_copy() -> None:
     block = call("c9", "make")
-    facts.arguments_of(block)["command"] = "changed"
-    assert facts.arguments_of(block) == {"command": "make"}
-    assert facts.call_key(block) == "make"
+    calls.arguments_of(block)["command"] = "changed"
+    assert calls.arguments_of(block) == {"command": "make"}
+    assert calls.call_key(block) == "make"
 
 
 # ---------------------------------------------------------------- batched pricing
@@ -291,7 +294,7 @@ def test_a_cold_measure_prices_the_surface_in_one_batch(monkeypatch: pytest.Monk
 
 
 def reference_paths(text: str) -> list[str]:
-    """The path search before issue 13: ``PATH_RE`` over the whole text."""
+    """The path search before the per-message facts were cached: ``PATH_RE`` over the whole text."""
     found = []
     for match in identifiers.PATH_RE.finditer(text):
         path = match.group(0).rstrip(".,:;")
@@ -400,9 +403,43 @@ def test_a_lazy_span_refuses_a_surface_rolled_back_since() -> None:
 
 def test_a_second_reader_of_the_span_reuses_the_block_facts(analysis: SpanAnalysis) -> None:
     messages = span()
-    memos = (analysis.first_lines, analysis.file_actions, analysis.result_texts, analysis.failures)
+    memos = (
+        outcomes.first_informative_line.memo(analysis),
+        file_actions(analysis),
+        calls.result_text.memo(analysis),
+        calls.failed.memo(analysis),
+    )
     facts.span_facts(messages)  # the template summarizer
     computed = [memo.computed for memo in memos]
     assert all(computed)
     facts.span_facts(messages[1:])  # the completion: the shadowed span without the task statement
     assert [memo.computed for memo in memos] == computed
+
+
+# ---------------------------------------------------------------- one decorator for every reader
+
+
+def test_a_remembered_reader_computes_once_per_analysis_and_keeps_nothing_without_one() -> None:
+    from compaction.handover.analysis import remembered
+    from compaction.sessions.memo import ENTRY_BYTES, ValueMemo
+
+    computed: list[str] = []
+
+    @remembered(lambda budget: ValueMemo(budget, lambda key, value: ENTRY_BYTES + len(value)))
+    def shout(text: str) -> str:
+        computed.append(text)
+        return text.upper()
+
+    assert [shout("a"), shout("a")] == ["A", "A"] and computed == ["a", "a"]  # no analysis: no memo
+    first, second = SpanAnalysis(), SpanAnalysis()
+    with first.active():
+        assert [shout("b"), shout("b"), shout("c")] == ["B", "B", "C"]
+    with second.active():
+        assert shout("b") == "B"  # another session's analysis keeps its own
+    assert computed == ["a", "a", "b", "c", "b"]
+    assert shout.memo(first).computed == 2 and shout.memo(second).computed == 1
+    assert first.bytes == 2 * ENTRY_BYTES + 2
+    first.budget.start_over()  # the analysis's bound reached: every memo starts over
+    with first.active():
+        shout("b")
+    assert computed[-1] == "b" and shout.memo(first).computed == 3

@@ -4,19 +4,15 @@ what a summary misses."""
 
 from __future__ import annotations
 
-from compaction.handover.facts import (
-    HARNESS_TOOL,
-    ErrorFact,
-    clean_user_text,
-    first_informative_line,
-    missing_from,
-    retention,
-    span_facts,
-)
+from compaction.handover.facts import span_facts
+from compaction.handover.failures import HARNESS_TOOL, ErrorFact
+from compaction.handover.harness_text import clean_user_text
+from compaction.handover.outcomes import first_informative_line
+from compaction.handover.retention import missing_from, retention
+from compaction.importers import import_path
 from compaction.sessions.blocks import (
     text_of,
 )
-from compaction.sessions.importers import import_path
 from compaction.sessions.interrupted import NOT_STARTED_TEXT
 from tests.compaction.spans import agent, step, user
 from tests.conftest import TRANSCRIPTS

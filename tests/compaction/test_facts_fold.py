@@ -18,6 +18,7 @@ from compaction.handover.analysis import SpanAnalysis
 from compaction.handover.facts import SpanFacts, span_facts
 from compaction.handover.facts_fold import FactsFold, folded_facts
 from compaction.handover.readahead import ReadAhead
+from compaction.importers import import_path
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import (
     Message,
@@ -28,7 +29,6 @@ from compaction.sessions.blocks import (
     ToolResultBlock,
 )
 from compaction.sessions.events import AssistantMessage, StepEnd, StepStart, ToolCall, ToolResult
-from compaction.sessions.importers import import_path
 from compaction.sessions.session import Session, project
 from compaction.sessions.store import SessionStore
 from compaction.vocabulary.config import BasicConfig

@@ -9,10 +9,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from compaction.handover.facts import clean_user_text, span_facts
+from compaction.handover.facts import span_facts
+from compaction.handover.harness_text import clean_user_text
+from compaction.importers import import_path
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import text_of
-from compaction.sessions.importers import import_path
 from compaction.sessions.session import Session, project
 from compaction.summarizers.template import render_summary
 from compaction.vocabulary.events import CompactSummary

@@ -11,12 +11,12 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from compaction.handover.facts import read
 from compaction.handover.fold import READING, IdentifierFold, folded_identifiers
 from compaction.handover.identifiers import Identifiers, extract
 from compaction.handover.readahead import ReadAhead
+from compaction.handover.reading import read
+from compaction.importers import import_path
 from compaction.service import BasicCompactService
-from compaction.sessions.importers import import_path
 from compaction.sessions.session import Session, SessionSnapshot, project
 from compaction.sessions.store import SessionStore
 from compaction.vocabulary.config import BasicConfig

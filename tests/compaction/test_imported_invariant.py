@@ -17,12 +17,12 @@ import pytest
 from compaction.audit.report import audit_session
 from compaction.cli.cmd_import import save_imported
 from compaction.errors import BracketRuleError
+from compaction.importers import ImportedSession, import_path
+from compaction.importers.builder import IMPORT_BOUNDARY
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import TextBlock
 from compaction.sessions.events import SessionInvariants, now_utc
-from compaction.sessions.importers import ImportedSession, import_path
-from compaction.sessions.importers.builder import IMPORT_BOUNDARY
-from compaction.sessions.invariants import DEFAULT_INVARIANTS
+from compaction.sessions.invariants import STRICT_INVARIANTS
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
 from compaction.summarizers.template import TemplateSummarizer
@@ -74,9 +74,9 @@ def test_the_import_ends_with_the_marker_after_the_imported_history(name: str) -
     session = result.session
     *history, marker = session.events()
     assert isinstance(marker, SessionInvariants)
-    assert (marker.names, marker.origin) == (DEFAULT_INVARIANTS, IMPORT_BOUNDARY)
+    assert (marker.names, marker.origin) == (STRICT_INVARIANTS, IMPORT_BOUNDARY)
     assert not any(isinstance(e, SessionInvariants) for e in history)
-    assert result.events == len(session) and session.invariants == DEFAULT_INVARIANTS
+    assert result.events == len(session) and session.invariants == STRICT_INVARIANTS
     assert all(e.origin for e in history), "every imported event names the input it came from"
     assert (session.type_counts.get(CompactStart.TYPE, 0) > 0) == (name in FOREIGN)
 
@@ -86,7 +86,7 @@ def test_a_malformed_bracket_after_the_import_is_refused_at_append_and_on_load(
     store: SessionStore, name: str
 ) -> None:
     session = stored(store, name)
-    assert session.invariants == DEFAULT_INVARIANTS
+    assert session.invariants == STRICT_INVARIANTS
     length = len(session)
     bad = summary_without_start(session)
     with pytest.raises(BracketRuleError, match="compact/summary has no matching compact/start") as refused:
@@ -106,7 +106,7 @@ async def test_a_compaction_after_the_import_commits_under_the_invariant(sqlite_
         result = await service.compact_now(session, store=store)
         assert result is not None and result.start_seq > marker
         loaded = store.get(session.id, use_snapshots=False)  # every event after the marker re-checked
-        assert loaded.nodes == session.nodes and loaded.invariants == DEFAULT_INVARIANTS
+        assert loaded.nodes == session.nodes and loaded.invariants == STRICT_INVARIANTS
         end = loaded.event(loaded.last_of(CompactEnd.TYPE) or -1)
         assert isinstance(end, CompactEnd) and end.compaction_id == result.compaction_id and not end.error
         checks = {c.name: c for c in audit_session(store, session.id).log_checks}
@@ -140,6 +140,6 @@ def test_recover_repairs_an_orphan_left_after_the_import(sqlite_url: str, name: 
         repaired = store.get(UUID(first["session_id"]), use_snapshots=False)
         end = repaired.event(repaired.last_of(CompactEnd.TYPE) or -1)
         assert isinstance(end, CompactEnd) and end.compaction_id == "c-orphan" and end.error
-        assert repaired.invariants == DEFAULT_INVARIANTS
+        assert repaired.invariants == STRICT_INVARIANTS
         with pytest.raises(BracketRuleError, match="has no matching compact/start"):
             repaired.append(CompactEnd(compaction_id="c-orphan", turn=None, error="again"))

@@ -19,10 +19,10 @@ import pytest
 from compaction.audit.checks import audit_events
 from compaction.audit.request import rebuild_request
 from compaction.engine.meters import HeuristicMeter
+from compaction.importers import import_path
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import text_of
 from compaction.sessions.events import UserMessage
-from compaction.sessions.importers import import_path
 from compaction.sessions.render import pairing_problems
 from compaction.sessions.store import SessionStore
 from compaction.summarizers.chunking import ChunkingSummarizer

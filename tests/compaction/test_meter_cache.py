@@ -79,7 +79,7 @@ def _priced(meter: HeuristicMeter, session: Session) -> int:
 
 
 def test_a_snapshot_carries_the_node_prices_and_a_fresh_meter_prices_nothing() -> None:
-    """Issue 13: the first pressure check of a process that loaded a session from its snapshot
+    """The first pressure check of a process that loaded a session from its snapshot
     sums the prices the snapshot carries; the figures are the ones pricing every node gives."""
     with SessionStore.open("memory://", snapshot_interval=1) as store:
         session = _long_session()

@@ -1,4 +1,4 @@
-"""Meter acceptance on the public transcripts with provider usage (issue 12; figures in
+"""Meter acceptance on the public transcripts with provider usage (figures in
 ``benchmarks/bench_meter.py`` and docs/benchmarks.md).
 
 After a compaction, the estimate of the next request is within 15% of the provider-priced overhead

@@ -12,8 +12,10 @@ import tiktoken
 from compaction.engine.meters import HeuristicMeter, Meter, TiktokenMeter, meter_named, utf16_length
 from compaction.errors import CompactionConfigError
 from compaction.sessions.blocks import (
+    Block,
     ImageBlock,
     Message,
+    OpaqueBlock,
     ReasoningBlock,
     TextBlock,
     ToolCallBlock,
@@ -27,6 +29,7 @@ from compaction.sessions.events import (
     StepStart,
     ToolSpec,
     Usage,
+    UserMessage,
 )
 from compaction.sessions.session import Session
 from compaction.vocabulary.checkpoint import checkpoint_message
@@ -361,7 +364,7 @@ def test_the_surface_is_priced_at_the_ratio_the_provider_counted() -> None:
 
 
 async def test_a_compaction_removes_the_shadowed_text_at_the_providers_price() -> None:
-    """Issue 12: after a compaction the estimate is overhead + the surface left, at the provider's
+    """After a compaction the estimate is overhead + the surface left, at the provider's
     ratio; the 0.1 meter subtracted the shadowed text at the heuristic's price and kept the rest of
     the provider's count as phantom overhead."""
     from compaction.service import BasicCompactService
@@ -439,3 +442,54 @@ def test_little_surface_growth_keeps_the_ratio_near_the_heuristics() -> None:
     reading = HeuristicMeter().measure(session)
     assert reading.calibration is not None and reading.calibration.fitted
     assert grown < 100 and 0.9 < reading.ratio < 1.1
+
+
+# ---------------------------------------------------------------- one pricing path
+
+
+def _every_kind_of_block() -> tuple[list[Block], list[SessionEvent]]:
+    image = ImageBlock("i1", "image/png", 100, url="https://example.test/y.png")
+    audio = OpaqueBlock("f", "audio", "QUJD" * 100, text="clip", media_type="audio/mp3", media_bytes=12345)
+    result = ToolResultBlock(
+        "c1", (TextBlock("résumé 😀 ok"), image, audio, OpaqueBlock("f", "file", '{"x": "é😀"}'))
+    )
+    blocks: list[Block] = [
+        TextBlock("hi"),
+        ReasoningBlock("think 😀"),
+        image,
+        ImageBlock("i2", "image/png", 100),
+        audio,
+        OpaqueBlock("f", "audio", "ref", media_type="audio/wav"),
+        result,
+        ToolResultBlock("c2", ()),
+        ToolCallBlock("c1", "bäsh", '{"cmd": "ls ü"}'),
+    ]
+    events: list[SessionEvent] = [
+        AssistantMessage(
+            turn=1,
+            step=1,
+            message=Message(id="a", role="assistant", content=tuple(blocks)),
+            surface_op="append",
+        ),
+        AssistantMessage(
+            turn=1, step=1, message=Message(id="b", role="assistant", content=()), surface_op="append"
+        ),
+        UserMessage(message=Message(id="c", role="user", content=(result, result)), surface_op="append"),
+        StepStart(turn=1, step=2),
+    ]
+    return blocks, events
+
+
+@pytest.mark.parametrize(
+    ("meter", "figures"),
+    [(HeuristicMeter(), [4179, 0, 2146, 0]), (HeuristicMeter(2.5), [4223, 0, 2178, 0])],
+    ids=["heuristic", "heuristic:2.5"],
+)
+def test_every_kind_of_block_is_priced_alike_by_block_message_node_and_batch(
+    meter: Meter, figures: list[int]
+) -> None:
+    """The figures the per-kind pricing gave before every price came from one loop (pinned), and
+    the same from each way in: a block alone, a message, a node, a batch of nodes."""
+    blocks, events = _every_kind_of_block()
+    assert meter.event_prices(events) == [meter.event(e) for e in events] == figures
+    assert meter.message(events[0].message) == sum(map(meter.block, blocks)) + 4  # type: ignore[attr-defined]

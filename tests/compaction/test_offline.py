@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 
 from compaction.audit.checks import audit_events
+from compaction.importers import import_path
 from compaction.service import BasicCompactService
-from compaction.sessions.importers import import_path
 from compaction.sessions.render import pairing_problems
 from compaction.vocabulary.config import BasicConfig
 from tests.conftest import TRANSCRIPTS

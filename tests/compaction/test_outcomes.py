@@ -12,18 +12,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compaction.handover.facts import first_informative_line, span_facts
+from compaction.handover.facts import span_facts
 from compaction.handover.outcomes import (
     BUILD_FAILURE_RE,
     DIAGNOSTIC_RE,
     FAILURE_RE,
+    first_informative_line,
     may_name_a_failure,
     output_failed,
     output_succeeded,
 )
+from compaction.importers import import_path
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import text_of
-from compaction.sessions.importers import import_path
 from compaction.sessions.session import Session, project
 from compaction.vocabulary.events import CompactSummary
 

@@ -82,12 +82,12 @@ async def test_no_window_is_a_configuration_error() -> None:
     session = Session()
     user(session, "task")
     start_turn(session, window=None)
-    with pytest.raises(CompactionConfigError, match="no context capacity for test/test-model"):
+    with pytest.raises(CompactionConfigError, match="no context window known for test/test-model"):
         await BasicCompactService().compact_if_needed(session)
 
 
 async def test_no_request_header_means_no_pressure() -> None:
-    """Issue 14.3: nothing has been routed yet, so there is nothing to compact (as the reference)."""
+    """Nothing has been routed yet, so there is nothing to compact (as the reference)."""
     session = Session()
     user(session, "task " * 5000)
     length = len(session)

@@ -1,4 +1,4 @@
-"""The read-ahead (issue 13): what a compaction needs of each message is read once, as the events
+"""The read-ahead: what a compaction needs of each message is read once, as the events
 arrive (the pressure check, from half the threshold), so the compaction itself reads nothing anew
 and produces the same checkpoint as one that reads everything itself."""
 
@@ -9,7 +9,8 @@ import hashlib
 
 import pytest
 
-from compaction.handover import facts, identifiers
+from compaction.handover import identifiers
+from compaction.handover.reading import read
 from compaction.service import BasicCompactService
 from compaction.sessions import hashing
 from compaction.sessions.mapper import encode_event
@@ -23,9 +24,11 @@ from tests.builders import end_turn, start_turn, tool_step, user
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every message read anew for its facts or identifiers, and every event hashed anew."""
     seen: list[str] = []
-    real_read, real_kinds, real_encode = facts._read, identifiers._kinds_of, hashing.encode_event
-    monkeypatch.setattr(facts, "_read", lambda m: seen.append(f"read {m.id}") or real_read(m))
-    monkeypatch.setattr(identifiers, "_kinds_of", lambda m: seen.append(f"ids {m.id}") or real_kinds(m))
+    real_read, real_kinds, real_encode = read.compute, identifiers.message_kinds.compute, hashing.encode_event
+    monkeypatch.setattr(read, "compute", lambda m: seen.append(f"read {m.id}") or real_read(m))
+    monkeypatch.setattr(
+        identifiers.message_kinds, "compute", lambda m: seen.append(f"ids {m.id}") or real_kinds(m)
+    )
     monkeypatch.setattr(hashing, "encode_event", lambda e: seen.append(f"hash {e.seq}") or real_encode(e))
     return seen
 

@@ -58,3 +58,36 @@ NAMEISH = st.text(alphabet="ab/._-é1 `", max_size=12)
 def test_occurs_is_the_pattern(ident: str, head: str, tail: str) -> None:
     for text in (head + ident + tail, head + tail, ident + head + ident):
         assert occurs(ident, text) == _occurs_by_pattern(ident, text), (ident, text)
+
+
+def _unrepeated_pairwise(items: list[str], elsewhere: str) -> list[str]:
+    """:func:`unrepeated` as first written: each item, shortest first, against ``elsewhere`` and
+    every other item still kept."""
+    kept = dict.fromkeys(items)
+    for item in sorted(kept, key=len):
+        if occurs(item, elsewhere) or any(
+            item in other and other is not item and occurs(item, other) for other in kept
+        ):
+            del kept[item]
+    return list(kept)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(NAMEISH, max_size=12), NAMEISH, st.lists(NAMEISH, max_size=4), st.booleans())
+def test_unrepeated_is_the_pairwise_rule(
+    items: list[str], elsewhere: str, copies: list[str], separated: bool
+) -> None:
+    # items that extend each other (a directory and its paths, a name and its longer names)
+    items = items + [a + b for a, b in zip(items, copies, strict=False)]
+    if separated:  # an item holding the joining character: each item is read as its own text
+        items.append(f"a\x00{items[0] if items else ''}")
+    assert unrepeated(items, elsewhere) == _unrepeated_pairwise(items, elsewhere)
+
+
+def test_unrepeated_of_many_paths_keeps_each_unquoted_one() -> None:
+    paths = [f"src/service/module_{n}.py" for n in range(20_000)]
+    dirs = ["src/service", "src", "/w/src/service/module_7.py"]
+    elsewhere = "- Edited `src/service/module_3.py` and src/service/module_40.pyc"
+    quoted = {"src/service/module_3.py", "src/service/module_7.py"}  # elsewhere; in the /w/ path
+    kept = unrepeated([*dirs, *paths], elsewhere)
+    assert kept == ["/w/src/service/module_7.py", *(p for p in paths if p not in quoted)]

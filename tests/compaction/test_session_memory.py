@@ -22,6 +22,7 @@ from compaction.audit import audit_events
 from compaction.errors import CompactionConfigError
 from compaction.handover import facts
 from compaction.handover.analysis import SpanAnalysis, active_analysis
+from compaction.handover.reading import Read, read
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import Block, Message
 from compaction.sessions.events import SessionEvent
@@ -222,13 +223,13 @@ def test_each_task_compacts_with_its_own_session_analysis(monkeypatch: pytest.Mo
     sessions = [built_session("task-0"), built_session("task-1")]
     owner = {id(m): i for i, s in enumerate(sessions) for m in map(project, s.events()) if m is not None}
     seen: list[tuple[int, SpanAnalysis | None]] = []
-    real_read = facts._read
+    real_read = read.compute
 
-    def spy(message: Message) -> facts.Read:
+    def spy(message: Message) -> Read:
         seen.append((owner.get(id(message), -1), active_analysis()))
         return real_read(message)
 
-    monkeypatch.setattr(facts, "_read", spy)
+    monkeypatch.setattr(read, "compute", spy)
 
     async def both() -> None:
         await asyncio.gather(*(service.compact_now(s) for s in sessions))

@@ -1,4 +1,4 @@
-"""The other operations (issue 7): tool-result pruning, overflow recovery, checkpoint rebuild."""
+"""The other operations: tool-result pruning, overflow recovery, checkpoint rebuild."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from compaction.engine.brackets import committed_count
 from compaction.engine.meters import HeuristicMeter
 from compaction.engine.prune import MARKER, PruneConfig, prune_session
 from compaction.errors import BusyError, CompactionError, ContextLengthError
+from compaction.importers import import_path
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import TextBlock, ToolResultBlock, text_of
 from compaction.sessions.events import StepStart, ToolResult
-from compaction.sessions.importers import import_path
 from compaction.sessions.loop import AgentLoop, ModelRequest, ModelResponse, ToolOutput
 from compaction.sessions.render import pairing_problems
 from compaction.sessions.session import Session

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 from typing import Any
 
 import msgspec
@@ -19,6 +20,7 @@ from compaction.errors import (
     FidelityError,
     ShrinkError,
     SpanError,
+    SpanTooSmallError,
     StoreError,
     SummarizerError,
     SurfaceChangedError,
@@ -169,21 +171,34 @@ async def test_an_empty_summary_is_a_recorded_failure() -> None:
 async def test_a_summary_not_smaller_than_its_span_is_rejected() -> None:
     session = Session()
     user(session, TASK)
-    small = user(session, text_of_price(18))
+    small = user(session, text_of_price(150))
     user(session, "the newest message")
     before = surface_snapshot(session)
-    with pytest.raises(
-        ShrinkError,
-        match=r"^summary is not smaller than the shadowed content \(106 estimated framed tokens "
-        r">= 18\)$",
-    ):
-        await service(ScriptedSummarizer("small checkpoint"), **RELAXED).compact_region(
+    message = r"summary is not smaller than the shadowed content \((\d+) estimated framed tokens >= 150\)"
+    with pytest.raises(ShrinkError, match=f"^{message}$"):
+        await service(ScriptedSummarizer("a long checkpoint " * 60), **RELAXED).compact_region(
             session, small, small, manual=True
         )
     end = session.event(len(session) - 1)
-    assert isinstance(end, CompactEnd)
-    assert end.error == "summary is not smaller than the shadowed content (106 estimated framed tokens >= 18)"
+    assert isinstance(end, CompactEnd) and end.error is not None
+    matched = re.fullmatch(message, end.error)
+    assert matched is not None and int(matched[1]) >= 150
     assert surface_snapshot(session) == before
+
+
+async def test_a_span_no_checkpoint_could_shrink_is_declined_before_the_summarizer() -> None:
+    """18 tokens, under the frame alone: nothing is appended and the summarizer is not asked."""
+    session = Session()
+    user(session, TASK)
+    small = user(session, text_of_price(18))
+    user(session, "the newest message")
+    before, length = surface_snapshot(session), len(session)
+    summarizer = ScriptedSummarizer("small checkpoint")
+    with pytest.raises(SpanTooSmallError, match=r"holds 18 estimated tokens") as raised:
+        await service(summarizer, **RELAXED).compact_region(session, small, small, manual=True)
+    assert isinstance(raised.value, ShrinkError) and raised.value.floor_tokens >= 18
+    assert summarizer.requests == [] and len(session) == length
+    assert surface_snapshot(session) == before and not inspect_lock(session).live
 
 
 async def test_the_fidelity_gate_rejects_a_summary_missing_a_section() -> None:
@@ -565,3 +580,34 @@ async def test_the_template_summarizer_passes_its_own_gate() -> None:
     assert summary.fidelity.retention_ratio == 1.0
     assert summary.fidelity.sections_missing == ()
     assert TASK in summary.summary[0].text
+
+
+class DictStore:
+    """A store of one's own, duck-typed: ``save`` and ``get`` over a dict of sessions, with no
+    lease of its own (``acquire_lease`` and the rest absent): the log's ``compact/start`` alone
+    arbitrates, as in the SQLite, PostgreSQL and memory stores."""
+
+    def __init__(self) -> None:
+        self.saved: dict[object, list[bytes]] = {}
+        self.saves = 0
+
+    def save(self, session: Session) -> None:
+        rows = self.saved.setdefault(session.id, [])
+        rows += [encode_event(e) for e in session.pending]
+        session.mark_saved()
+        self.saves += 1
+
+    def get(self, session_id: object) -> Session:
+        raise AssertionError("a compaction that no one raced never reloads the session")
+
+
+async def test_a_duck_typed_store_without_leases_compacts_under_the_logs_lock() -> None:
+    store = DictStore()
+    session = working_session(close_turn=True)
+    store.save(session)
+    length = len(session)
+    result = await service(**RELAXED).compact_now(session, store=store)  # type: ignore[arg-type]
+    assert result is not None
+    assert log_types(session, length) == ["compact/start", "compact/summary", "user/message", "compact/end"]
+    assert store.saves == 3 and len(store.saved[session.id]) == len(session)  # the start, then the commit
+    assert not inspect_lock(session).live and session.pending == []

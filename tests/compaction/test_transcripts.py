@@ -1,4 +1,4 @@
-"""Compaction on every public transcript (imported with ``compaction.sessions.importers.import_path``).
+"""Compaction on every public transcript (imported with ``compaction.importers.import_path``).
 
 Manual: head-anchored spans are compacted one after another with ``compact_region`` (each one
 merges the previous checkpoint) until the request fits a small window: a quarter of the session's
@@ -23,10 +23,10 @@ import pytest
 
 from compaction.engine.meters import HeuristicMeter
 from compaction.engine.selection import protected_position
+from compaction.importers import import_path
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import Message
 from compaction.sessions.events import UNSET_SEQ, UNSET_TIME, RequestHeader, TurnStart
-from compaction.sessions.importers import import_path
 from compaction.sessions.session import Session, project
 from compaction.vocabulary.checkpoint import is_checkpoint
 from compaction.vocabulary.config import BasicConfig
@@ -35,7 +35,7 @@ from tests.compaction.test_support import assert_committed, bracket, checkpoints
 from tests.conftest import PUBLIC_TRANSCRIPTS
 
 ALLOWANCE = 1600  # room for the checkpoint when choosing the smallest window that can fit
-# (the handover checkpoint of issue 12 lists every error and user message: ~1,450 tokens after the
+# (the handover checkpoint lists every error and user message: ~1,450 tokens after the
 # seven merged compactions of the third OpenHands session)
 RATIOS: dict[str, list[float]] = {}
 

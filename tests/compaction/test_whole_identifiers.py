@@ -12,9 +12,9 @@ import pytest
 
 from compaction.engine.meters import HeuristicMeter
 from compaction.handover.identifiers import clip_words, extract, word_head, word_tail
+from compaction.importers import import_path
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import Message, TextBlock, ToolCallBlock, ToolResultBlock, text_of
-from compaction.sessions.importers import import_path
 from compaction.sessions.session import Session, project
 from compaction.vocabulary.checkpoint import framed_summary, is_checkpoint
 from compaction.vocabulary.config import BasicConfig

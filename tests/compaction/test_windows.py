@@ -1,4 +1,4 @@
-"""Known context windows (issue 12): imported sessions of the common model families need no
+"""Known context windows: imported sessions of the common model families need no
 ``--window``; the table is one module and the user overrides it without editing it."""
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def header_session(model: str, window: int | None = None) -> Session:
 
 
 def test_an_imported_claude_sonnet_session_needs_no_window() -> None:
-    """Issue 12: "no context capacity for anthropic/claude-sonnet-4-5-20250929"."""
+    """Once refused with "no context capacity for anthropic/claude-sonnet-4-5-20250929"."""
     session = header_session("claude-sonnet-4-5-20250929")
     assert BasicCompactService().context_window(session) == 200_000
 
@@ -91,7 +91,7 @@ def test_config_then_header_then_table() -> None:
 def test_an_unknown_model_still_names_how_to_configure_it() -> None:
     with pytest.raises(
         CompactionConfigError,
-        match=r"no context capacity for anthropic/house-model.*"
-        r"WindowTable\.with_overrides",
+        match=r"no context window known for anthropic/house-model.*"
+        r"--window N.*context_window=N.*compaction\.toml",
     ):
         BasicCompactService().context_window(header_session("house-model"))

@@ -12,6 +12,7 @@ from uuid import UUID
 import pytest
 
 from compaction.sessions.render import to_openai
+from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
 from tests.builders import run_json, run_python
 
@@ -64,6 +65,17 @@ def surface_here(url: str, session_id: UUID) -> list[dict[str, Any]]:
 def surface_in_another_process(url: str, session_id: UUID) -> list[dict[str, Any]]:
     loaded: list[dict[str, Any]] = json.loads(run_python(SURFACE_READER, url, str(session_id)))
     return loaded
+
+
+def runs_of(session: Session) -> list[list[Any]]:
+    """The logged message events of ``session`` grouped by user prompt (one group per run)."""
+    runs: list[list[Any]] = []
+    for event in session.events():
+        if event.type == "user/message":
+            runs.append([])
+        if runs and getattr(event, "message", None) is not None:
+            runs[-1].append(event)
+    return runs
 
 
 def every_call_answered_in_order(messages: list[dict[str, Any]]) -> None:

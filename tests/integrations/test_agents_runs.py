@@ -16,6 +16,7 @@ from tests.integrations.support import (
     audit_passes,
     every_call_answered_in_order,
     require_framework,
+    runs_of,
     surface_here,
 )
 
@@ -121,13 +122,7 @@ async def test_concurrent_runs_of_one_conversation_follow_each_other(url: str) -
     session = CompactingSession("fixer", url, context_window=100_000)
     prompts = [f"question {k}" for k in range(4)]
     await asyncio.gather(*(session.run(agent(LongRunModel(reads=2)), p) for p in prompts))
-    logged = await session.memory.load("fixer")
-    runs: list[list[Any]] = []
-    for event in logged.events():
-        if event.type == "user/message":
-            runs.append([])
-        if runs and getattr(event, "message", None) is not None:
-            runs[-1].append(event)
+    runs = runs_of(await session.memory.load("fixer"))
     assert len(runs) == 4
     for run in runs:  # each run's items together: its prompt, two reads, its own answer
         prompt = run[0].message.content[0].text

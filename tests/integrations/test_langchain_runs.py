@@ -39,6 +39,7 @@ class ReadingModel(GenericFakeChatModel):
     reads: int = 1
     prompt: str = ""
     since: int = 0
+    call_prefix: str = "call"  # a process that restarts a conversation names its calls apart
 
     def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
         return self
@@ -57,7 +58,12 @@ class ReadingModel(GenericFakeChatModel):
         usage = {"input_tokens": 10 * n, "output_tokens": n, "total_tokens": 11 * n}
         metadata = {"model_name": "fake-reader", "finish_reason": "stop"}
         if since < self.reads:
-            call = {"name": "read_file", "args": {"path": FILE}, "id": f"call_{n}", "type": "tool_call"}
+            call = {
+                "name": "read_file",
+                "args": {"path": FILE},
+                "id": f"{self.call_prefix}_{n}",
+                "type": "tool_call",
+            }
             message = AIMessage(
                 content="", tool_calls=[call], usage_metadata=usage, response_metadata=metadata
             )

@@ -6,6 +6,7 @@ kept with their call through a compaction."""
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 from typing import Any
 
@@ -87,6 +88,11 @@ def priced_as_elsewhere(result: ToolResultBlock, user_blocks: tuple[Any, ...]) -
 # ---------------------------------------------------------------- OpenAI Agents SDK
 
 
+CALL_IDS = itertools.count(1)
+"""Scripted call ids, unique across runs of a conversation as a provider's are (a repeated id on
+the surface fails the audit's unique-call-ids check)."""
+
+
 class CallingModel(Model):
     """Each run: calls ``screenshot`` and ``spec`` together, then answers; keeps every input."""
 
@@ -105,7 +111,7 @@ class CallingModel(Model):
             calls = [
                 ResponseFunctionToolCall(
                     id=f"fc_{name}_{n}",
-                    call_id=f"{name}-{n}",
+                    call_id=f"{name}-{next(CALL_IDS)}",  # unique across runs, as a provider's are
                     type="function_call",
                     name=name,
                     arguments="{}",
@@ -195,9 +201,10 @@ async def test_agents_sdk_compaction_keeps_image_results_with_their_calls(url: s
 def pai_script(messages: list[ModelMessage], info: AgentInfo) -> PaiResponse:
     last = messages[-1].parts[-1]
     if isinstance(last, UserPromptPart) and isinstance(last.content, str):
-        return PaiResponse(parts=[PaiCall("screenshot", {}, tool_call_id=f"s{len(messages)}"),
-                                  PaiCall("spec", {}, tool_call_id=f"d{len(messages)}"),
-                                  PaiCall("voicemail", {}, tool_call_id=f"v{len(messages)}")])  # fmt: skip
+        n = next(CALL_IDS)  # call ids unique across runs, as a provider's are
+        return PaiResponse(parts=[PaiCall("screenshot", {}, tool_call_id=f"s{n}"),
+                                  PaiCall("spec", {}, tool_call_id=f"d{n}"),
+                                  PaiCall("voicemail", {}, tool_call_id=f"v{n}")])  # fmt: skip
     return PaiResponse(parts=[PaiText(f"answer {len(messages)}")])
 
 
@@ -326,7 +333,7 @@ class ToolCallingModel(GenericFakeChatModel):
         n = len(self.seen)
         if messages[-1].type == "human":
             calls = [
-                {"name": "lc_screenshot", "args": {}, "id": f"shot-{n}-{k}", "type": "tool_call"}
+                {"name": "lc_screenshot", "args": {}, "id": f"shot-{next(CALL_IDS)}-{k}", "type": "tool_call"}
                 for k in range(2)
             ]
             message = AIMessage(content="", tool_calls=calls)

@@ -1,4 +1,4 @@
-"""``compaction rebuild --follow`` rides out a lost PostgreSQL connection (issue 23).
+"""``compaction rebuild --follow`` rides out a lost PostgreSQL connection.
 
 The follower runs as its own process, its connections named by ``PGAPPNAME``; the test ends them
 (``pg_terminate_backend``, what a restart or a failover does to them) while the database refuses
@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -130,3 +131,58 @@ def test_a_follower_refused_too_long_exits_1_saying_why(
     assert "gave up after 2 failed attempts in a row" in error["message"]
     assert f"the views are at notification {first}" in error["message"]
     assert "Traceback" not in err
+
+
+def terminate_follower(url: str) -> int:
+    """End the follower's connections to the test's own database (the server stays up)."""
+    return len(
+        _admin(
+            url,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = %s AND application_name = %s",
+            url.rsplit("/", 1)[1],
+            FOLLOWER,
+        )
+    )
+
+
+@pytest.mark.slow
+def test_rounds_of_terminated_connections_are_each_recovered_on_the_next_attempt(
+    store: SessionStore, pg_url: str, probe: dict[str, ViewRecorder]
+) -> None:
+    """Every pooled connection of the follower dies at once, round after round, while the server
+    stays up: the follower's next attempt reaches it (none of the dead connections is handed out
+    again), so it never fails twice in a row and catches up each round without backoff."""
+    grow(store, seed=45, sessions=2, operations=8)
+    writer = Writer(store, random.Random(46))
+    session = writer.new_session()
+    child = follower(pg_url)
+    try:
+        wait_until(
+            lambda: set(positions(store, probe).values()) == {store.max_notification_id()}, 60, "the catch-up"
+        )
+        for _ in range(5):
+            for _ in range(3):  # the follower's pool holds several connections, all used
+                writer.step(session)
+            wait_until(
+                lambda: set(positions(store, probe).values()) == {store.max_notification_id()}, 30, "a round"
+            )
+            assert terminate_follower(pg_url) >= 1, "the follower had no connection to end"
+            for _ in range(2):
+                writer.step(session)
+            wait_until(
+                lambda: set(positions(store, probe).values()) == {store.max_notification_id()},
+                30,
+                "the events after a round",
+            )
+        assert child.poll() is None
+        child.send_signal(signal.SIGTERM)
+        _, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    assert child.returncode == 0, err
+    attempts = [int(n) for n in re.findall(r"\(attempt (\d+) of \d+\)", err)]
+    assert attempts and max(attempts) == 1, f"failed attempts in a row: {attempts}\n{err[-3000:]}"
+    check_against_aggregate(store, probe)

@@ -399,10 +399,21 @@ def test_the_store_follows_notifications_after_a_position(store: SessionStore) -
 # ---------------------------------------------------------------- errors
 
 
-def test_a_stored_event_of_unknown_type_stops_the_batch(store: SessionStore) -> None:
+def test_a_stored_event_of_unknown_type_folds_as_an_opaque_event(store: SessionStore) -> None:
     writer = Writer(store, random.Random(8))
     session = writer.new_session()
     store.application.recorder.insert_events([StoredEvent(session.id, 1, "martian/event", b'{"seq": 1}')])
+    with ProjectionRunner(store, ["surface", "ledger", "usage"]) as runner:
+        runner.catch_up()
+        assert runner.position == store.max_notification_id()
+        assert surface_of(runner.views["surface"], session.id) is not None
+
+
+def test_a_strict_store_stops_the_batch_at_an_unknown_type(store: SessionStore) -> None:
+    writer = Writer(store, random.Random(8))
+    session = writer.new_session()
+    store.application.recorder.insert_events([StoredEvent(session.id, 1, "martian/event", b'{"seq": 1}')])
+    store.application.mapper.strict_types = True  # type: ignore[attr-defined]
     with ProjectionRunner(store, ["surface"]) as runner:
         with pytest.raises(ProjectionFoldError, match=f"session {session.id} seq 1") as raised:
             runner.catch_up()
@@ -510,6 +521,7 @@ def test_public_surface_is_pinned() -> None:
         [
             "ALL",
             "PROJECTIONS",
+            "FoldProjection",
             "FollowerGaveUpError",
             "LedgerProjection",
             "ProjectionConfigError",
@@ -528,6 +540,8 @@ def test_public_surface_is_pinned() -> None:
             "ViewStoreError",
             "compactions",
             "default_views_path",
+            "load_projections",
+            "projection_names",
             "resolve_names",
             "steps_of",
             "stop_on_signals",

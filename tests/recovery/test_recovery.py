@@ -672,7 +672,7 @@ def test_an_unreadable_session_is_reported_and_the_others_are_still_recovered(tm
 def test_an_undecodable_lock_record_does_not_stop_the_recovery_of_other_sessions(
     durable_store_url: str,
 ) -> None:
-    """Issue 15.2: a compact/start row that does not decode used to fail the whole scan
+    """A compact/start row that does not decode used to fail the whole scan
     (StoreError), so the healthy orphan of another session stayed busy."""
     from tests.reliability import tamper
 

@@ -1,4 +1,4 @@
-"""Native exports whose shadowed events were edited (issue 15.10): the surface hash cannot see
+"""Native exports whose shadowed events were edited: the surface hash cannot see
 them (they are off the surface), so version 2 of the format records every event's content hash
 and the import compares each one, naming the seq. Version 1 files still import."""
 

@@ -1,4 +1,4 @@
-"""The probes of issue 15 as a bounded CI suite: fuzz (fixed seed, bounded corpus), races and
+"""The reliability probes as a bounded CI suite: fuzz (fixed seed, bounded corpus), races and
 crashes on SQLite and PostgreSQL. ``make soak`` runs the same loops for a set time
 (:mod:`tests.reliability.soak`)."""
 

@@ -1,4 +1,4 @@
-"""Tampered stores (issue 15.3, 15.4): one damaged session never takes the others down.
+"""Tampered stores: one damaged session never takes the others down.
 
 Each case damages one session of a store that holds a healthy one too, straight through the
 database driver (:mod:`tests.reliability.tamper`). ``compaction sessions`` lists both, the damaged

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from compaction.importers import import_path
+from compaction.importers.detect import detect_format
 from compaction.sessions.blocks import ReasoningBlock, TextBlock, ToolCallBlock, text_of, tool_calls_of
 from compaction.sessions.events import AssistantMessage, ContextMessage, RequestHeader, UserMessage
-from compaction.sessions.importers import import_path
-from compaction.sessions.importers.detect import detect_format
 from compaction.sessions.render import to_openai
 from compaction.vocabulary.events import CompactEnd, CompactStart, CompactSummary
 from tests.builders import run_json

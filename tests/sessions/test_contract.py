@@ -1,4 +1,4 @@
-"""The log's contract on every path into a session (issue 14 items 1-2): logged events are deeply
+"""The log's contract on every path into a session: logged events are deeply
 immutable, and a message of the wrong shape is refused by append, replay, load and native import."""
 
 from __future__ import annotations

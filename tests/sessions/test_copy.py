@@ -22,9 +22,9 @@ import pytest
 
 from compaction.cli.main import main
 from compaction.errors import ConfigurationError
+from compaction.importers import import_path
 from compaction.sessions.copy import copy_session
 from compaction.sessions.hashing import surface_hash
-from compaction.sessions.importers import import_path
 from compaction.sessions.partitioned import (
     PartitionedSessionStore,
     UnannouncedPostgresRecorder,

@@ -59,7 +59,14 @@ def test_a_current_version_file_re_exports_byte_for_byte(path: Path) -> None:
     header.pop("library_version")
     again_header.pop("library_version")
     assert again_header == header
-    assert again[1:] == lines[1:]
+    # A line of a type whose class has since raised its class_version re-exports upcast (and says
+    # so); every other line is byte for byte what was written.
+    upcast = [i for i, line in enumerate(again[1:]) if "class_version" in json.loads(line)]
+    assert [a for i, a in enumerate(again[1:]) if i not in upcast] == [
+        old for i, old in enumerate(lines[1:]) if i not in upcast
+    ]
+    for i in upcast:
+        assert "class_version" not in json.loads(lines[1 + i])
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)

@@ -28,7 +28,7 @@ from uuid import UUID
 import pytest
 
 from compaction.errors import SessionNotFoundError, StoreUnavailableError
-from compaction.sessions.importers import import_path
+from compaction.importers import import_path
 from compaction.sessions.mapper import encode_event
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from compaction.importers import import_path
 from compaction.sessions.blocks import Message, Source, TextBlock, ToolCallBlock, ToolResultBlock
-from compaction.sessions.importers import import_path
 from compaction.sessions.render import to_anthropic, to_openai
 from tests.conftest import PUBLIC_TRANSCRIPTS, TRANSCRIPTS
 

@@ -1,6 +1,6 @@
-"""Store URLs and opening a store: clear errors, never a traceback, never a silent loss
-(issue 15.6, 15.7), PostgreSQL failures that name their cause at once (issue 14.10), read-only
-commands that refuse a store that does not exist (issue 14.15), and the summarizer base URL."""
+"""Store URLs and opening a store: clear errors, never a traceback, never a silent loss,
+PostgreSQL failures that name their cause at once, read-only commands that refuse a store that
+does not exist, and the summarizer base URL."""
 
 from __future__ import annotations
 

@@ -42,7 +42,7 @@ def nats_settings(url: str) -> dict[str, str]:
 
 
 def _server(url: str, part: str) -> str:
-    found = _HOST_PORT.match(part)
+    found = _HOST_PORT.fullmatch(part)
     port = int(found.group(3) or 4222) if found else 0
     if not found or not 1 <= port <= 65535:
         raise ConfigurationError(
@@ -52,7 +52,7 @@ def _server(url: str, part: str) -> str:
 
 
 def _checked(url: str, key: str, value: str) -> str:
-    if key == "stream" and not _STREAM.match(value):
+    if key == "stream" and not _STREAM.fullmatch(value):
         raise ConfigurationError(
             f"store URL {url!r}: stream {value!r} is not a stream name; expected letters, digits, "
             "'-' and '_' (at most 64)"

@@ -22,11 +22,11 @@ from compaction.engine.lock import new_lease
 from compaction.engine.meters import HeuristicMeter
 from compaction.engine.selection import select_span
 from compaction.errors import FidelityError, ShrinkError
+from compaction.importers import import_path
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import TextBlock
 from compaction.sessions.events import Replace, UserMessage
 from compaction.sessions.hashing import event_hash
-from compaction.sessions.importers import import_path
 from compaction.sessions.session import Session, project
 from compaction.sessions.store import SessionStore
 from compaction.summarizers.template import render_summary

@@ -25,9 +25,9 @@ from compaction.engine.brackets import find_brackets
 from compaction.engine.meters import HeuristicMeter
 from compaction.engine.transaction import build_request
 from compaction.errors import UnrebuildableError
+from compaction.importers import import_path
 from compaction.service import BasicCompactService
 from compaction.sessions.events import SessionEvent
-from compaction.sessions.importers import import_path
 from compaction.sessions.mapper import decode_event, encode_event
 from compaction.sessions.native import import_session
 from compaction.sessions.session import Session

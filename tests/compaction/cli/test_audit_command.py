@@ -19,8 +19,8 @@ from compaction.cli.demo import run_demo_session
 from compaction.engine.meters import HeuristicMeter
 from compaction.engine.selection import select_span
 from compaction.engine.transaction import build_request
+from compaction.importers import import_path
 from compaction.service import BasicCompactService
-from compaction.sessions.importers import import_path
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
 from compaction.summarizers.anthropic import AnthropicSummarizer
@@ -90,6 +90,7 @@ def test_audit_json_document_passes_with_exit_zero(recorded: tuple[str, UUID, li
         "log-rules",
         "bracket-members",
         "compact-brackets",
+        "unique-call-ids",
     }
     code, every = run_json("--store", url, "audit", "--all")
     assert code == 0 and [s["session_id"] for s in every["sessions"]] == [str(session_id)]

@@ -1,6 +1,6 @@
 """``compaction compact``: where the session ended and why, the exit status, and one token figure.
 
-Issue 12 item 4 and issue 14 item 16: ``compact`` says when the result is still above the threshold
+``compact`` says when the result is still above the threshold
 or the window and why; above the window it exits 1 with the reason in its JSON; a failed further
 attempt never hides a compaction that committed; a window not above the fixed overhead is refused
 with the overhead named; ``sessions``, ``show`` and ``compact`` print the same request total; an
@@ -73,7 +73,7 @@ def imported(url: str, path: Path) -> str:
 def test_a_window_not_above_the_fixed_overhead_is_refused_with_the_overhead_named(
     sqlite_url: str,
 ) -> None:
-    """Issue 14.16: ``--window 10`` was accepted and left the session over the window."""
+    """``--window 10`` was once accepted and left the session over the window."""
     sid = stored(sqlite_url, steps_session(BIG, BIG, system="s" * 800))  # 200 + 4 tokens
     code, document = run_json("--store", sqlite_url, "compact", sid, "--window", "10")
     assert code == 1 and set(document) == {"error"}
@@ -88,7 +88,7 @@ def test_a_window_not_above_the_fixed_overhead_is_refused_with_the_overhead_name
 def test_a_threshold_not_above_the_fixed_overhead_is_refused_before_anything_is_written(
     sqlite_url: str,
 ) -> None:
-    """Issue 24.6: the window was above the overhead but its threshold was not; two compactions were
+    """The window was above the overhead but its threshold was not; two compactions were once
     written before the command said it was still above. Now nothing is written, and the window
     that would do is named."""
     sid = stored(sqlite_url, steps_session(BIG, BIG, system="s" * 800))  # 200 + 4 tokens
@@ -229,7 +229,7 @@ def test_sessions_show_and_compact_print_the_same_request_total(sqlite_url: str)
     assert code == 0 and document["tokens_before"] == before
     assert document["status"] == "under_threshold"
     assert listed()["tokens"] == shown() == document["tokens_after"]
-    # issue 12: 53,627 after compacting while the surface held 10,873 (~42.7k phantom overhead)
+    # the 0.1 meter: 53,627 after compacting while the surface held 10,873 (~42.7k phantom overhead)
     overhead, ratio = document["overhead_tokens"], document["ratio"]
     assert overhead < 2500 and 1.2 < ratio < 1.45
     surface = listed()["surface_tokens"]
@@ -237,7 +237,7 @@ def test_sessions_show_and_compact_print_the_same_request_total(sqlite_url: str)
 
 
 def test_a_claude_sonnet_45_session_needs_no_window(sqlite_url: str) -> None:
-    """Issue 12: "no context capacity for anthropic/claude-sonnet-4-5-20250929"."""
+    """Once refused with "no context capacity for anthropic/claude-sonnet-4-5-20250929"."""
     sid = imported(sqlite_url, SONNET_45)
     code, document = run_json("--store", sqlite_url, "compact", sid)
     assert code == 0, document
@@ -248,7 +248,7 @@ def test_a_claude_sonnet_45_session_needs_no_window(sqlite_url: str) -> None:
 def test_compact_without_a_window_names_the_one_it_assumed_and_the_html_draws_it(
     sqlite_url: str, tmp_path: Path
 ) -> None:
-    """Issue 24.7: the window compact inferred showed only under --json, and the HTML report said
+    """The window compact inferred once showed only under --json, and the HTML report said
     "context window unknown" for the same session."""
     claude = next((TRANSCRIPTS / "claude-code-log").rglob("37f83ec9-*.jsonl"))
     sid = imported(sqlite_url, claude)

@@ -204,3 +204,40 @@ def test_the_progress_line_names_the_model_and_the_compaction(terminal: bool) ->
     line = "summarizing with template/template-v1 (request 1, compaction cmp-loca, 4 messages"
     assert line in said
     assert said.count("Ctrl-C stops it") == 1 if not terminal else "Ctrl-C stops it" in said
+
+
+def test_piped_messages_are_never_wrapped(tmp_path: Path) -> None:
+    """Written to a pipe, a message is one line however long: a suggested command (here the long
+    path of the script that ran) is never split in two. Tables may be wide; nothing is wrapped."""
+    deep = tmp_path / ("a-rather-long-folder-name-" * 3) / ("and-another-long-one-" * 3)
+    deep.mkdir(parents=True)
+    (deep / "compaction").symlink_to(SCRIPT)
+    script = (deep / "compaction").relative_to(tmp_path).as_posix()  # the hint names it from here
+    piped = run_line(f"{shlex.quote(script)} --store memory:// sessions 2>&1 | cat", tmp_path)
+    assert piped.returncode == 0, piped.stdout
+    assert f"try `{script} demo`" in piped.stdout, piped.stdout
+    assert all(line.count("`") % 2 == 0 for line in piped.stdout.splitlines()), piped.stdout
+
+
+@pytest.mark.parametrize("store", [None, "sqlite:///nested/folder/sessions.db"])
+def test_a_failed_import_leaves_no_store_behind(
+    store: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("COMPACTION_STORE", raising=False)
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("this is not a transcript\n", encoding="utf-8")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    code, document = run_json(*(["--store", store] if store else []), "import", str(broken))
+    assert code == 1 and "error" in document, document
+    assert sorted(p.name for p in tmp_path.iterdir()) == before, "the failed import left files"
+
+
+def test_a_failed_import_keeps_a_store_that_was_there(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'sessions.db'}"
+    assert run_json("--store", url, "demo")[0] == 0
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("this is not a transcript\n", encoding="utf-8")
+    assert run_json("--store", url, "import", str(broken))[0] == 1
+    code, listed = run_json("--store", url, "sessions")
+    assert code == 0 and listed["sessions"]

@@ -1,7 +1,6 @@
-"""``compaction import`` on what users actually point it at (issue 14 items 4-9 and 12, issue 15
-items 5 and 8-10): older OpenHands output, pi bash executions, Claude Code queued messages, forced
-formats, counts that agree across formats, directories, FIFOs, byte order marks, deep JSON, empty
-sessions and concurrent imports of one file."""
+"""``compaction import`` on what users actually point it at: older OpenHands output, pi bash executions,
+Claude Code queued messages, forced formats, counts that agree across formats, directories, FIFOs, byte
+order marks, deep JSON, empty sessions and concurrent imports of one file."""
 
 from __future__ import annotations
 
@@ -17,6 +16,7 @@ import pytest
 
 from compaction.cli.cmd_import import _save_first, save_imported
 from compaction.errors import TranscriptError
+from compaction.importers import detect_format, import_path, registry
 from compaction.sessions.blocks import ToolResultBlock, text_of
 from compaction.sessions.events import (
     AssistantMessage,
@@ -27,10 +27,9 @@ from compaction.sessions.events import (
     TurnEnd,
     UserMessage,
 )
-from compaction.sessions.importers import import_path
 from compaction.sessions.store import SessionStore
 from tests.builders import Doc, run_human, run_json
-from tests.conftest import TRANSCRIPTS
+from tests.conftest import PUBLIC_TRANSCRIPTS, TRANSCRIPTS
 
 DATA = Path(__file__).resolve().parents[2] / "sessions" / "data"
 LEGACY_OPENHANDS = DATA / "openhands_legacy_output.jsonl"
@@ -228,6 +227,34 @@ def test_a_forced_format_that_matches_nothing_names_the_detected_one(sqlite_url:
     assert "try --format claude-code" in document["error"]["message"]
 
 
+def test_a_forced_format_that_finds_none_of_its_records_names_the_detected_one(sqlite_url: str) -> None:
+    """OpenHands forced on a SWE-agent trajectory found actions in its messages and invented tool
+    calls for them (0 results, 4 synthesized, exit 0): none of the file is OpenHands output."""
+    with pytest.raises(
+        TranscriptError,
+        match=r"--format openhands matches nothing in this file: none of it is OpenHands output",
+    ):
+        import_path(SWE_AGENT, "openhands")
+    code, document = _import(sqlite_url, str(SWE_AGENT), "--format", "openhands")
+    assert code == 1 and document["error"]["type"] == "TranscriptError"
+    message = document["error"]["message"]
+    assert "looks like 'openai'" in message and "try --format openai" in message
+    with SessionStore.open(sqlite_url) as store:
+        assert not list(store.session_ids())
+
+
+@pytest.mark.parametrize("path", PUBLIC_TRANSCRIPTS, ids=lambda p: p.parent.name)
+def test_every_format_forced_on_another_formats_file_is_refused(path: Path) -> None:
+    """Forcing a format is for a file auto-detection gets wrong; forced on a file of another format
+    (that it does not recognise at all), every format refuses it and names the detected one."""
+    detected = detect_format(path)
+    for name in set(registry.names()) - {detected}:
+        with pytest.raises(
+            TranscriptError, match=rf"--format {name} matches nothing.*looks like {detected!r}"
+        ):
+            import_path(path, name)
+
+
 # ---------------------------------------------------------------- 14.8 counts agree across formats
 
 
@@ -368,8 +395,9 @@ def test_concurrent_imports_of_one_file_all_succeed(tmp_path: Path) -> None:
     with SessionStore.open(url):
         pass  # create the store once, before the racers start
     many = tmp_path / "many.jsonl"
-    runs = LEGACY_OPENHANDS.read_text().splitlines()
-    many.write_text("\n".join(runs * 10) + "\n")  # 20 sessions (ids differ per line index)
+    runs = [json.loads(line) for line in LEGACY_OPENHANDS.read_text().splitlines()]
+    copies = [{**run, "instance_id": f"copy-{k}"} for k in range(10) for run in runs]  # a repeat is skipped
+    many.write_text("".join(json.dumps(run) + "\n" for run in copies))  # 20 sessions
     command = [str(ENTRY_POINT), "--store", url, "import", str(many), "--json"]
     processes = [
         subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)

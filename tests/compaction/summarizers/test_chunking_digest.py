@@ -18,7 +18,9 @@ import pytest
 
 from compaction.engine.meters import HeuristicMeter
 from compaction.errors import CompactionConfigError, ContextLengthError
-from compaction.handover.facts import normalized, span_facts
+from compaction.handover.facts import span_facts
+from compaction.handover.matching import normalized
+from compaction.importers import import_path
 from compaction.sessions.blocks import (
     Message,
     ReasoningBlock,
@@ -27,7 +29,6 @@ from compaction.sessions.blocks import (
     ToolResultBlock,
     text_of,
 )
-from compaction.sessions.importers import import_path
 from compaction.sessions.render import pairing_problems
 from compaction.sessions.store import SessionStore
 from compaction.summarizers.chunking import ChunkingSummarizer, fit_unit

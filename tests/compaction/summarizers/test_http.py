@@ -583,6 +583,20 @@ def test_anthropic_needs_a_key_for_the_public_api(monkeypatch: pytest.MonkeyPatc
         AnthropicSummarizer(model="claude-sonnet-4-5")
 
 
+def test_the_clients_share_one_constructor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both clients take the same options (ClientOptions), each with its own default base URL."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    openai = OpenAISummarizer(None, "m", timeout=5, max_retries=1, provider="vllm")
+    anthropic = AnthropicSummarizer("http://127.0.0.1:9", "m", timeout=5, max_retries=1, api_key="k")
+    assert openai.url == "https://api.openai.com/v1/chat/completions" and openai.provider == "vllm"
+    assert anthropic.url == "http://127.0.0.1:9/v1/messages" and anthropic.provider == "anthropic"
+    assert openai.timeouts == anthropic.timeouts and openai.retry == anthropic.retry
+    with pytest.raises(TypeError, match="max_token_field"):
+        OpenAISummarizer(None, "m", max_token_field="max_tokens")  # type: ignore[call-arg]
+    with pytest.raises(CompactionConfigError, match="model must be a non-empty name"):
+        AnthropicSummarizer("http://127.0.0.1:9", "", api_key="k")
+
+
 # ---------------------------------------------------------------- pieces
 
 

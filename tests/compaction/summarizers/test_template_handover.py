@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 
 from compaction.engine.meters import HeuristicMeter
-from compaction.handover.facts import Retention, retention, span_facts
+from compaction.handover.facts import span_facts
 from compaction.handover.fidelity import section_bodies
 from compaction.handover.repeats import occurs
+from compaction.handover.retention import Retention, retention
+from compaction.importers import import_path
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import Message, Source, TextBlock, ToolCallBlock, ToolResultBlock, text_of
-from compaction.sessions.importers import import_path
 from compaction.sessions.session import Session, project
 from compaction.summarizers.template import ASK_CHARS, render_summary
 from compaction.vocabulary.checkpoint import checkpoint_message
