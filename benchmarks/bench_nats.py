@@ -1,6 +1,6 @@
-"""The JetStream store against PostgreSQL, same run: appends per second and a 100k-event load.
+"""The JetStream store against PostgreSQL (and SQLite for the CLI), same run.
 
-    .venv/bin/python -m benchmarks.bench_nats [--events N] [--load-events N]
+    .venv/bin/python -m benchmarks.bench_nats [--events N] [--sizes 50000,250000] [--messages N]
 
 Three stores, each measured the same way in one run: PostgreSQL (a fresh database on
 127.0.0.1:5432), JetStream R1 (a fresh stream on the server at 127.0.0.1:4222) and JetStream R3 (a
@@ -8,27 +8,34 @@ Three stores, each measured the same way in one run: PostgreSQL (a fresh databas
 
 - **1 writer**: one session saved one agent step at a time (``agent_batches``): saves per second;
 - **8 writers**: eight threads, each with its own store handle and session, saving steps at once:
-  saves per second of all of them together;
-- **load**: one session of 100,000 events (saved in batches of 1,000), then ``load_events`` of
-  all of it: seconds;
-- **snapshot load**: the same session opened by another store handle (``get``: its latest
-  snapshot, taken at 100,000 events, and nothing after it): seconds. On JetStream the snapshot is
-  the ``<stream>_snapshots`` key's pointer and its chunks.
+  saves per second of all of them together, against PostgreSQL and against the same store's one
+  writer;
+- **load**: a session of each of ``--sizes`` events (saved in batches of 1,000), then
+  ``load_events`` of all of it by a new store handle with no snapshot: seconds; the growth per
+  event from the smallest to the largest (1.0 is linear);
+- **snapshot load**: the largest session opened by another store handle (``get``: its snapshot,
+  taken at its full length, and nothing after it): seconds. On JetStream the snapshot is the
+  ``<stream>_snapshots`` key's pointer and its chunks;
+- **CLI compaction**: a ``--messages`` OpenAI-style transcript (one tool call and a ~100-character
+  result per step, ``tests/sessions/long_transcript.py``) imported, then
+  ``compaction --store URL compact SID --window 200000`` run as a subprocess: wall time from process
+  start, against the same command on SQLite.
 
-Ratios are JetStream / PostgreSQL of the same run (throughput: higher is better; load time: lower is
-better). Informational: no targets. Not in the default set of ``benchmarks.run`` (it needs both
-servers and starts three more).
+Ratios are of the same run (throughput: higher is better; times: lower is better). Not in the
+default set of ``benchmarks.run`` (it needs both servers and starts three more).
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 if __package__ in (None, ""):
@@ -41,6 +48,7 @@ from compaction.sessions.store import SessionStore
 PG_BASE = "postgresql://postgres@127.0.0.1:5432"
 NATS_BASE = "nats://127.0.0.1:4222"
 WRITERS = 8
+CLI_WINDOW = 200_000
 
 
 @contextmanager
@@ -112,8 +120,10 @@ def concurrent_saves_per_second(url: str, events: int) -> float:
     return WRITERS * len(batches) / seconds
 
 
-def load_seconds(url: str, events: int) -> tuple[float, float]:
-    """Seconds to read every event of an ``events``-long session, and to open it from its snapshot."""
+def load_seconds(url: str, events: int, *, snapshot: bool) -> tuple[float, float]:
+    """Seconds to read every event of an ``events``-long session (saved 1,000 events at a time)
+    with no snapshot, and (``snapshot``) to open it from a snapshot taken at its full length from
+    another store handle (0 when not measured)."""
     with SessionStore.open(url) as store:
         session = store.create()
         for index, event in enumerate(agent_events(events), 1):
@@ -121,11 +131,15 @@ def load_seconds(url: str, events: int) -> tuple[float, float]:
             if index % 1000 == 0:
                 store.save(session)
         store.save(session)
-        store.take_session_snapshot(session)  # at its full length, whatever the interval
+    with SessionStore.open(url) as cold:  # a new handle: nothing of the session cached
         start = time.perf_counter()
-        loaded = store.load_events(session.id)
+        loaded = cold.load_events(session.id)
         seconds = time.perf_counter() - start
         assert len(loaded) == len(session)
+    if not snapshot:
+        return seconds, 0.0
+    with SessionStore.open(url) as store:
+        store.take_session_snapshot(session)  # at its full length, whatever the interval
     with SessionStore.open(url) as other:
         start = time.perf_counter()
         opened = other.get(session.id)
@@ -134,57 +148,128 @@ def load_seconds(url: str, events: int) -> tuple[float, float]:
     return seconds, from_snapshot
 
 
-def measure(url: str, events: int, load_events: int) -> tuple[float, float, float, float]:
-    return (
-        saves_per_second(url, events),
-        concurrent_saves_per_second(url, events),
-        *load_seconds(url, load_events),
-    )
+def cli_compact_seconds(url: str, transcript: Path) -> float:
+    """Wall time of ``compaction --store URL compact SID --window 200000``, from process start,
+    of the session imported from ``transcript`` (a subprocess: imports, start-up and all)."""
+    from compaction.importers import import_path
+
+    (imported,) = import_path(transcript)
+    with SessionStore.open(url) as store:
+        store.save(imported.session)
+    command = [str(Path(sys.executable).parent / "compaction"), "--store", url, "compact",
+               str(imported.session.id), "--window", str(CLI_WINDOW), "--json"]  # fmt: skip
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} exited {done.returncode}: {done.stderr[-2000:]}")
+    return seconds
 
 
-def run(events: int = 2000, load_events: int = 100_000) -> list[Result]:
+@dataclass
+class Figures:
+    """What one store measured."""
+
+    one: float = 0.0
+    many: float = 0.0
+    loads: dict[int, float] = field(default_factory=dict)
+    from_snapshot: float = 0.0
+    cli: float = 0.0
+
+
+def measure(url: str, events: int, sizes: Sequence[int], transcript: Path | None) -> Figures:
+    figures = Figures(saves_per_second(url, events), concurrent_saves_per_second(url, events))
+    for size in sizes:
+        figures.loads[size], snapshot = load_seconds(url, size, snapshot=size == max(sizes))
+        figures.from_snapshot = snapshot or figures.from_snapshot
+    if transcript is not None:
+        figures.cli = cli_compact_seconds(url, transcript)
+    return figures
+
+
+def run(
+    events: int = 2000, sizes: Sequence[int] = (50_000, 250_000), messages: int = 100_000
+) -> list[Result]:
+    from tests.sessions.long_transcript import write_transcript
     from tests.sessions.nats_cluster import LoopbackCluster
 
-    figures: dict[str, tuple[float, float, float, float]] = {}
-    with postgres_url() as url:
-        figures["PostgreSQL"] = measure(url, events, load_events)
-    with jetstream_url(NATS_BASE, 1) as url:
-        figures["JetStream R1"] = measure(url, events, load_events)
-    with scratch_dir("nats-cluster") as folder:
-        cluster = LoopbackCluster(folder, name="bench")
+    figures: dict[str, Figures] = {}
+    with scratch_dir("nats-bench") as folder:
+        transcript = write_transcript(folder / "long.json", messages) if messages else None
+        with postgres_url() as url:
+            figures["PostgreSQL"] = measure(url, events, sizes, transcript)
+        with jetstream_url(NATS_BASE, 1) as url:
+            figures["JetStream R1"] = measure(url, events, sizes, transcript)
+        cluster = LoopbackCluster(folder / "cluster", name="bench")
+        (folder / "cluster").mkdir()
         cluster.start_all()
         try:
             with jetstream_url(cluster.url, 3) as url:
-                figures["JetStream R3"] = measure(url, events, load_events)
+                figures["JetStream R3"] = measure(url, events, sizes, transcript)
         finally:
             cluster.stop_all()
+        sqlite = 0.0
+        if transcript is not None:
+            sqlite = cli_compact_seconds(f"sqlite:///{folder / 'cli.db'}", transcript)
+    return _rows(figures, sizes, messages, sqlite)
+
+
+def _rows(figures: dict[str, Figures], sizes: Sequence[int], messages: int, sqlite: float) -> list[Result]:
     pg = figures["PostgreSQL"]
+    big, small = max(sizes), min(sizes)
     results: list[Result] = []
-    for name in ("JetStream R1", "JetStream R3"):
-        one, many, load, snapshot = figures[name]
+    for name, r3 in (("JetStream R1", False), ("JetStream R3", True)):
+        f = figures[name]
         results += [
-            Result(f"{name}: saves/s, 1 writer", f"{one:,.0f}/s", f"PostgreSQL {pg[0]:,.0f}/s",
-                   one / pg[0], None, True),
-            Result(f"{name}: saves/s, {WRITERS} writers", f"{many:,.0f}/s",
-                   f"PostgreSQL {pg[1]:,.0f}/s", many / pg[1], None, True),
-            Result(f"{name}: load {load_events:,} events", fmt_seconds(load),
-                   f"PostgreSQL {fmt_seconds(pg[2])}", load / pg[2], None, False),
-            Result(f"{name}: open {load_events:,} events from the snapshot", fmt_seconds(snapshot),
-                   f"PostgreSQL {fmt_seconds(pg[3])}", snapshot / pg[3], None, False),
+            Result(f"{name}: saves/s, 1 writer", f"{f.one:,.0f}/s", f"PostgreSQL {pg.one:,.0f}/s",
+                   f.one / pg.one, None, True),
+            Result(f"{name}: saves/s, {WRITERS} writers on different sessions", f"{f.many:,.0f}/s",
+                   f"PostgreSQL {pg.many:,.0f}/s", f.many / pg.many, 0.6 if r3 else 0.9, True),
+            Result(f"{name}: {WRITERS} writers / 1 writer, same store", f"{f.many:,.0f}/s",
+                   f"1 writer {f.one:,.0f}/s", f.many / f.one, 3.0, True),
         ]  # fmt: skip
+        for size in sizes:
+            results.append(
+                Result(f"{name}: load {size:,} events, no snapshot", fmt_seconds(f.loads[size]),
+                       f"PostgreSQL {fmt_seconds(pg.loads[size])}", f.loads[size] / pg.loads[size],
+                       (3.0 if r3 else 2.0) if size == big else None, False)
+            )  # fmt: skip
+        growth = (f.loads[big] / big) / (f.loads[small] / small)
+        results += [
+            Result(f"{name}: load per event, {big:,} / {small:,} events", fmt_seconds(f.loads[big]),
+                   f"{small:,} events {fmt_seconds(f.loads[small])}", growth, 1.5, False),
+            Result(f"{name}: open {big:,} events from the snapshot", fmt_seconds(f.from_snapshot),
+                   f"1 s (PostgreSQL {fmt_seconds(pg.from_snapshot)})", f.from_snapshot,
+                   1.0 if r3 else None, False),
+        ]  # fmt: skip
+    if messages:
+        for name in ("PostgreSQL", "JetStream R1", "JetStream R3"):
+            cli = figures[name].cli
+            results.append(
+                Result(f"{name}: CLI compact of {messages:,} messages --window {CLI_WINDOW}, from "
+                       "process start", fmt_seconds(cli), f"SQLite {fmt_seconds(sqlite)}",
+                       cli / sqlite, 2.0 if name != "PostgreSQL" else None, False)
+            )  # fmt: skip
     return results
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=2000, help="events per writer (default 2000)")
-    parser.add_argument("--load-events", type=int, default=100_000)
+    parser.add_argument("--sizes", default="50000,250000", help="session sizes loaded (events)")
+    parser.add_argument("--messages", type=int, default=100_000,
+                        help="messages of the session the CLI compacts (0: no CLI rows)")  # fmt: skip
     args = parser.parse_args(argv)
-    results = run(args.events, args.load_events)
-    print("| benchmark | measured | baseline (same run) | ratio |")
-    print("|---|---|---|---|")
+    sizes = [int(size) for size in args.sizes.split(",")]
+    results = run(args.events, sizes, args.messages)
+    print("| benchmark | measured | baseline (same run) | ratio | target | result |")
+    print("|---|---|---|---|---|---|")
     for result in results:
-        print(f"| {result.name} | {result.measured} | {result.baseline} | {result.ratio:.2f} |")
+        verdict = "info" if result.target is None else ("pass" if result.passed else "FAIL")
+        print(
+            f"| {result.name} | {result.measured} | {result.baseline} | {result.ratio:.2f} "
+            f"| {result.target_text} | {verdict} |"
+        )
     return 0
 
 

@@ -21,6 +21,7 @@
     ├── SessionStateError (ValueError)         a rollback past saved events, adopting another session
     ├── StoreError                             the event store failed
     │   ├── StoreNotFoundError                 a read-only open found no store at the URL
+    │   ├── StoreUnavailableError              the store did not answer in time (an election): retry
     │   ├── StoreDriverMissingError (ImportError)  the store's client package is not installed
     │   ├── SaveError                          a save failed; ``stored`` says whether its events are stored
     │   ├── ConcurrencyError                   another writer appended to the same session first
@@ -168,6 +169,12 @@ class PerhapsStoredError(StoreError):
     def __init__(self, msg_id: str) -> None:
         super().__init__(f"the message {msg_id} may have been stored by an unanswered attempt")
         self.msg_id = msg_id
+
+
+class StoreUnavailableError(StoreError):
+    """The store could not answer a read within its bounded retries: a JetStream cluster electing a
+    stream leader, a node restarting, no server reachable. Nothing is known to be missing (a
+    session that exists is never reported missing instead): retry the same call later."""
 
 
 class SaveError(StoreError):

@@ -114,8 +114,11 @@ def run(context: Context, args: argparse.Namespace) -> Document:
         if mode == "follow":
             reports = _follow(context, runner)
         else:
-            latest = store.max_notification_id()
-            total = latest if mode == "rebuild" else runner.behind()
+            total = (
+                store.count_notifications(0, store.max_notification_id())
+                if mode == "rebuild"
+                else runner.behind()
+            )
             label = f"{'rebuilding' if mode == 'rebuild' else 'catching up'} {', '.join(names)}"
             with _progress(context, label, total) as advance:
                 reports = runner.rebuild(advance) if mode == "rebuild" else runner.catch_up(advance)

@@ -246,8 +246,9 @@ class ProjectionRunner:
         return f"views_{names}_{where}"
 
     def behind(self) -> int:
-        """About how many notifications the slowest view has still to apply (ids can skip)."""
-        return max(0, self.store.max_notification_id() - self.position)
+        """How many notifications the slowest view has still to apply (counted by the store: ids
+        can skip, on JetStream they follow the stream sequence)."""
+        return self.store.count_notifications(self.position, self.store.max_notification_id())
 
     def reports(self) -> list[ProjectionReport]:
         return [ProjectionReport(p.name, p.applied, p.rows(), p.position) for p in self.projections]

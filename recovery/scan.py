@@ -6,7 +6,7 @@ the database filters by topic, and only those few payloads are decoded. :class:`
 an incremental fold: each :meth:`~OrphanScanner.poll` reads what was recorded since the last one, so
 the recovery process (``--follow``) costs O(new records) per poll.
 
-``events_scanned`` counts the log positions a pass covered (all events of all sessions, whatever
+``events_scanned`` counts the events a pass covered (all events of all sessions, whatever
 their type); ``records_read`` counts the records it decoded.
 """
 
@@ -103,7 +103,7 @@ class OrphanScanner:
     def poll(self) -> ScanPass:
         """Read every record stored since the last poll and fold it."""
         top = self.store.max_notification_id()
-        covered = max(0, top - self.position)
+        covered = self.store.count_notifications(self.position, top)
         read = 0
         for session_id, event in self._records(self.position, top):
             self._fold(session_id, event)

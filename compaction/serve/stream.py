@@ -1,14 +1,15 @@
 """``GET /v1/events``: the store's committed events as Server-Sent Events, for followers in any
 language.
 
-Each SSE message is one committed event: ``id:`` its notification id (the store's global, gap-free
-order), ``event:`` its type (``user/message``, ``compact/end``, ...), ``data:`` a
-:class:`~compaction.serve.shapes.StreamedEvent` (the session and the event in the native export's
-line shape). The stream starts after ``?after=N`` or, on a reconnect, after the ``Last-Event-ID``
-the client got last (an EventSource sends it by itself), so a follower that reconnects misses
-nothing and sees nothing twice. ``?session=ID`` keeps one session's events. While nothing new is
-committed the stream polls the store and sends a comment line every ``heartbeat`` seconds, so
-proxies keep the connection open. The streams end when the service shuts down.
+Each SSE message is one committed event: ``id:`` its notification id (the store's global order:
+increasing, with gaps on JetStream, whose ids follow the stream sequence), ``event:`` its type
+(``user/message``, ``compact/end``, ...), ``data:`` a :class:`~compaction.serve.shapes.StreamedEvent`
+(the session and the event in the native export's line shape). The stream starts after
+``?after=N`` or, on a reconnect, after the ``Last-Event-ID`` the client got last (an EventSource
+sends it by itself), so a follower that reconnects misses nothing and sees nothing twice.
+``?session=ID`` keeps one session's events. While nothing new is committed the stream polls the
+store and sends a comment line every ``heartbeat`` seconds, so proxies keep the connection open.
+The streams end when the service shuts down.
 """
 
 from __future__ import annotations

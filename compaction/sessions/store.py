@@ -60,6 +60,7 @@ from compaction.errors import (
     StoreDriverMissingError,
     StoreError,
     StoreNotFoundError,
+    StoreUnavailableError,
     UnreadableRowError,
 )
 from compaction.sessions.collector import collector_paused
@@ -626,7 +627,7 @@ class SessionStore:
     def _snapshot_or_warn(self, session: Session) -> None:
         try:
             self.take_session_snapshot(session)
-        except (PersistenceError, OSError) as e:
+        except (PersistenceError, OSError, StoreUnavailableError) as e:
             message = (
                 f"session {session.id}: its {len(session)} events are stored, but the snapshot at "
                 f"length {len(session)} could not be written ({_reason(e)}); loading "
@@ -690,7 +691,7 @@ class SessionStore:
         tell: a refused insert is then reported as the conflict it most likely was."""
         try:
             found = self._recorder.select_events(session_id, gt=first - 1, lte=last, limit=1)
-        except (PersistenceError, OSError):
+        except (PersistenceError, OSError, StoreUnavailableError):
             return True
         return bool(found)
 
@@ -700,7 +701,7 @@ class SessionStore:
         first, last = stored[0].originator_version, stored[-1].originator_version
         try:
             rows = self._rows(session_id, first, last + 1)
-        except (PersistenceError, OSError):
+        except (PersistenceError, OSError, StoreUnavailableError):
             return None
         if len(rows) != len(stored):
             return False
@@ -755,6 +756,16 @@ class SessionStore:
         """The id of the last notification (0 when the log is empty)."""
         with database_errors("the notification log: reading its last id"):
             return self._recorder.max_notification_id() or 0
+
+    def count_notifications(self, after: int, upto: int) -> int:
+        """How many events have a notification id in ``(after, upto]``: the difference of the
+        ids where they are numbered one after the other (SQLite, PostgreSQL, memory), counted
+        from the commit headers on JetStream (whose ids follow the stream sequence, with gaps)."""
+        recorder = self._recorder
+        if isinstance(recorder, SparseLog):  # nats://
+            with database_errors(f"the notification log: counting ids {after}..{upto}"):
+                return recorder.count_notifications(after, upto)
+        return max(0, upto - after)
 
     def notifications(
         self,
@@ -898,6 +909,8 @@ class SessionStore:
             session = Session.from_snapshot(
                 session_id, snapshot, loader, strict_structure=strict_structure, picker=picker
             )
+        except StoreUnavailableError:
+            raise  # the store did not answer: the snapshot is fine, and a replay would wait too
         except (EventCompactionError, ValueError, KeyError, TypeError) as e:
             self._fell_back(session_id, snapshot.length, f"it does not restore ({e})")
             return None
@@ -966,8 +979,14 @@ class SessionStore:
         return snapshot
 
     def exists(self, session_id: UUID) -> bool:
+        """Does the store hold any event of the session? Never False for one it holds: a store
+        that cannot tell (a JetStream cluster electing a leader) raises
+        :class:`StoreUnavailableError` after its bounded retries."""
+        recorder = self._recorder
         with database_errors(f"session {session_id}: looking it up"):
-            return bool(self._recorder.select_events(session_id, limit=1))
+            if isinstance(recorder, OriginatorIndex):  # nats://
+                return recorder.has_events(session_id)
+            return bool(recorder.select_events(session_id, limit=1))
 
     def session_ids(self) -> list[UUID]:
         """Every session id in the store, in order of first notification."""
@@ -1021,6 +1040,16 @@ class OriginatorIndex(Protocol):
     def originator_ids(self, *, first_stored: bool) -> list[UUID]: ...
 
     def count_below(self, originator_id: UUID, below: int) -> int: ...
+
+    def has_events(self, originator_id: UUID) -> bool: ...
+
+
+@runtime_checkable
+class SparseLog(Protocol):
+    """A recorder whose notification ids have gaps, which counts the events between two ids
+    itself (JetStream: ids follow the stream sequence)."""
+
+    def count_notifications(self, after: int, upto: int) -> int: ...
 
 
 @runtime_checkable

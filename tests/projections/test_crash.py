@@ -84,11 +84,13 @@ def test_a_runner_killed_mid_rebuild_resumes_to_a_clean_rebuild(
     with ProjectionRunner(store) as resumed:
         reports = resumed.catch_up()
         # Exactly the notifications after each tracking record, each once.
-        assert {r.name: r.events for r in reports} == {n: latest - p for n, p in at_kill.items()}
+        assert {r.name: r.events for r in reports} == {
+            n: store.count_notifications(p, latest) for n, p in at_kill.items()
+        }
         check_against_aggregate(store, resumed.views)
         after_resume = dump(resumed.views)
         clean = resumed.rebuild()
-        assert all(r.events == latest for r in clean)
+        assert all(r.events == store.count_notifications(0, latest) for r in clean)
         assert dump(resumed.views) == after_resume
 
 
@@ -119,7 +121,7 @@ def test_follow_applies_new_events_stops_on_signals_and_resumes(
             follower.kill()
     assert document["mode"] == "follow"
     assert [(p["name"], p["events"], p["position"]) for p in document["projections"]] == [
-        (name, second, second) for name in ALL
+        (name, store.count_notifications(0, second), second) for name in ALL
     ]
 
     restarted = run_cli(durable_store_url, "rebuild", "--follow", "--poll", "0.05")
@@ -134,7 +136,8 @@ def test_follow_applies_new_events_stops_on_signals_and_resumes(
         if restarted.poll() is None:
             restarted.kill()
     # The restart applied only what was appended after the first follower stopped.
-    assert [p["events"] for p in resumed["projections"]] == [third - second] * len(ALL)
+    counted = store.count_notifications(second, third)  # ids have gaps on JetStream
+    assert [p["events"] for p in resumed["projections"]] == [counted] * len(ALL)
     check_against_aggregate(store, probe)
     with ProjectionRunner(store) as runner:
         incremental = dump(runner.views)

@@ -16,6 +16,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 SERVER = shutil.which("nats-server") or "/usr/sbin/nats-server"
 NODES = 3
@@ -107,6 +108,17 @@ class LoopbackCluster:
                     raise AssertionError(f"node {index} did not serve JetStream within {timeout} s")
                 time.sleep(0.2)
 
+    def leader(self, stream: str, timeout: float = 30) -> int:
+        """The index of the node that leads ``stream`` now."""
+        deadline = time.monotonic() + timeout
+        while True:
+            name = asyncio.run(_leader_name(self.url, stream))
+            if name is not None:
+                return int(name.removeprefix("n"))
+            if time.monotonic() > deadline:
+                raise AssertionError(f"stream {stream}: no leader within {timeout} s")
+            time.sleep(0.2)
+
     def wait_current(self, stream: str, timeout: float = 60) -> None:
         """Until the stream has a leader and every other replica is current with no lag."""
         deadline = time.monotonic() + timeout
@@ -158,20 +170,31 @@ async def _replicated_stream_created(url: str) -> bool:
             await nc.close()
 
 
-async def _all_current(url: str, stream: str) -> bool:
+async def _leader_name(url: str, stream: str) -> str | None:
+    info = await _stream_info(url, stream)
+    return info.cluster.leader if info is not None and info.cluster else None
+
+
+async def _stream_info(url: str, stream: str) -> Any:
     import nats
 
     try:
         nc = await nats.connect(url.split(","), connect_timeout=2, error_cb=_quiet)
     except Exception:
-        return False
+        return None
     try:
-        info = await nc.jetstream(timeout=2).stream_info(stream)
+        return await nc.jetstream(timeout=2).stream_info(stream)
     except Exception:
-        return False
+        return None
     finally:
         with contextlib.suppress(Exception):
             await nc.close()
+
+
+async def _all_current(url: str, stream: str) -> bool:
+    info = await _stream_info(url, stream)
+    if info is None:
+        return False
     cluster = info.cluster
     if cluster is None or not cluster.leader:
         return False

@@ -3,7 +3,7 @@
 The abstract store suites run on JetStream too (the ``nats`` parameter of ``store_url``); these tests
 look at the messages themselves, through a plain nats-py connection, to check the layout the
 recorders promise: one commit per save, a reader never sees part of a save, a losing writer leaves
-nothing behind, large saves and events are chunked and joined, notification ids are dense.
+nothing behind, large saves and events are chunked and joined, notification ids follow the stream sequence.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from compaction.errors import ConcurrencyError, ConfigurationError
+from compaction.sessions.nats.frames import ID_SPACE
 from compaction.sessions.nats.loop import LoopThread
 from compaction.sessions.nats.url import nats_settings
 from compaction.sessions.session import Session
@@ -82,10 +83,14 @@ def test_a_save_is_one_commit_message_on_the_sessions_subject(store: SessionStor
     first, second = (headers or {} for _, headers in messages)
     assert (first["Compaction-First"], first["Compaction-Count"]) == ("0", str(len(session) - 1))
     assert (second["Compaction-First"], second["Compaction-Count"]) == (str(len(session) - 1), "1")
-    assert (first["Compaction-Position"], second["Compaction-Position"]) == ("1", str(len(session)))
+    assert "Compaction-Position" not in first  # the id comes from the stream sequence
+    assert [n.notification_id for n in store.notifications(0, 100)] == [
+        *(ID_SPACE + index for index in range(len(session) - 1)),
+        2 * ID_SPACE,
+    ]
 
 
-def test_notification_ids_are_dense_and_in_commit_order_across_sessions(nats_url: str) -> None:
+def test_notification_ids_follow_the_stream_sequence_across_sessions(nats_url: str) -> None:
     with SessionStore.open(nats_url) as one, SessionStore.open(nats_url) as two:
         a, b = one.create(), two.create()
         for index in range(3):
@@ -93,11 +98,15 @@ def test_notification_ids_are_dense_and_in_commit_order_across_sessions(nats_url
             one.save(a)
             user(b, f"b{index}")
             user(b, f"b{index}-again")
-            two.save(b)  # the other handle's cached stream tail is stale by now: it re-reads
+            two.save(b)  # no expected stream sequence: the other session's save is no conflict
         found = one.notifications(0, 100)
-        assert one.max_notification_id() == 9
-        assert [n.notification_id for n in one.notifications(4, 2)] == [5, 6]  # found by bisection
-    assert [n.notification_id for n in found] == list(range(1, 10))
+        expected = [seq * ID_SPACE + index for seq in range(1, 7) for index in range(1 if seq % 2 else 2)]
+        assert one.max_notification_id() == expected[-1]
+        # from inside a commit, and from an id between two commits (the next commit's first)
+        assert [n.notification_id for n in one.notifications(expected[1], 2)] == expected[2:4]
+        assert [n.notification_id for n in one.notifications(expected[2] + 5, 1)] == expected[3:4]
+        assert one.count_notifications(expected[0], expected[-1]) == len(expected) - 1
+    assert [n.notification_id for n in found] == expected
     assert [(n.session_id, n.event.seq) for n in found][:3] == [(a.id, 0), (b.id, 0), (b.id, 1)]
 
 
@@ -257,7 +266,8 @@ def test_the_stores_calls_from_many_threads_share_one_connection(store: SessionS
     for thread in threads:
         thread.join()
     assert errors == []
-    assert [n.notification_id for n in store.notifications(0, 100)] == list(range(1, 25))
+    ids = [n.notification_id for n in store.notifications(0, 100)]
+    assert ids == sorted(ids) and [i // ID_SPACE for i in ids] == list(range(1, 25))
     assert set(store.session_ids()) == {s.id for s in sessions}
 
 

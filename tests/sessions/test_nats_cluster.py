@@ -4,10 +4,20 @@ One node is SIGKILLed in the middle of an import and in the middle of a compacti
 store acknowledged is there, the audit passes, the compaction commits with the node down, and the
 node, restarted, rejoins and catches up (every replica current, no lag). Then five more kills while
 a writer appends: nothing acknowledged is lost.
+
+A long session: a long OpenAI-style transcript (20,000 messages, 50,000 events; the benchmark
+imports the full 100,000) is loaded by a cold store handle while the stream's leader is SIGKILLed,
+and compacted cold by the command line while the new leader is SIGKILLed; each node is restarted
+after. Every event read back hashes as it was written, the compaction commits and the audit passes.
+Then 1,000 ``get``/``exists`` calls of existing sessions run across another leader kill: none of
+them says the session is missing (a read that cannot be answered in time says
+:class:`StoreUnavailableError`, and is counted).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
 import time
 import uuid
@@ -17,15 +27,19 @@ from uuid import UUID
 
 import pytest
 
+from compaction.errors import SessionNotFoundError, StoreUnavailableError
 from compaction.importers import import_path
 from compaction.sessions.mapper import encode_event
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
 from tests.builders import run_json, user, wait_until
 from tests.conftest import PUBLIC_TRANSCRIPTS, delete_nats_streams, require_nats
+from tests.sessions.long_transcript import write_transcript
 from tests.sessions.nats_cluster import SERVER, LoopbackCluster
 
 pytestmark = pytest.mark.slow
+MESSAGES = 20_000
+CALLS = 1000
 
 
 @pytest.fixture(scope="module")
@@ -149,3 +163,94 @@ def test_nothing_acknowledged_is_lost_across_five_node_kills(cluster: LoopbackCl
             assert len(stored) == acked[session.id]
             assert stored == [encode_event(e) for e in session.events(0, acked[session.id])]
     cluster.wait_current(stream)
+
+
+class LeaderKill:
+    """Kill the stream's leader ``after`` seconds from now (on a thread); when it happened."""
+
+    def __init__(self, cluster: LoopbackCluster, stream: str, after: float) -> None:
+        self.cluster = cluster
+        self.node = cluster.leader(stream)
+        self.at = 0.0
+        self._thread = threading.Thread(target=self._kill, args=(after,))
+        self._thread.start()
+
+    def _kill(self, after: float) -> None:
+        time.sleep(after)
+        self.cluster.kill(self.node)
+        self.at = time.monotonic()
+
+    def restart(self, stream: str) -> None:
+        self._thread.join()
+        self.cluster.start(self.node)
+        self.cluster.wait_ready()
+        self.cluster.wait_current(stream)
+
+
+def _digests(session: Session) -> list[str]:
+    return [hashlib.sha256(encode_event(e)).hexdigest() for e in session.events()]
+
+
+def test_a_long_session_is_read_whole_and_compacted_across_leader_kills(
+    cluster: LoopbackCluster, stream: str, tmp_path: Path
+) -> None:
+    url = f"{cluster.url}?stream={stream}&replicas=3"
+    (imported,) = import_path(write_transcript(tmp_path / "long.json", MESSAGES))
+    written = _digests(imported.session)
+    with SessionStore.open(url) as store:
+        store.save(imported.session)
+    session_id = imported.session.id
+
+    kill = LeaderKill(cluster, stream, after=0.2)
+    with SessionStore.open(url) as cold:  # a new handle: nothing of the session cached
+        loaded = cold.load_events(session_id)
+        finished = time.monotonic()
+    kill.restart(stream)
+    assert 0 < kill.at < finished, "the leader was not killed during the load"
+    assert [hashlib.sha256(encode_event(e)).hexdigest() for e in loaded] == written
+
+    kill = LeaderKill(cluster, stream, after=1.0)
+    code, compacted = run_json("--store", url, "compact", str(session_id), "--window", "200000", "--manual")
+    finished = time.monotonic()
+    kill.restart(stream)
+    assert 0 < kill.at < finished, "the leader was not killed during the compaction"
+    assert code == 0 and compacted["compactions"], json.dumps(compacted)[-3000:]
+    code, audit = run_json("--store", url, "audit", str(session_id))
+    assert code == 0, audit
+    with SessionStore.open(url) as store:
+        after = store.get(session_id, use_snapshots=False)
+        assert len(after) > len(written)
+        assert _digests(after)[: len(written)] == written
+
+
+def test_existing_sessions_are_never_missing_across_a_leader_kill(
+    cluster: LoopbackCluster, stream: str
+) -> None:
+    url = f"{cluster.url}?stream={stream}&replicas=3"
+    with SessionStore.open(url) as store:
+        sessions = [store.create() for _ in range(5)]
+        for index, session in enumerate(sessions):
+            for step in range(index + 2):
+                user(session, f"message {step}")
+            store.save(session)
+        lengths = {s.id: len(s) for s in sessions}
+        missing: list[BaseException] = []
+        unavailable = 0
+        kill = LeaderKill(cluster, stream, after=0.3)
+        started = time.monotonic()
+        for call in range(CALLS):
+            session_id = sessions[call % len(sessions)].id
+            try:
+                if call % 2:
+                    assert store.exists(session_id), f"call {call}: exists() said False"
+                else:
+                    assert len(store.get(session_id)) == lengths[session_id]
+            except SessionNotFoundError as e:
+                missing.append(e)
+            except StoreUnavailableError:
+                unavailable += 1
+        finished = time.monotonic()
+    kill.restart(stream)
+    assert started < kill.at < finished, "the leader was not killed during the calls"
+    assert missing == []
+    assert unavailable < CALLS // 10, f"{unavailable} of {CALLS} calls found the store unavailable"

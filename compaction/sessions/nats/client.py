@@ -1,12 +1,16 @@
 """The asyncio side of the JetStream store: one connection, one stream, the few operations it needs.
 
 Everything here runs on the recorders' private event loop (:mod:`compaction.sessions.nats.loop`).
-Reads go through short-lived pull consumers (ack policy none, filtered to one subject or to every
-session subject) told to start at a stream sequence; the consumer's pending count says how many
-messages to fetch, so no fetch waits for a timeout. Publishes carry a ``Nats-Msg-Id`` and are
-retried on a timeout or a missing leader (a cluster electing a new one after a node loss): the
-server's de-duplication window answers a retry of a message it already stored with the original
-acknowledgement instead of storing it twice.
+A read ends at what the stream's leader holds: it asks the leader for the last message of the
+subject (or is told the last sequence it wants), then reads up to it, by single gets from the
+leader (:meth:`JetStreamLog.get_many`) or in ordered passes of a short-lived pull consumer (ack
+policy none) whose pending count is never trusted (the consumer may sit on a replica that lags).
+A pass that times out or skips a delivery is resumed after the last message read; a read that
+cannot finish in :data:`RETRY_FOR` seconds raises :class:`StoreUnavailableError`.
+
+Publishes carry a ``Nats-Msg-Id`` and are retried on a timeout or a missing leader (a cluster
+electing a new one after a node loss): the server's de-duplication window answers a retry of a
+message it already stored with the original acknowledgement instead of storing it twice.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -28,7 +32,7 @@ from nats.aio.subscription import Subscription
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 from nats.js.client import JetStreamContext
 
-from compaction.errors import PerhapsStoredError
+from compaction.errors import PerhapsStoredError, StoreUnavailableError
 
 CONNECT_ATTEMPTS = 2
 ASK_TIMEOUT = 1.5
@@ -41,6 +45,15 @@ RETRY_PAUSE = 0.25
 log = logging.getLogger("compaction.store.nats")
 T = TypeVar("T")
 FETCH_BATCH = 512
+"""Most messages one fetch asks for (fewer when large messages could overflow the pending bytes)."""
+GETS_IN_FLIGHT = 16
+"""Message gets one read keeps in flight."""
+HEADS_BATCH = 8192
+"""Messages one fetch of headers only asks for."""
+PENDING_BYTES = 256 * 1024 * 1024
+"""Bytes a read subscription may hold undelivered before the client drops messages."""
+NO_MESSAGE = 10037
+"""JetStream's error code for "no message found": the only "not found" a read believes."""
 STREAM_NAME_IN_USE = 10058
 NO_SUITABLE_PEERS = 10005
 WRONG_LAST_SEQUENCE = 10071
@@ -61,18 +74,40 @@ TRANSIENT: tuple[type[Exception], ...] = (
     asyncio.TimeoutError,
 )
 """What a cluster shows while a node is down or a stream elects a new leader: retried."""
+RESUMABLE: tuple[type[Exception], ...] = (*TRANSIENT, nats.js.errors.NotFoundError)
+"""What ends a read pass early, to be resumed: a transient error, or a "not found" of the stream
+from a node that is restarting (the read's last sequence came from the leader)."""
 
 
-async def retrying(operation: Callable[[], Awaitable[T]]) -> T:
-    """``operation()``, retried on :data:`TRANSIENT` errors for up to :data:`RETRY_FOR` seconds."""
+async def retrying(
+    operation: Callable[[], Awaitable[T]], *, unavailable: str = "", doubt_not_found: bool = False
+) -> T:
+    """``operation()``, retried on :data:`TRANSIENT` errors for up to :data:`RETRY_FOR` seconds.
+
+    With ``doubt_not_found`` (a read of a stream), a "not found" other than :data:`NO_MESSAGE` (a
+    server that lost track of the stream while it restarts) is retried too. With ``unavailable``
+    (what a read asks for), the last error is then raised as :class:`StoreUnavailableError`; else
+    as itself."""
     deadline = time.monotonic() + RETRY_FOR
     while True:
         try:
             return await operation()
-        except TRANSIENT as e:
-            if time.monotonic() > deadline or getattr(e, "err_code", None) == STORE_FAILED:
+        except nats.js.errors.NotFoundError as e:
+            if not doubt_not_found or e.err_code == NO_MESSAGE:
                 raise
-            await asyncio.sleep(RETRY_PAUSE)
+            last: Exception = e
+        except TRANSIENT as e:
+            if getattr(e, "err_code", None) == STORE_FAILED:
+                raise
+            last = e
+        if time.monotonic() > deadline:
+            if unavailable:
+                raise StoreUnavailableError(
+                    f"JetStream: {unavailable}: no answer in {RETRY_FOR:.0f} s of retries "
+                    f"({last!r}); retry when the stream has a leader again"
+                ) from last
+            raise last
+        await asyncio.sleep(RETRY_PAUSE)
 
 
 MSG_ID = "Nats-Msg-Id"
@@ -227,85 +262,165 @@ class JetStreamLog:
     # ------------------------------------------------------------ reading
 
     async def last(self, subject: str, stream: str | None = None) -> Record | None:
+        """The last message of ``subject`` (wildcards allowed), answered by the stream's leader;
+        None only when the leader says the stream holds no such message."""
+        name = stream or self.stream
         try:
-            raw = await retrying(lambda: self.ask.get_last_msg(stream or self.stream, subject))
+            raw = await retrying(
+                lambda: self.ask.get_last_msg(name, subject),
+                unavailable=f"the last message of {subject} in {name}",
+                doubt_not_found=True,
+            )
         except nats.js.errors.NotFoundError:
             return None
         return Record(int(raw.seq or 0), str(raw.subject), raw.headers, raw.data or b"")
 
     async def get(self, seq: int, stream: str | None = None, *, subject: str | None = None) -> Record | None:
         """The message at ``seq``; with ``subject``, the first message of that subject at or
-        after ``seq``."""
+        after ``seq`` (answered by the stream's leader); None when the leader has none."""
+        name = stream or self.stream
         try:
-            name = stream or self.stream
             if subject is None:
-                raw = await retrying(lambda: self.ask.get_msg(name, seq))
+                raw = await retrying(
+                    lambda: self.ask.get_msg(name, seq),
+                    unavailable=f"the message at sequence {seq} of {name}",
+                    doubt_not_found=True,
+                )
             else:
-                raw = await retrying(lambda: self.ask.get_msg(name, seq, subject=subject, next=True))
+                raw = await retrying(
+                    lambda: self.ask.get_msg(name, seq, subject=subject, next=True),
+                    unavailable=f"the first message of {subject} from sequence {seq} of {name}",
+                    doubt_not_found=True,
+                )
         except nats.js.errors.NotFoundError:
             return None
         return Record(int(raw.seq or 0), str(raw.subject), raw.headers, raw.data or b"")
+
+    async def get_many(self, seqs: list[int], stream: str | None = None) -> list[Record | None]:
+        """The messages at ``seqs`` (None for one the leader does not hold), asked of the stream's
+        leader :data:`GETS_IN_FLIGHT` at a time: a read of a few known messages costs round
+        trips, not the creation of a consumer (which a cluster agrees on through its meta leader)."""
+        gate = asyncio.Semaphore(GETS_IN_FLIGHT)
+
+        async def one(seq: int) -> Record | None:
+            async with gate:
+                return await self.get(seq, stream)
+
+        return list(await asyncio.gather(*(one(seq) for seq in seqs)))
 
     async def scan(
         self,
         subject: str,
         start: int = 1,
         *,
+        upto: int | None = None,
         limit: int | None = None,
         headers_only: bool = False,
         stream: str | None = None,
     ) -> list[Record]:
-        """The messages of ``subject`` (wildcards allowed) from stream sequence ``start`` on, in
-        order; at most ``limit`` of them. Read again from the start on a transient error."""
-        return await retrying(
-            lambda: self._scan(subject, start, limit=limit, headers_only=headers_only, stream=stream)
-        )
+        """The messages of ``subject`` (wildcards allowed) with stream sequences from ``start`` to
+        ``upto`` (default: the subject's last message, asked of the stream's leader), in order; at
+        most ``limit`` of them. Every message the leader holds in that range is read (see
+        :meth:`_pass`); a read that cannot finish in :data:`RETRY_FOR` seconds raises
+        :class:`StoreUnavailableError`."""
+        name = stream or self.stream
+        if upto is None:
+            top = await self.last(subject, name)
+            upto = 0 if top is None else top.seq
+        records: list[Record] = []
+        deadline = time.monotonic() + RETRY_FOR
+        next_seq = max(1, start)
+        while next_seq <= upto and (limit is None or len(records) < limit):
+            room = None if limit is None else limit - len(records)
+            before, problem = next_seq, None
+            try:
+                async for record in self._pass(
+                    subject, next_seq, upto=upto, limit=room, headers_only=headers_only, stream=name
+                ):
+                    records.append(record)
+                    next_seq = record.seq + 1
+            except RESUMABLE as e:
+                problem = e
+            if next_seq > before and problem is None:
+                continue  # a pass that ended at a skipped delivery: the next one resumes
+            if time.monotonic() > deadline:
+                raise StoreUnavailableError(
+                    f"JetStream stream {name!r}: reading {subject} from sequence {next_seq} "
+                    f"to {upto} did not finish in {RETRY_FOR:.0f} s of retries ({problem!r}); "
+                    "the stream's leader holds these messages: retry when it answers"
+                ) from problem
+            await asyncio.sleep(RETRY_PAUSE)  # and resume after the last message read
+        return records
 
-    async def _scan(
+    async def _pass(
         self,
         subject: str,
-        start: int = 1,
+        start: int,
         *,
-        limit: int | None = None,
-        headers_only: bool = False,
-        stream: str | None = None,
-    ) -> list[Record]:
+        upto: int,
+        limit: int | None,
+        headers_only: bool,
+        stream: str,
+    ) -> AsyncIterator[Record]:
+        """One ordered consumer's pass from ``start`` until ``upto`` (or ``limit`` messages).
+
+        The consumer (ack policy none, memory, one replica) may be placed on any replica of the
+        stream, including one that lags the leader: its own count of pending messages is never
+        trusted as the end. The pass ends at ``upto`` (what the leader holds); a fetch that gets
+        nothing in time raises a timeout, and a consumer sequence that skips one (a message the
+        client dropped) ends the pass there: the caller resumes after the last message it got,
+        on a new consumer."""
         config = ConsumerConfig(
             filter_subject=subject,
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-            opt_start_seq=max(1, start),
+            opt_start_seq=start,
             ack_policy=AckPolicy.NONE,
             headers_only=headers_only or None,
             inactive_threshold=60.0,
             mem_storage=True,
             num_replicas=1,
         )
-        stream = stream or self.stream
-        sub = await self.connected.create.pull_subscribe(subject, stream=stream, config=config)
-        name = ""
+        batch = HEADS_BATCH if headers_only else self._body_batch
+        sub = await self.connected.create.pull_subscribe(
+            subject, stream=stream, config=config, pending_bytes_limit=PENDING_BYTES
+        )
+        delivered = 0
         try:
-            info = await sub.consumer_info()
-            name = str(info.name)
-            wanted = int(info.num_pending or 0)
-            if limit is not None:
-                wanted = min(wanted, limit)
-            records: list[Record] = []
-            while len(records) < wanted:
-                batch = await sub.fetch(min(FETCH_BATCH, wanted - len(records)), timeout=self.timeout)
-                for msg in batch:
-                    records.append(Record(msg.metadata.sequence.stream, msg.subject, msg.headers, msg.data))
-            return records
+            while True:
+                wanted = batch if limit is None else min(batch, limit - delivered)
+                for msg in await sub.fetch(wanted, timeout=self.timeout):
+                    meta = msg.metadata
+                    if meta.sequence.consumer != delivered + 1:
+                        log.debug(
+                            "%s: delivery %d after %d: resumed", subject, meta.sequence.consumer, delivered
+                        )
+                        return
+                    delivered += 1
+                    seq = meta.sequence.stream
+                    if seq > upto:
+                        return
+                    yield Record(seq, msg.subject, msg.headers, msg.data)
+                    if seq == upto or delivered == limit:
+                        return
         finally:
-            await sub.unsubscribe()
-            if name:
-                await _delete_consumer(self.ask, stream, name)
+            await _dispose(sub, stream)
+
+    @property
+    def _body_batch(self) -> int:
+        """Messages per fetch of whole messages: half as many as fit the subscription's pending
+        bytes at the server's maximum payload (headers and a late previous batch fit beside)."""
+        return max(1, min(FETCH_BATCH, PENDING_BYTES // (2 * max(1, self.max_payload))))
 
 
 async def _logged(error: Exception) -> None:
     log.debug("nats: %s", error)
 
 
-async def _delete_consumer(js: JetStreamContext, stream: str, name: str) -> None:
-    # gone already, or removed by its inactivity threshold later
-    with contextlib.suppress(nats.js.errors.NotFoundError, nats.errors.TimeoutError):
-        await js.delete_consumer(stream, name)
+async def _dispose(sub: JetStreamContext.PullSubscription, stream: str) -> None:
+    """Unsubscribe and delete a read consumer (gone already, or removed later by its
+    inactivity threshold when the server does not answer)."""
+    name = sub._consumer
+    with contextlib.suppress(Exception):
+        await sub.unsubscribe()
+    with contextlib.suppress(*TRANSIENT, nats.js.errors.NotFoundError, nats.errors.Error):
+        await sub._js.delete_consumer(stream, name)

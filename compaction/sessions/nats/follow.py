@@ -16,9 +16,10 @@ rebuilt) is deleted and created anew with ``DeliverPolicy.BY_START_SEQUENCE`` at
 stream sequence. Events at or below ``p`` in the first commit are skipped, so each event is handed
 to the follower once per start, in order.
 
-Notification ids are dense on JetStream (:mod:`compaction.sessions.nats.frames`), so a commit
-whose first id is past the next expected one means another follower pulls from the same consumer
-(one follower per views): that is refused with :class:`DataError` instead of skipping events.
+The stream ``<stream>`` holds commit messages only (:mod:`compaction.sessions.nats.frames`), so
+its sequence is dense over commits: a commit delivered past the next expected sequence means
+another follower pulls from the same consumer (one follower per views): that is refused with
+:class:`DataError` instead of skipping events.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class DurableFollower(Subscription[Any]):
         self._connection = recorder.connection
         self._log = recorder.log
         self._next_id = (gt or 0) + 1
+        self._next_seq = 0  # the stream sequence of the next commit (known once the consumer is open)
         self._ready: deque[Notification] = deque()
         self._delivered: deque[tuple[int, Msg]] = deque()  # (its last notification id, commit)
         self._sub: JetStreamContext.PullSubscription = self._connection.call(self._open())
@@ -66,7 +68,7 @@ class DurableFollower(Subscription[Any]):
 
     async def _open(self) -> JetStreamContext.PullSubscription:
         stream = self._log.stream
-        start = await self._start_seq()
+        start = self._next_seq = await self._start_seq()
         info = await self._info()
         if info is None or not _resumes_at(info, start):
             if info is not None:
@@ -95,7 +97,7 @@ class DurableFollower(Subscription[Any]):
         if seq == 0:
             return 1
         record = await self._log.get(seq)
-        if record is not None and _last_id(record) < self._next_id:
+        if record is not None and frames.last_id(record.headers, record.seq) < self._next_id:
             return seq + 1
         return seq
 
@@ -119,14 +121,14 @@ class DurableFollower(Subscription[Any]):
     async def _take(self, msg: Msg) -> None:
         seq = msg.metadata.sequence.stream
         record = Record(seq, msg.subject, msg.headers, msg.data)
-        first = frames.position(record.headers)
-        if first > self._next_id:
+        first = frames.position(record.headers, record.seq)
+        if seq > self._next_seq:
             raise DataError(
                 f"{self._connection.where}: durable consumer {self.name!r} delivered the commit at "
-                f"stream sequence {seq} (notifications from {first}) when notification "
-                f"{self._next_id} was next: another follower pulls from the same consumer (run "
-                "one follower per views)"
+                f"stream sequence {seq} when the commit at {self._next_seq} was next: another "
+                "follower pulls from the same consumer (run one follower per views)"
             )
+        self._next_seq = max(self._next_seq, seq + 1)
         rows = await self._recorder.rows_of(record)
         originator = UUID(record.subject[len(self._recorder.prefix) :])
         for index, (version, topic, state) in enumerate(rows):
@@ -160,10 +162,6 @@ class DurableFollower(Subscription[Any]):
 async def _ack(message: Msg) -> None:
     with contextlib.suppress(nats.errors.TimeoutError, nats.errors.Error):
         await message.ack_sync(timeout=2.0)  # unacknowledged: redelivered, and skipped
-
-
-def _last_id(record: Record) -> int:
-    return frames.position(record.headers) + frames.header_range(record.headers)[1] - 1
 
 
 def _resumes_at(info: ConsumerInfo, start: int) -> bool:

@@ -14,12 +14,15 @@ Readers only ever read the session subjects and follow a commit's chunk list, so
 commit was never published (the writer crashed, or lost the race for the session) is invisible: its
 chunks are orphans, deleted by the writer when it loses the race and otherwise never read.
 
-Notification ids: the stream ``<stream>`` holds the commit messages and nothing else, and each is
-published with ``Nats-Expected-Last-Sequence`` (the stream's last sequence as the writer read it),
-so commits are stored one after the other, never interleaved: the commit at stream sequence ``k``
-is the ``k``-th save. Its header ``Compaction-Position`` is the notification id of its first event,
-one more than the last notification id before it, so notification ids are dense (1, 2, 3, ... as on
-SQLite) and in commit order (as PostgreSQL's table lock gives).
+Notification ids: the stream ``<stream>`` holds the commit messages and nothing else, so its
+sequence orders the saves of every session. A commit is published with the expected last sequence
+of its own subject only (a conflict is per session), so saves of different sessions go through
+concurrently and the stream orders them. The notification id of the ``i``-th event of the commit at
+stream sequence ``k`` is ``k * ID_SPACE + i`` (:func:`position`): ids follow the stream sequence and
+are unique and increasing, but not dense (PostgreSQL's are not either). A save holds at most
+:data:`ID_SPACE` events. Commits stored by earlier versions, which serialised every save to number
+events densely, carry their first id in the header ``Compaction-Position``; it is still read, and
+every such id is below ``ID_SPACE``, so the numbering stays increasing across both.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ FIRST = "Compaction-First"
 COUNT = "Compaction-Count"
 POSITION = "Compaction-Position"
 CHUNKED = "Compaction-Chunked"
+ID_SPACE = 1 << 22
+"""Notification ids per commit message: the most events one save may hold."""
 HEADROOM = 8 * 1024
 """Bytes of the maximum payload kept free for headers and protocol framing."""
 
@@ -82,8 +87,13 @@ def is_chunked(headers: dict[str, str] | None) -> bool:
     return bool(headers and headers.get(CHUNKED) == "1")
 
 
-def position(headers: dict[str, str] | None) -> int:
-    """The notification id of a commit message's first event."""
-    if not headers or POSITION not in headers:
-        raise ValueError(f"a commit message without a {POSITION} header: {headers!r}")
-    return int(headers[POSITION])
+def position(headers: dict[str, str] | None, seq: int) -> int:
+    """The notification id of the first event of the commit message at stream sequence ``seq``."""
+    if headers and POSITION in headers:  # stored by an earlier version: dense ids
+        return int(headers[POSITION])
+    return seq * ID_SPACE
+
+
+def last_id(headers: dict[str, str] | None, seq: int) -> int:
+    """The notification id of the last event of the commit message at stream sequence ``seq``."""
+    return position(headers, seq) + header_range(headers)[1] - 1

@@ -13,10 +13,10 @@ and waits for it.
   nothing of its save is visible.
 - **Snapshots recorder**: the latest snapshot of each session in the key-value bucket
   ``<stream>_snapshots`` (:mod:`compaction.sessions.nats.snapshots`).
-- **Application recorder**: the notification log is the stream's sequence of commit messages,
-  each also published with ``Nats-Expected-Last-Sequence``: a commit that raced another session's
-  commit is re-read and re-sent (a different session is no conflict), so notification ids are
-  dense and in commit order. A subscription is woken by every commit (:class:`JetStreamSubscription`);
+- **Application recorder**: the notification log is the stream's sequence of commit messages;
+  a notification id is its commit's stream sequence times ``frames.ID_SPACE`` plus its index in
+  the save, so ids follow the stream order without serialising saves of different sessions (not
+  dense, as PostgreSQL's are not). A subscription is woken by every commit (:class:`JetStreamSubscription`);
   a named follower reads through a durable consumer (:meth:`JetStreamApplicationRecorder.follow_durably`).
 - **Tracking recorder**: the highest processed notification id per application name, in the
   key-value bucket ``<stream>_tracking``, advanced only by compare-and-set on the key's revision.
@@ -70,14 +70,16 @@ from compaction.sessions.nats.client import (
     Record,
 )
 from compaction.sessions.nats.follow import DurableFollower
+from compaction.sessions.nats.index import Head, HeadIndex
 from compaction.sessions.nats.leases import JetStreamLeases
 from compaction.sessions.nats.loop import LoopThread
 from compaction.sessions.nats.snapshots import JetStreamSnapshotRecorder
 
 T = TypeVar("T")
 EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
-EXPECTED_LAST_SEQUENCE = "Nats-Expected-Last-Sequence"
 _MAX_TAILS = 100_000
+FEW_COMMITS = 32
+"""Up to this many commits a read gets one by one; more are read in one consumer pass."""
 
 
 class JetStreamConnection:
@@ -119,10 +121,9 @@ def _token(originator_id: UUID | str) -> str:
 
 
 class JetStreamAggregateRecorder(AggregateRecorder):
-    """Stored events of each originator on its own subject, one commit message per save.
-
-    The recorder also serialises its commits on the stream: each carries
-    ``Nats-Expected-Last-Sequence`` and its notification id (``Compaction-Position``)."""
+    """Stored events of each originator on its own subject, one commit message per save, published
+    with the expected last sequence of that subject only: saves of different sessions go through
+    concurrently, and the stream's sequence orders them (:mod:`compaction.sessions.nats.frames`)."""
 
     def __init__(self, connection: JetStreamConnection) -> None:
         self.connection = connection
@@ -130,8 +131,9 @@ class JetStreamAggregateRecorder(AggregateRecorder):
         self.chunk_stream = self.log.chunk_stream
         self.stream = self.log.stream
         self.prefix = f"{self.stream}.s."
+        self.index = HeadIndex(self.log, self.stream)
         self._tails: dict[str, tuple[int, int]] = {}  # subject -> (its last commit's seq, last version)
-        self._head: tuple[int, int] | None = None  # (the stream's last seq, the next notification id)
+        self._joined: tuple[int, list[frames.Row]] | None = None  # the last chunked commit read
 
     def subject(self, originator_id: UUID | str) -> str:
         return self.prefix + _token(originator_id)
@@ -147,6 +149,11 @@ class JetStreamAggregateRecorder(AggregateRecorder):
                 f"{self.connection.where}: one save holds the events of one originator (a subject); "
                 f"found {len(originators)}"
             )
+        if len(stored_events) > frames.ID_SPACE:
+            raise NotSupportedError(
+                f"{self.connection.where}: one save holds at most {frames.ID_SPACE} events; "
+                f"found {len(stored_events)} (save in parts)"
+            )
         rows = [(e.originator_version, e.topic, e.state) for e in stored_events]
         first = self.connection.call(self._append(self.subject(stored_events[0].originator_id), rows))
         return list(range(first, first + len(rows)))
@@ -158,32 +165,31 @@ class JetStreamAggregateRecorder(AggregateRecorder):
         headers = frames.commit_headers(rows[0][0], len(rows), chunked)
         deadline = time.monotonic() + RETRY_FOR
         try:
-            if subject not in self._tails or self._head is None:
+            if subject not in self._tails:
                 await self._refresh(subject)
             while True:
-                position = self._expect(subject, rows[0][0], headers)
+                after = self._expect(subject, rows[0][0], headers)
                 try:
                     seq = await self.log.publish(subject, body, headers, save_id)
                 except (PerhapsStoredError, nats.js.errors.BadRequestError) as e:
                     if isinstance(e, PerhapsStoredError):  # stored by an unanswered attempt?
-                        stored = await self._stored_as(subject, save_id, self._tails[subject][0])
-                        if stored is not None:  # yes: with the headers sent, so at `position`
-                            self._remember(subject, stored.seq, rows[-1][0], position + len(rows))
-                            return position
+                        stored = await self._stored_as(subject, save_id, after)
+                        if stored is not None:
+                            self._remember(subject, stored.seq, rows[-1][0])
+                            return frames.position(stored.headers, stored.seq)
                     elif e.err_code != WRONG_LAST_SEQUENCE:
                         raise
                     if time.monotonic() > deadline:
                         raise OperationalError(
                             f"{self.connection.where}: {subject}: no append got through in "
-                            f"{RETRY_FOR:.0f} s of retries (other writers kept appending first)"
+                            f"{RETRY_FOR:.0f} s of retries"
                         ) from e
-                    await self._refresh(subject)  # another session's save, or this one's
+                    await self._refresh(subject)  # a stale tail, or another writer's save
                     continue
-                self._remember(subject, seq, rows[-1][0], position + len(rows))
-                return position
+                self._remember(subject, seq, rows[-1][0])
+                return frames.position(headers, seq)
         except BaseException as e:
             self._tails.pop(subject, None)
-            self._head = None
             # Only a refused commit is known not to be stored; after any other failure (a timeout)
             # it may be, and its chunks must stay (unreferenced chunks are merely never read).
             if chunked and isinstance(e, IntegrityError):
@@ -200,7 +206,7 @@ class JetStreamAggregateRecorder(AggregateRecorder):
         return None
 
     def _expect(self, subject: str, first: int, headers: dict[str, str]) -> int:
-        """Set the expected sequences (and the position) in ``headers``; the position. Raises
+        """Set the expected subject sequence in ``headers``; that sequence. Raises
         :class:`IntegrityError` when the session already holds version ``first``."""
         seq, last_version = self._tails[subject]
         if first <= last_version:
@@ -208,30 +214,16 @@ class JetStreamAggregateRecorder(AggregateRecorder):
                 f"{subject}: version {first} is taken (the last stored version is {last_version})"
             )
         headers[EXPECTED_LAST_SUBJECT_SEQUENCE] = str(seq)
-        assert self._head is not None
-        head_seq, position = self._head
-        headers[EXPECTED_LAST_SEQUENCE] = str(head_seq)
-        headers[frames.POSITION] = str(position)
-        return position
+        return seq
 
     async def _refresh(self, subject: str) -> None:
-        last = await self.log.last(subject, self.stream)
-        if last is None:
-            self._tails[subject] = (0, -1)
-        else:
-            first, count = frames.header_range(last.headers)
-            self._tails[subject] = (last.seq, first + count - 1)
-        top = await self.log.last(self.prefix + ">", self.stream)
-        if top is None:
-            self._head = (0, 1)
-        else:
-            self._head = (top.seq, frames.position(top.headers) + frames.header_range(top.headers)[1])
+        index = await self.index.of(subject)
+        self._tails[subject] = (index.top_seq, index.top_version)
 
-    def _remember(self, subject: str, seq: int, version: int, next_position: int) -> None:
+    def _remember(self, subject: str, seq: int, version: int) -> None:
         if len(self._tails) > _MAX_TAILS:
             self._tails.clear()
         self._tails[subject] = (seq, version)
-        self._head = (seq, next_position)
 
     async def _body(self, rows: list[frames.Row], save_id: str) -> tuple[bytes, bool]:
         """The commit message's body: the rows, or the list of the chunks they were cut into."""
@@ -266,60 +258,55 @@ class JetStreamAggregateRecorder(AggregateRecorder):
     async def _select(
         self, subject: str, gt: int | None, lte: int | None, desc: bool, limit: int | None
     ) -> list[frames.Row]:
-        records = await self._records(subject, gt, lte, desc, limit)
+        if limit == 0:
+            return []
+        index = await self.index.of(subject, covering=lte)
+        heads = _picked(index.overlapping(gt, lte), desc, limit)
+        if not heads:
+            return []
+        by_seq = {r.seq: r for r in await self._commits(subject, heads) if r is not None}
         rows: list[frames.Row] = []
-        for record in records:
+        for head in heads:
+            record = by_seq.get(head.seq)
+            if record is None:  # the pass read every message up to the last head: not expected
+                raise DataError(
+                    f"{self.connection.where}: {subject}: the commit at stream sequence "
+                    f"{head.seq} (versions {head.first}..{head.last}) was not read back"
+                )
             rows.extend(await self.rows_of(record))
         rows = [r for r in rows if (gt is None or r[0] > gt) and (lte is None or r[0] <= lte)]
-        rows.sort(key=lambda r: r[0], reverse=desc)
+        if desc:
+            rows.reverse()
         return rows if limit is None else rows[:limit]
 
-    async def _records(
-        self, subject: str, gt: int | None, lte: int | None, desc: bool, limit: int | None
-    ) -> list[Record]:
-        """The commit messages that can hold the wanted rows: the last one for "the latest", the
-        newest covering ones for a bounded descending read, from the first needed one on for a
-        read after a version (headers are read first so skipped messages are never decoded)."""
-        if desc and limit is not None and lte is None:
-            last = await self.log.last(subject, self.stream)
-            if last is None:
-                return []
-            first, count = frames.header_range(last.headers)
-            if count >= limit and (gt is None or first > gt):
-                return [last]
-        if not (desc and limit is not None) and not gt:
-            return await self.log.scan(subject, stream=self.stream)
-        heads = await self.log.scan(subject, headers_only=True, stream=self.stream)
-        wanted = [h for h in heads if _overlaps(h, gt, lte)]
-        if desc and limit is not None:
-            picked: list[Record] = []
-            count = 0
-            for head in reversed(wanted):
-                picked.append(head)
-                count += frames.header_range(head.headers)[1]
-                if count >= limit:
-                    break
-            wanted = picked[::-1]
-        if not wanted:
-            return []
-        found = await self.log.scan(subject, wanted[0].seq, stream=self.stream)
-        keep = {h.seq for h in wanted}
-        return [r for r in found if r.seq in keep]
+    async def _commits(self, subject: str, heads: list[Head]) -> list[Record | None]:
+        """The commit messages of ``heads``: got one by one when they are few (a lazy load of a
+        span), else in one ordered pass from the first to the last (a whole session)."""
+        if len(heads) <= FEW_COMMITS:
+            return await self.log.get_many([h.seq for h in heads], self.stream)
+        wanted = {h.seq for h in heads}
+        passed = await self.log.scan(subject, heads[0].seq, upto=heads[-1].seq, stream=self.stream)
+        return [r for r in passed if r.seq in wanted]
 
     async def rows_of(self, record: Record) -> list[frames.Row]:
-        """The rows a commit message holds (its chunks fetched and joined when chunked)."""
+        """The rows a commit message holds (its chunks fetched and joined when chunked; the last
+        chunked commit read is kept decoded: lazy loads of a large import read it piece by piece)."""
         body = record.data
         if frames.is_chunked(record.headers):
+            if self._joined is not None and self._joined[0] == record.seq:
+                return self._joined[1]
+            seqs = frames.decode_chunk_list(body)
             pieces = []
-            for seq in frames.decode_chunk_list(body):
-                chunk = await self.log.get(seq, self.chunk_stream)
+            for seq, chunk in zip(seqs, await self.log.get_many(seqs, self.chunk_stream), strict=True):
                 if chunk is None:
                     raise DataError(
                         f"{self.connection.where}: the save at stream sequence {record.seq} "
                         f"({record.subject}) lost its chunk at sequence {seq} of {self.chunk_stream}"
                     )
                 pieces.append(chunk.data)
-            body = b"".join(pieces)
+            rows = frames.decode_rows(b"".join(pieces))
+            self._joined = (record.seq, rows)
+            return rows
         return frames.decode_rows(body)
 
     # ------------------------------------------------------------ the index of originators
@@ -337,19 +324,33 @@ class JetStreamAggregateRecorder(AggregateRecorder):
 
     def count_below(self, originator_id: UUID | str, below: int) -> int:
         """How many stored versions of the originator are ``< below``."""
-        heads = self.connection.call(
-            self.log.scan(self.subject(originator_id), headers_only=True, stream=self.stream)
-        )
-        total = 0
-        for head in heads:
-            first, count = frames.header_range(head.headers)
-            total += max(0, min(first + count, below) - first)
-        return total
+        return self.connection.call(self._count_below(self.subject(originator_id), below))
+
+    def has_events(self, originator_id: UUID | str) -> bool:
+        """Does the subject hold a commit? Asked of the stream's leader (a replica that lags, or a
+        node restarting, is never taken for "no"); :class:`StoreUnavailableError` when no leader
+        answers in time."""
+        found = self.connection.call(self.log.last(self.subject(originator_id), self.stream))
+        return found is not None
+
+    async def _count_below(self, subject: str, below: int) -> int:
+        index = await self.index.of(subject, covering=below - 1)
+        return index.count_below(below)
 
 
-def _overlaps(head: Record, gt: int | None, lte: int | None) -> bool:
-    first, count = frames.header_range(head.headers)
-    return (gt is None or first + count - 1 > gt) and (lte is None or first <= lte)
+def _picked(heads: list[Head], desc: bool, limit: int | None) -> list[Head]:
+    """The commits a read with ``limit`` needs: the first ones, or (``desc``) the last ones,
+    until they hold ``limit`` versions."""
+    if limit is None:
+        return heads
+    picked: list[Head] = []
+    count = 0
+    for head in reversed(heads) if desc else heads:
+        picked.append(head)
+        count += head.count
+        if count >= limit:
+            break
+    return picked[::-1] if desc else picked
 
 
 class JetStreamSubscription(ListenNotifySubscription["JetStreamApplicationRecorder"]):
@@ -412,7 +413,7 @@ class JetStreamApplicationRecorder(JetStreamAggregateRecorder, ApplicationRecord
             records = await self.log.scan(self.prefix + ">", seq, limit=limit)
             for record in records:
                 originator = UUID(record.subject[len(self.prefix) :])
-                position = frames.position(record.headers)
+                position = frames.position(record.headers, record.seq)
                 rows = await self.rows_of(record)
                 self._cursor = (position + len(rows), record.seq + 1)
                 for index, (version, topic, state) in enumerate(rows):
@@ -431,11 +432,18 @@ class JetStreamApplicationRecorder(JetStreamAggregateRecorder, ApplicationRecord
 
     async def _seq_holding(self, notification: int) -> int:
         """The stream sequence of the commit holding ``notification`` (or of the first one after
-        it); 0 when the log ends before it. Where the last read stopped is remembered; anywhere
-        else is found by bisecting the stream (positions grow with the sequence)."""
+        it); 0 when the log ends before it. Where the last read stopped is remembered; an id of a
+        commit numbered by its sequence names that sequence; anywhere else (the commits of
+        earlier versions, numbered densely) is found by bisecting the stream (ids grow with the
+        sequence)."""
         known, at = self._cursor
         if known == notification:
             return at
+        if notification >= frames.ID_SPACE:
+            seq = notification // frames.ID_SPACE
+            record = await self.log.get(seq)
+            if record is not None and frames.POSITION not in (record.headers or {}):
+                return seq if notification <= frames.last_id(record.headers, seq) else seq + 1
         top = await self.log.last(self.prefix + ">")
         if top is None:
             return 0
@@ -443,11 +451,32 @@ class JetStreamApplicationRecorder(JetStreamAggregateRecorder, ApplicationRecord
         while lo < hi:
             mid = (lo + hi + 1) // 2
             record = await self.log.get(mid, subject=self.prefix + ">")
-            if record is None or record.seq > hi or frames.position(record.headers) > notification:
+            if (
+                record is None
+                or record.seq > hi
+                or frames.position(record.headers, record.seq) > notification
+            ):
                 hi = mid - 1
             else:
                 lo = mid
         return lo
+
+    def count_notifications(self, after: int, upto: int) -> int:
+        """How many events have an id in ``(after, upto]`` (one headers-only pass over their commits)."""
+        return self.connection.call(self._count(after, upto)) if upto > after else 0
+
+    async def _count(self, after: int, upto: int) -> int:
+        start = await self._seq_holding(after + 1)
+        if not start:
+            return 0
+        total = 0
+        for head in await self.log.scan(self.prefix + ">", start, headers_only=True):
+            first = frames.position(head.headers, head.seq)
+            if first > upto:
+                break
+            last = frames.last_id(head.headers, head.seq)
+            total += max(0, min(last, upto) - max(first, after + 1) + 1)
+        return total
 
     def subscribe(self, gt: int | None = None, topics: Sequence[str] = ()) -> JetStreamSubscription:
         return JetStreamSubscription(self, gt, topics)
@@ -461,7 +490,7 @@ class JetStreamApplicationRecorder(JetStreamAggregateRecorder, ApplicationRecord
         last = self.connection.call(self.log.last(self.prefix + ">"))
         if last is None:
             return None
-        return frames.position(last.headers) + frames.header_range(last.headers)[1] - 1
+        return frames.last_id(last.headers, last.seq)
 
 
 class JetStreamTrackingRecorder(TrackingRecorder):
