@@ -25,16 +25,23 @@ every shadowed event, and the audit re-computes it to show the log was not chang
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 
 import msgspec
 
+from compaction.errors import StoreError
 from compaction.sessions.blocks import Message
 from compaction.sessions.events import SessionEvent
 from compaction.sessions.mapper import encode_event
-from compaction.sessions.session import Session
+from compaction.sessions.session import Session, project
 
-__all__ = ["SURFACE_HASH_VERSION", "event_hash", "hash_surface", "surface_hash"]
+__all__ = [
+    "SURFACE_HASH_VERSION",
+    "event_hash",
+    "hash_surface",
+    "surface_hash",
+    "surface_hash_in_windows",
+]
 
 SURFACE_HASH_VERSION = 1
 _ENCODER = msgspec.json.Encoder()
@@ -51,6 +58,49 @@ def hash_surface(seqs: Sequence[int], messages: Iterable[Message]) -> str:
 def surface_hash(session: Session) -> str:
     """The surface hash of ``session``: its surface seqs and the messages derived from them."""
     return hash_surface(session.nodes, session.derive_messages())
+
+
+SURFACE_WINDOW = 4096
+"""Surface nodes :func:`surface_hash_in_windows` fetches together at most."""
+
+EventPicker = Callable[[int, int, Container[int]], Iterable[SessionEvent]]
+"""The stored events with ``lo <= seq < hi`` whose seq is in the container, in seq order."""
+
+
+def surface_hash_in_windows(session: Session, pick: EventPicker, window: int = SURFACE_WINDOW) -> str:
+    """:func:`surface_hash` of a session whose events stay in the store (one a fold released,
+    :meth:`~compaction.sessions.store.SessionStore.fold`): the surface's events are fetched with
+    ``pick`` a window of nodes at a time, in surface order, and each message is hashed and
+    dropped, so memory holds one window of them and the surface's seqs, never every message."""
+    nodes = session.nodes
+    digest = hashlib.sha256(_ENCODER.encode(list(nodes)))
+    for piece in _pieces(nodes, window):
+        wanted = frozenset(piece)
+        found = {event.seq: event for event in pick(min(piece), max(piece) + 1, wanted)}
+        for seq in piece:
+            event = found.get(seq)
+            if event is None:
+                raise StoreError(f"session {session.id}: the store returned no event at seq {seq}")
+            message = project(event)
+            if message is not None:
+                digest.update(_ENCODER.encode(message))
+    return digest.hexdigest()
+
+
+def _pieces(nodes: Sequence[int], window: int) -> Iterator[list[int]]:
+    """Consecutive nodes, in surface order, ``window`` at most, whose seqs lie within ``4 * window``
+    of each other (a summary's seq is far after the nodes around it: a piece that spanned the
+    shadowed events in between would read their rows)."""
+    piece: list[int] = []
+    lo = hi = 0
+    for seq in nodes:
+        if piece and (len(piece) == window or max(hi, seq) - min(lo, seq) >= 4 * window):
+            yield piece
+            piece = []
+        lo, hi = (seq, seq) if not piece else (min(lo, seq), max(hi, seq))
+        piece.append(seq)
+    if piece:
+        yield piece
 
 
 def event_hash(event: SessionEvent) -> str:

@@ -25,7 +25,7 @@ database opened with the new K). ``notify`` is not part of the layout.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Container, Iterator, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 from uuid import UUID, uuid4
@@ -202,6 +202,14 @@ class PartitionedSessionStore:
 
     def load_events(self, session_id: UUID, lo: int = 0, hi: int | None = None) -> list[SessionEvent]:
         return self.partition_for(session_id).load_events(session_id, lo, hi)
+
+    def iter_events(
+        self, session_id: UUID, lo: int = 0, hi: int | None = None, *, only: Container[int] | None = None
+    ) -> Iterator[SessionEvent]:
+        return self.partition_for(session_id).iter_events(session_id, lo, hi, only=only)
+
+    def fold(self, session_id: UUID, *, hi: int | None = None, use_snapshots: bool = True) -> Session:
+        return self.partition_for(session_id).fold(session_id, hi=hi, use_snapshots=use_snapshots)
 
     def read_rows(self, session_id: UUID, lo: int = 0, hi: int | None = None) -> list[StoredRow]:
         return self.partition_for(session_id).read_rows(session_id, lo, hi)

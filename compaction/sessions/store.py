@@ -73,12 +73,15 @@ from compaction.sessions.polling import (
     PollingRecorder,
     PollingSubscription,
 )
-from compaction.sessions.session import Session, SessionSnapshot
+from compaction.sessions.session import EventLoader, EventPicker, Session, SessionSnapshot
 
 log = logging.getLogger("compaction.store")
 
 DEFAULT_URL = "sqlite:///./.compaction/sessions.db"
 DEFAULT_SNAPSHOT_INTERVAL = 1000
+EVENT_WINDOW = 4096
+"""Rows one read of :meth:`SessionStore.iter_events` fetches (one statement on SQLite and
+PostgreSQL; on JetStream the commits holding about that many events, decoded one at a time)."""
 OPEN_ATTEMPTS = 5
 _CONCURRENT_DDL = ("tuple concurrently updated", "pg_type_typname_nsp_index")
 
@@ -726,6 +729,61 @@ class SessionStore:
             if only is None or version in only
         ]
 
+    def iter_events(
+        self,
+        session_id: UUID,
+        lo: int = 0,
+        hi: int | None = None,
+        *,
+        only: Container[int] | None = None,
+        window: int = EVENT_WINDOW,
+    ) -> Iterator[SessionEvent]:
+        """The events :meth:`load_events` returns, in order, read ``window`` rows at a time: memory
+        holds one window whatever the session's length (and a row is decoded only as it is
+        yielded). Each window is read after the last seq the one before it held, so every event is
+        yielded once; without ``hi`` the read ends at the end the session has when its last window
+        is read (JetStream: when the read begins), so a session that grows meanwhile is read as a
+        contiguous prefix. A row that does not decode raises, as it is reached."""
+        decode = self._mapper.decode_row
+        for rows in self._row_windows(session_id, lo, hi, max(1, window)):
+            for version, topic, state in rows:
+                if only is None or version in only:
+                    yield decode(session_id, version, topic, state)
+
+    def _row_windows(
+        self, session_id: UUID, lo: int, hi: int | None, window: int
+    ) -> Iterator[Sequence[_Row]]:
+        gt = lo - 1 if lo > 0 else None
+        lte = None if hi is None else hi - 1
+        if lte is not None and lte < lo:
+            return
+        recorder = self._recorder
+        where = f"session {session_id}: reading seqs from {lo} in windows"
+        if isinstance(recorder, WindowedLog):  # nats://: commit by commit
+            windows = recorder.row_windows(session_id, gt, lte, window)
+            while True:
+                with database_errors(where):
+                    found = next(windows, None)
+                if found is None:
+                    return
+                yield found
+        while True:
+            with database_errors(where):
+                rows = self._window(session_id, gt, lte, window)
+            if rows:
+                yield rows
+            if len(rows) < window:
+                return
+            gt = rows[-1][0]
+
+    def _window(self, session_id: UUID, gt: int | None, lte: int | None, limit: int) -> Sequence[_Row]:
+        """Up to ``limit`` rows with ``gt < seq <= lte``, in seq order: one statement."""
+        recorder = self._recorder
+        if isinstance(recorder, SQLiteAggregateRecorder):
+            return _sqlite_rows(recorder, session_id, gt, lte, limit)
+        stored = recorder.select_events(session_id, gt=gt, lte=lte, limit=limit)
+        return [(s.originator_version, s.topic, s.state) for s in stored]
+
     def read_rows(self, session_id: UUID, lo: int = 0, hi: int | None = None) -> list[StoredRow]:
         """Stored rows with ``lo <= seq < hi`` in seq order, read tolerantly: each is its event,
         or an :class:`UnreadableRow` naming the seq, the type and why it does not decode (a
@@ -881,10 +939,16 @@ class SessionStore:
         return Session.replay(session_id, events, strict_structure=strict_structure)
 
     def _from_snapshot(
-        self, session_id: UUID, snapshot: SessionSnapshot, at: int | None, strict_structure: bool
+        self,
+        session_id: UUID,
+        snapshot: SessionSnapshot,
+        at: int | None,
+        strict_structure: bool,
+        *,
+        tail: bool = True,
     ) -> Session | None:
-        """The session from its snapshot and the events after it; None (replay instead) when
-        the snapshot does not restore. The rows the snapshot covers are counted (once per store
+        """The session from its snapshot and (``tail``) the events after it; None (replay instead)
+        when the snapshot does not restore. The rows the snapshot covers are counted (once per store
         handle and snapshot: an index count, about 8 ms per 100,000 rows on SQLite): a deleted or
         moved row below it fails the load as a replay would."""
         if self._covered.get(session_id) != snapshot.length:
@@ -899,12 +963,7 @@ class SessionStore:
                 self._covered.clear()
             self._covered[session_id] = snapshot.length
 
-        def loader(lo: int, hi: int) -> Sequence[SessionEvent]:
-            return self.load_events(session_id, lo, hi)
-
-        def picker(lo: int, hi: int, only: Container[int]) -> Sequence[SessionEvent]:
-            return self.load_events(session_id, lo, hi, only)
-
+        loader, picker = self._fetchers(session_id)
         try:
             session = Session.from_snapshot(
                 session_id, snapshot, loader, strict_structure=strict_structure, picker=picker
@@ -914,9 +973,66 @@ class SessionStore:
         except (EventCompactionError, ValueError, KeyError, TypeError) as e:
             self._fell_back(session_id, snapshot.length, f"it does not restore ({e})")
             return None
-        for event in self.load_events(session_id, snapshot.length, None if at is None else at + 1):
+        if tail:
+            for event in self.load_events(session_id, snapshot.length, None if at is None else at + 1):
+                session.append(event)
+            session.mark_saved()
+        return session
+
+    def _fetchers(self, session_id: UUID) -> tuple[EventLoader, EventPicker]:
+        """How a session restored from its snapshot (or released) fetches its older events."""
+
+        def loader(lo: int, hi: int) -> Sequence[SessionEvent]:
+            return self.load_events(session_id, lo, hi)
+
+        def picker(lo: int, hi: int, only: Container[int]) -> Sequence[SessionEvent]:
+            return self.load_events(session_id, lo, hi, only)
+
+        return loader, picker
+
+    def fold(
+        self,
+        session_id: UUID,
+        *,
+        hi: int | None = None,
+        use_snapshots: bool = True,
+        strict_structure: bool = True,
+        window: int = EVENT_WINDOW,
+    ) -> Session:
+        """The session as :meth:`get` loads it (its first ``hi`` events when given), folded from
+        its latest snapshot, or from seq 0, through :meth:`iter_events`: each window of events is
+        appended, every rule re-checked, then released (:meth:`Session.release`), so memory holds
+        one window and the fold state (the surface's seqs, the turn structure), not the log.
+        Events are fetched from the store again when asked for: for reads of any length that
+        need the session's state (export, copy); :meth:`get` keeps what it loaded."""
+        if hi is not None and hi < 1:
+            raise StoreError(f"session {session_id}: cannot fold its first {hi} events")
+        with database_errors(f"session {session_id}: folding it"):
+            at = None if hi is None else hi - 1
+            snapshot = self._latest_snapshot(session_id, at) if use_snapshots else None
+            session = (
+                self._from_snapshot(session_id, snapshot, at, strict_structure, tail=False)
+                if snapshot is not None
+                else None
+            )
+        if session is None:
+            session = Session(session_id, strict_structure=strict_structure)
+        loader, picker = self._fetchers(session_id)
+        events = self.iter_events(session_id, len(session), hi, window=window)
+        for appended, event in enumerate(events, start=1):
             session.append(event)
+            if appended % window == 0:
+                session.mark_saved()
+                session.release(loader, picker)
         session.mark_saved()
+        session.release(loader, picker)
+        if not len(session):
+            raise SessionNotFoundError(session_id)
+        if hi is not None and len(session) < hi:
+            raise StoreError(
+                f"session {session_id} has {len(session)} events (seqs 0..{len(session) - 1}); "
+                f"cannot fold its first {hi}"
+            )
         return session
 
     def _fell_back(self, session_id: UUID, length: int, why: str) -> None:
@@ -1053,6 +1169,16 @@ class SparseLog(Protocol):
 
 
 @runtime_checkable
+class WindowedLog(Protocol):
+    """A recorder that reads a session's rows in windows itself (JetStream: the commits holding
+    about ``window`` events fetched together, then decoded one commit at a time)."""
+
+    def row_windows(
+        self, originator_id: UUID, gt: int | None, lte: int | None, window: int
+    ) -> Iterator[list[_Row]]: ...
+
+
+@runtime_checkable
 class DurableLog(Protocol):
     """A recorder whose followers read through durable consumers on the server (JetStream)."""
 
@@ -1126,7 +1252,11 @@ _Row = tuple[int, str, bytes]  # originator_version, topic, state
 
 
 def _sqlite_rows(
-    recorder: SQLiteAggregateRecorder, session_id: UUID, gt: int | None, lte: int | None
+    recorder: SQLiteAggregateRecorder,
+    session_id: UUID,
+    gt: int | None,
+    lte: int | None,
+    limit: int | None = None,
 ) -> list[_Row]:
     """Plain tuples straight from sqlite3: the stock ``select_events`` builds a ``sqlite3.Row``,
     a ``StoredEvent`` and a ``UUID`` per row, which costs more than decoding the payload."""
@@ -1141,6 +1271,9 @@ def _sqlite_rows(
         statement += "AND originator_version<=? "
         params.append(lte)
     statement += "ORDER BY originator_version ASC"
+    if limit is not None:
+        statement += " LIMIT ?"
+        params.append(limit)
     with recorder.datastore.transaction(commit=False) as cursor:
         cursor.sqlite_cursor.row_factory = None
         cursor.execute(statement, params)

@@ -7,6 +7,7 @@ URL parsing tests at the end need no backend.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Container, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -55,6 +56,7 @@ from compaction.sessions.events import (
     UserMessage,
     registered_types,
 )
+from compaction.sessions.hashing import surface_hash, surface_hash_in_windows
 from compaction.sessions.invariants import DEFAULT_INVARIANTS
 from compaction.sessions.mapper import encode_event
 from compaction.sessions.session import Session
@@ -424,6 +426,72 @@ def test_load_events_windows(store: SessionStore) -> None:
     assert store.load_events(session.id, 9) == everything[9:]
     assert store.load_events(session.id, 0, 1) == everything[:1]
     assert store.load_events(uuid.uuid4()) == []
+
+
+@pytest.mark.parametrize("window", [1, 4, 4096])
+def test_iter_events_reads_in_windows_what_load_events_returns(store: SessionStore, window: int) -> None:
+    session = store.create()
+    for _ in range(3):  # several saves: several commits on JetStream
+        worked(session, 2)
+        store.save(session)
+    everything = list(session.events())
+    assert list(store.iter_events(session.id, window=window)) == everything
+    assert list(store.iter_events(session.id, 3, 9, window=window)) == everything[3:9]
+    assert list(store.iter_events(session.id, 9, window=window)) == everything[9:]
+    assert list(store.iter_events(session.id, 5, 5, window=window)) == []
+    odd = {s for s in range(len(everything)) if s % 2}
+    assert list(store.iter_events(session.id, 2, only=odd, window=window)) == [
+        e for e in everything[2:] if e.seq in odd
+    ]
+    assert list(store.iter_events(uuid.uuid4(), window=window)) == []
+
+
+def test_iter_events_of_a_session_that_grows_between_windows(store: SessionStore) -> None:
+    session = worked(store.create(), 3)
+    store.save(session)
+    before = len(session)
+    read = []
+    for event in store.iter_events(session.id, window=2):
+        read.append(event)
+        if len(read) == 1:  # between the first window and the next
+            worked(session, 2)
+            store.save(session)
+    assert before <= len(read) <= len(session)
+    assert read == list(session.events(0, len(read)))  # a contiguous prefix, each event once
+    assert list(store.iter_events(session.id, hi=before, window=2)) == list(session.events(0, before))
+
+
+@pytest.mark.parametrize("use_snapshots", [True, False])
+def test_fold_holds_the_state_get_loads_and_fetches_its_events_again(
+    store: SessionStore, use_snapshots: bool
+) -> None:
+    store.snapshot_interval = 9
+    session = store.create()
+    for _ in range(4):
+        worked(session, 2)
+        store.save(session)
+    folded = store.fold(session.id, use_snapshots=use_snapshots, window=5)
+    assert state_of(folded) == state_of(session)
+    assert folded.saved_length == len(session)
+    assert list(folded.events()) == list(session.events())  # fetched from the store
+    at = len(session) // 2
+    assert state_of(store.fold(session.id, hi=at, window=4)) == state_of(store.get(session.id, at=at - 1))
+    with pytest.raises(SessionNotFoundError):
+        store.fold(uuid.uuid4())
+    with pytest.raises(StoreError, match="cannot fold its first"):
+        store.fold(session.id, hi=len(session) + 1)
+
+
+def test_the_surface_hash_in_windows_is_the_surface_hash(store: SessionStore) -> None:
+    session = worked(store.create(), 7)  # checkpoints: summaries far after the nodes around them
+    store.save(session)
+    folded = store.fold(session.id, window=3)
+
+    def pick(lo: int, hi: int, only: Container[int]) -> Iterator[SessionEvent]:
+        return store.iter_events(session.id, lo, hi, only=only, window=3)
+
+    for window in (1, 2, 5, 4096):
+        assert surface_hash_in_windows(folded, pick, window) == surface_hash(session)
 
 
 # ---------------------------------------------------------------- listing and lookup

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 from uuid import UUID, uuid4
 
@@ -279,6 +279,31 @@ class JetStreamAggregateRecorder(AggregateRecorder):
             rows.reverse()
         return rows if limit is None else rows[:limit]
 
+    def row_windows(
+        self, originator_id: UUID | str, gt: int | None, lte: int | None, window: int
+    ) -> Iterator[list[frames.Row]]:
+        """The rows with ``gt < version <= lte`` in order, one commit at a time: the commits
+        holding about ``window`` versions are fetched together (as :meth:`_commits` does), then
+        each is decoded and its rows yielded before the next is decoded, so memory holds one
+        fetched batch and one decoded commit. The commits are the ones the subject's index holds
+        when the read begins (asked of the stream's leader when ``lte`` is beyond it)."""
+        subject = self.subject(originator_id)
+        heads = self.connection.call(self.index.of(subject, covering=lte)).overlapping(gt, lte)
+        while heads:
+            batch = _window_of(heads, window)
+            heads = heads[len(batch) :]
+            records = self.connection.call(self._commits(subject, batch))
+            by_seq = {r.seq: r for r in records if r is not None}
+            for head in batch:
+                record = by_seq.pop(head.seq, None)
+                if record is None:
+                    raise DataError(
+                        f"{self.connection.where}: {subject}: the commit at stream sequence "
+                        f"{head.seq} (versions {head.first}..{head.last}) was not read back"
+                    )
+                rows = self.connection.call(self.rows_of(record))
+                yield [r for r in rows if (gt is None or r[0] > gt) and (lte is None or r[0] <= lte)]
+
     async def _commits(self, subject: str, heads: list[Head]) -> list[Record | None]:
         """The commit messages of ``heads``: got one by one when they are few (a lazy load of a
         span), else in one ordered pass from the first to the last (a whole session)."""
@@ -351,6 +376,17 @@ def _picked(heads: list[Head], desc: bool, limit: int | None) -> list[Head]:
         if count >= limit:
             break
     return picked[::-1] if desc else picked
+
+
+def _window_of(heads: list[Head], window: int) -> list[Head]:
+    """The first commits of ``heads`` that hold at most ``window`` versions together (at least
+    one commit, however many it holds)."""
+    count = 0
+    for end, head in enumerate(heads):
+        count += head.count
+        if count > window and end:
+            return heads[:end]
+    return heads
 
 
 class JetStreamSubscription(ListenNotifySubscription["JetStreamApplicationRecorder"]):
