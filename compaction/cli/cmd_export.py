@@ -2,10 +2,13 @@
 
 The file is a header line (format, version, session id, library version, event count, surface
 hash) then one event per line (see ``docs/formats.md``); ``compaction import --format events FILE``
-restores it exactly. The file is written next to its final name and renamed into place, so an
-interrupted export never leaves a truncated file under that name. ``--out -`` writes to stdout
-(not with ``--json``, whose stdout is the JSON document). Default: ``SESSION_ID.events.jsonl`` in
-the current directory.
+restores it exactly. The session is read from the store window by window (memory holds one
+window, whatever the session's length) and written as it is read, into a partial file next to its
+final name that is renamed into place once complete: an export that fails mid-way (the disk, the
+store) removes the partial file, so no truncated file is ever left, under either name. ``--out -``
+writes to stdout (not with ``--json``, whose stdout is the JSON document); there a failure mid-way
+ends the command with its error and exit code after the lines already written. Default:
+``SESSION_ID.events.jsonl`` in the current directory.
 
 JSON: ``{session_id, events, surface_hash, path}``.
 """
@@ -22,9 +25,7 @@ from rich.text import Text
 
 from compaction.cli.command import Command, Context, Document
 from compaction.errors import ConfigurationError, UsageError
-from compaction.sessions.hashing import surface_hash
-from compaction.sessions.native import export_lines, export_session
-from compaction.sessions.session import Session
+from compaction.sessions.native import StoredExport
 
 STDOUT = "-"
 
@@ -42,44 +43,49 @@ def run(context: Context, args: argparse.Namespace) -> Document:
     if args.out == STDOUT and context.json:
         raise UsageError("--out - writes the export to stdout; it cannot be combined with --json")
     session_id = context.resolve_session(args.session)
-    session = context.store.get(session_id)
-    path = STDOUT if args.out == STDOUT else str(_write(session, Path(args.out or _default(session))))
+    export = StoredExport.of(context.store, session_id)
+    path = STDOUT if args.out == STDOUT else str(_write(export, Path(args.out or _default(export))))
     if path == STDOUT:
-        _stream(session)
+        _stream(export)
     return {
         "session_id": str(session_id),
-        "events": len(session),
-        "surface_hash": surface_hash(session),
+        "events": export.events,
+        "surface_hash": export.surface_hash,
         "path": path,
     }
 
 
-def _stream(session: Session) -> None:
+def _stream(export: StoredExport) -> None:
     try:
-        for line in export_lines(session):
-            sys.stdout.write(line + "\n")
+        export.write(sys.stdout)
         sys.stdout.flush()
     except BrokenPipeError:  # the reader closed the pipe (``| head``): stop quietly
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
 
 
-def _default(session: Session) -> str:
-    return f"{session.id}.events.jsonl"
+def _default(export: StoredExport) -> str:
+    return f"{export.session_id}.events.jsonl"
 
 
-def _write(session: Session, path: Path) -> Path:
+def _write(export: StoredExport, path: Path) -> Path:
+    """Stream the export into a partial file beside ``path``, renamed into place once complete;
+    any failure (the disk, the store mid-way) removes the partial file and is raised."""
     partial = path.with_name(f".{path.name}.partial")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        export_session(session, partial)
+        with partial.open("w", encoding="utf-8") as out:
+            export.write(out)
         os.replace(partial, path)
     except OSError as e:
         partial.unlink(missing_ok=True)
         raise ConfigurationError(
             f"--out {path}: expected a writable file path for the export of session "
-            f"{session.id}; writing failed: {e}"
+            f"{export.session_id}; writing failed: {e}"
         ) from e
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
     return path
 
 

@@ -54,7 +54,7 @@ from compaction.service import BasicCompactService, known_window
 from compaction.sessions.blocks import Message
 from compaction.sessions.events import RequestHeader, ToolSpec, TurnEnd, TurnEndReason, TurnStart
 from compaction.sessions.invariants import DEFAULT_INVARIANTS
-from compaction.sessions.native import export_lines
+from compaction.sessions.native import StoredExport
 from compaction.sessions.render import to_anthropic, to_openai, to_text
 from compaction.sessions.retry import save_retrying
 from compaction.sessions.session import Session
@@ -295,9 +295,10 @@ class Host:
             window=self.window(session),
         )
 
-    def export(self, session_id: UUID) -> tuple[int, list[str]]:
-        session = self.load(session_id)
-        return session.saved_length, list(export_lines(session))
+    def export(self, session_id: UUID) -> StoredExport:
+        """The session's export as the store holds it now, to be read window by window
+        (:class:`StoredExport`): neither the cached session nor the whole log in memory."""
+        return StoredExport.of(self.store, session_id)
 
     # ------------------------------------------------------------ compacting
 

@@ -9,7 +9,10 @@ with them (``replayed: true``) instead of storing them again.
 
 from __future__ import annotations
 
+import itertools
+import logging
 import re
+from collections.abc import Iterator
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -27,6 +30,9 @@ OPENAPI = web.AppKey("openapi", bytes)
 S = TypeVar("S")
 KEY = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 MAX_PAGE = 1000
+EXPORT_BLOCK = 1024
+"""Lines of an export the service writes at a time."""
+log = logging.getLogger("compaction.serve")
 
 
 def add_routes(app: web.Application) -> None:
@@ -201,12 +207,37 @@ async def audit(request: web.Request) -> web.Response:
     return answer(document, version=version)
 
 
-async def export(request: web.Request) -> web.Response:
+async def export(request: web.Request) -> web.StreamResponse:
+    """The native export, written block by block as it is read from the store (window by window:
+    the service never holds the whole session). A failure before the first block answers with the
+    JSON error; a failure after it aborts the connection, so a client never takes a cut export for
+    a whole one (it ends without the chunked encoding's last chunk)."""
     host = request.app[HOST]
     key = session_id(request)
-    version, lines = await host.call(key, lambda: host.export(key))
-    return web.Response(
-        body="".join(line + "\n" for line in lines).encode(),
-        content_type="application/x-ndjson",
-        headers={"ETag": f'"{version}"', "Content-Disposition": f'attachment; filename="{key}.events.jsonl"'},
+    stored = await host.call(key, lambda: host.export(key))
+    lines = stored.lines()
+    block = await host.call(None, lambda: _block(lines))
+    response = web.StreamResponse(
+        headers={
+            "Content-Type": "application/x-ndjson",
+            "ETag": f'"{stored.events}"',
+            "Content-Disposition": f'attachment; filename="{key}.events.jsonl"',
+        }
     )
+    await response.prepare(request)
+    try:
+        while block:
+            await response.write(block)
+            block = await host.call(None, lambda: _block(lines))
+    except Exception:
+        log.exception("export of session %s failed after its first lines: connection aborted", key)
+        if request.transport is not None:
+            request.transport.abort()
+        raise
+    await response.write_eof()
+    return response
+
+
+def _block(lines: Iterator[str]) -> bytes:
+    """The next :data:`EXPORT_BLOCK` lines as one write (empty at the end)."""
+    return "".join(line + "\n" for line in itertools.islice(lines, EXPORT_BLOCK)).encode()

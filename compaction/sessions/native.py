@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TextIO
 from uuid import UUID
 
 import msgspec
@@ -31,11 +32,12 @@ import msgspec
 from compaction.errors import (
     CorruptSurfaceError,
     EventRuleError,
+    StoreError,
     TranscriptError,
     UnknownEventTypeError,
 )
 from compaction.sessions.events import SessionEvent, UnknownEvent
-from compaction.sessions.hashing import surface_hash
+from compaction.sessions.hashing import surface_hash, surface_hash_in_windows
 from compaction.sessions.mapper import decode_event, encode_event
 from compaction.sessions.session import Session
 
@@ -91,18 +93,27 @@ def event_line(event: SessionEvent) -> dict[str, Any]:
     return line
 
 
-def export_lines(session: Session) -> Iterator[str]:
+def _header_line(session_id: UUID, events: int, digest: str) -> str:
     header = {
         "format": FORMAT,
         "version": VERSION,
-        "session_id": str(session.id),
+        "session_id": str(session_id),
         "library_version": library_version(),
-        "events": len(session),
-        "surface_hash": surface_hash(session),
+        "events": events,
+        "surface_hash": digest,
     }
-    yield json.dumps(header, ensure_ascii=False)
+    return json.dumps(header, ensure_ascii=False)
+
+
+def _event_text(event: SessionEvent) -> str:
+    return json.dumps(event_line(event), ensure_ascii=False, separators=(",", ":"))
+
+
+def export_lines(session: Session) -> Iterator[str]:
+    """The export of a session in memory (every event it holds or fetches)."""
+    yield _header_line(session.id, len(session), surface_hash(session))
     for event in session.events():
-        yield json.dumps(event_line(event), ensure_ascii=False, separators=(",", ":"))
+        yield _event_text(event)
 
 
 def export_session(session: Session, path: Path) -> int:
@@ -110,6 +121,64 @@ def export_session(session: Session, path: Path) -> int:
         for line in export_lines(session):
             out.write(line + "\n")
     return len(session)
+
+
+class EventSource(Protocol):
+    """What a streamed export reads: a store (:class:`~compaction.sessions.store.SessionStore`,
+    or a partitioned one)."""
+
+    def fold(self, session_id: UUID, *, hi: int | None = None, use_snapshots: bool = True) -> Session: ...
+
+    def iter_events(
+        self, session_id: UUID, lo: int = 0, hi: int | None = None, *, only: Container[int] | None = None
+    ) -> Iterator[SessionEvent]: ...
+
+
+@dataclass(frozen=True)
+class StoredExport:
+    """The export of a stored session, read from the store window by window: memory holds one
+    window of events and the session's fold state, whatever its length.
+
+    :meth:`of` folds the session (from its latest snapshot: :meth:`SessionStore.fold`) for the
+    header's count and surface hash (:func:`surface_hash_in_windows`); :meth:`lines` then reads
+    the events ``0..events-1`` in windows (events a writer appends meanwhile are not part of this
+    export). A read that ends before the count the header announces raises
+    :class:`~compaction.errors.StoreError` instead of ending the export early."""
+
+    source: EventSource
+    session_id: UUID
+    events: int
+    surface_hash: str
+
+    @classmethod
+    def of(cls, source: EventSource, session_id: UUID) -> StoredExport:
+        session = source.fold(session_id)
+
+        def pick(lo: int, hi: int, only: Container[int]) -> Iterator[SessionEvent]:
+            return source.iter_events(session_id, lo, hi, only=only)
+
+        return cls(source, session_id, len(session), surface_hash_in_windows(session, pick))
+
+    def lines(self) -> Iterator[str]:
+        """The header line, then one line per event (no newlines)."""
+        yield _header_line(self.session_id, self.events, self.surface_hash)
+        expected = 0
+        for event in self.source.iter_events(self.session_id, 0, self.events):
+            if event.seq != expected:
+                break
+            yield _event_text(event)
+            expected += 1
+        if expected != self.events:
+            raise StoreError(
+                f"session {self.session_id}: the store returned no event at seq {expected} while "
+                f"exporting its {self.events} events; the export is incomplete"
+            )
+
+    def write(self, out: TextIO) -> int:
+        """Write every line to ``out``; the number of events written."""
+        for line in self.lines():
+            out.write(line + "\n")
+        return self.events
 
 
 # ---------------------------------------------------------------- reading

@@ -8,15 +8,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
 from typing import Any
 from uuid import UUID
 
+import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient
 
+from compaction.errors import StoreError
+from compaction.serve.routes import EXPORT_BLOCK
+from compaction.sessions.events import SessionEvent
 from compaction.sessions.native import export_lines
 from compaction.sessions.render import to_anthropic
+from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
+from tests.builders import turn as builder_turn
 from tests.serve.conftest import append, create
 from tests.serve.conversation import TURNS, openai_turn
 from tests.sessions.test_render import anthropic_problems, openai_problems
@@ -229,6 +236,43 @@ async def test_export_is_the_native_format_of_the_stored_session(
     assert response.status == 200 and response.content_type == "application/x-ndjson"
     expected = "".join(line + "\n" for line in export_lines(service_store.get(UUID(session))))
     assert await response.text() == expected
+
+
+def _long_session(store: SessionStore, turns: int) -> Session:
+    session = store.create()
+    for n in range(turns):
+        builder_turn(session, f"prompt {n}", n_calls=2)
+    store.save(session)
+    return session
+
+
+async def test_a_long_export_is_streamed_whole_in_blocks(client: Client, service_store: SessionStore) -> None:
+    session = _long_session(service_store, 180)
+    assert len(session) > 2 * EXPORT_BLOCK
+    response = await client.get(f"/v1/sessions/{session.id}/export")
+    assert response.status == 200 and response.headers["ETag"] == f'"{len(session)}"'
+    assert await response.text() == "".join(line + "\n" for line in export_lines(session))
+
+
+async def test_an_export_that_fails_mid_way_aborts_the_connection(
+    client: Client, service_store: SessionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = _long_session(service_store, 180)
+    read = service_store.iter_events
+
+    def failing(
+        session_id: UUID, lo: int = 0, hi: int | None = None, **kwargs: Any
+    ) -> Iterator[SessionEvent]:
+        for event in read(session_id, lo, hi, **kwargs):
+            if lo == 0 and hi == len(session) and event.seq == EXPORT_BLOCK + 10:  # the lines, not the hash
+                raise StoreError("the store went away mid-way")
+            yield event
+
+    monkeypatch.setattr(service_store, "iter_events", failing)
+    response = await client.get(f"/v1/sessions/{session.id}/export")
+    assert response.status == 200  # the first block was written
+    with pytest.raises(aiohttp.ClientPayloadError):
+        await response.read()
 
 
 async def test_sessions_are_listed_by_prefix_and_page_and_searched_by_text(client: Client) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ import pytest
 from compaction.audit.checks import audit_events
 from compaction.cli.cmd_import import import_events
 from compaction.cli.main import main
-from compaction.errors import CompactionError, TranscriptError
+from compaction.errors import CompactionError, StoreError, TranscriptError
 from compaction.importers import import_path
 from compaction.service import BasicCompactService
 from compaction.sessions.blocks import Message
@@ -418,3 +419,27 @@ def test_export_human_output(
     text = capsys.readouterr().out
     assert f"exported session {one.session_id}: {len(one.events)} events" in text
     assert str(out) in text.replace("\n", "")
+
+
+def test_an_export_that_fails_mid_way_leaves_no_file(
+    sqlite_url: str, tmp_path: Path, exported: list[Exported], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one = max(exported, key=lambda e: len(e.events))
+    assert run_json("--store", sqlite_url, "import", str(one.path))[0] == 0
+    read = SessionStore.iter_events
+    cut = len(one.events) // 2
+
+    def failing(store: SessionStore, *args: Any, **kwargs: Any) -> Iterator[SessionEvent]:
+        for event in read(store, *args, **kwargs):
+            if "only" not in kwargs and "window" not in kwargs and event.seq == cut:  # the lines
+                raise StoreError("the store went away mid-way")
+            yield event
+
+    monkeypatch.setattr(SessionStore, "iter_events", failing)
+    out = tmp_path / "out" / "x.jsonl"
+    code, document = run_json("--store", sqlite_url, "export", str(one.session_id), "--out", str(out))
+    assert code == 1 and document["error"]["type"] == "StoreError", document
+    assert list(out.parent.iterdir()) == []  # neither the file nor its partial one
+    monkeypatch.undo()
+    code, document = run_json("--store", sqlite_url, "export", str(one.session_id), "--out", str(out))
+    assert code == 0 and out.read_bytes() == one.path.read_bytes()
