@@ -2,23 +2,33 @@
 
 Each session is copied in batches of stored events (each batch one atomic insert at the same seqs), so
 an interrupted copy leaves a contiguous prefix in the target and a second run copies only what is
-missing. After copying, the target session is loaded and verified by event count and surface hash. A
-target that already holds *different* events at the same seqs is reported, never overwritten.
+missing. After copying, the target session is folded again and verified by event count and surface
+hash. A target that already holds *different* events at the same seqs is reported, never
+overwritten.
+
+Every read is window by window (:meth:`~compaction.sessions.store.SessionStore.iter_events` and
+:meth:`~compaction.sessions.store.SessionStore.fold`): memory holds a window of events and the
+sessions' fold state, whatever their length. The copy takes the events the source holds when it
+starts (a writer appending meanwhile is not copied: the next run resumes with it). The source is
+folded first, every rule re-checked, so a session that breaks one fails before anything of it is
+written.
 Either store may be partitioned (:mod:`compaction.sessions.partitioned`): each session is read from
 and written to the partition its id routes to, so a copy also re-partitions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import itertools
+from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass
 from uuid import UUID
 
 from compaction.errors import ConcurrencyError, StoreError
-from compaction.sessions.hashing import surface_hash
+from compaction.sessions.events import SessionEvent
+from compaction.sessions.hashing import EventPicker, surface_hash_in_windows
 from compaction.sessions.mapper import encode_event
 from compaction.sessions.partitioned import AnyStore, home_store
-from compaction.sessions.session import Session
+from compaction.sessions.store import SessionStore
 
 BATCH = 1000
 
@@ -67,21 +77,20 @@ def copy_session(
     progress: Progress | None = None,
     batch: int = BATCH,
 ) -> CopyReport:
-    events = source.load_events(session_id)
-    if not events:
+    origin = home_store(source, session_id)
+    length = origin.stream_length(session_id)
+    if not length:
         raise StoreError(f"session {session_id} has no events in the source store")
-    # The hash of exactly the events copied: a writer appending to the source meanwhile must
-    # not make a faithful copy look unverified.
-    expected = surface_hash(Session.replay(session_id, events))
+    # The hash of exactly the events copied (the first ``length``): a writer appending to the
+    # source meanwhile must not make a faithful copy look unverified. The fold re-checks every
+    # rule, so a source that breaks one fails here, before anything is written.
+    expected = _surface_hash(origin, session_id, length)
     home = home_store(target, session_id)
     present = home.stream_length(session_id)
-    last_target = home.load_events(session_id, present - 1, present) if present else []
-    if present > len(events) or (
-        last_target and encode_event(last_target[0]) != encode_event(events[present - 1])
-    ):
+    if present > length or (present and not _same_event(origin, home, session_id, present - 1)):
         return CopyReport(
             session_id,
-            len(events),
+            length,
             0,
             expected,
             False,
@@ -89,8 +98,8 @@ def copy_session(
             f"the target holds different events at seqs < {present}; nothing written",
         )
     copied = 0
-    for lo in range(present, len(events), batch):
-        chunk = events[lo : lo + batch]
+    for chunk in _batches(origin.iter_events(session_id, present, length), batch):
+        lo = present + copied
         try:
             home.append_events(session_id, chunk)
         except ConcurrencyError as e:
@@ -100,12 +109,43 @@ def copy_session(
             ) from e
         copied += len(chunk)
         if progress is not None:
-            progress(session_id, present + copied, len(events))
+            progress(session_id, present + copied, length)
+    if present + copied != length:
+        raise StoreError(
+            f"session {session_id}: the source returned {present + copied} of its first {length} "
+            "events while copying; run the copy again"
+        )
     status = "already-copied" if copied == 0 else ("resumed" if present else "copied")
-    copied_session = home.get(session_id, use_snapshots=False)
-    actual = surface_hash(copied_session)
-    verified = len(copied_session) == len(events) and actual == expected
+    copied_session = home.fold(session_id, use_snapshots=False)
+    actual = surface_hash_in_windows(copied_session, _picker(home, session_id))
+    verified = len(copied_session) == length and actual == expected
     if verified and copied and len(copied_session) >= home.snapshot_interval > 0:
         home.take_session_snapshot(copied_session)  # loads in the target stay cheap
     detail = "" if verified else f"target has {len(copied_session)} events, surface hash {actual[:12]}"
-    return CopyReport(session_id, len(events), copied, expected, verified, status, detail)
+    return CopyReport(session_id, length, copied, expected, verified, status, detail)
+
+
+def _surface_hash(store: SessionStore, session_id: UUID, length: int) -> str:
+    """The surface hash of the session's first ``length`` events, folded and hashed window by
+    window (every rule re-checked)."""
+    folded = store.fold(session_id, hi=length, use_snapshots=False)
+    return surface_hash_in_windows(folded, _picker(store, session_id))
+
+
+def _picker(store: SessionStore, session_id: UUID) -> EventPicker:
+    def pick(lo: int, hi: int, only: Container[int]) -> Iterator[SessionEvent]:
+        return store.iter_events(session_id, lo, hi, only=only)
+
+    return pick
+
+
+def _same_event(source: SessionStore, target: SessionStore, session_id: UUID, seq: int) -> bool:
+    mine, theirs = (s.load_events(session_id, seq, seq + 1) for s in (source, target))
+    return len(mine) == len(theirs) == 1 and encode_event(mine[0]) == encode_event(theirs[0])
+
+
+def _batches(events: Iterable[SessionEvent], size: int) -> Iterator[list[SessionEvent]]:
+    """``events`` in lists of ``size`` (the last one shorter): one atomic insert each."""
+    iterator = iter(events)
+    while chunk := list(itertools.islice(iterator, max(1, size))):
+        yield chunk

@@ -14,6 +14,7 @@ import pytest
 
 from compaction.errors import EventRuleError, MessageShapeError, TranscriptError
 from compaction.sessions.blocks import Message, Source, TextBlock, ToolCallBlock, ToolResultBlock
+from compaction.sessions.copy import copy_session
 from compaction.sessions.events import (
     AssistantMessage,
     SessionEvent,
@@ -24,7 +25,7 @@ from compaction.sessions.events import (
     UserMessage,
 )
 from compaction.sessions.mapper import encode_event
-from compaction.sessions.native import export_session, import_session
+from compaction.sessions.native import StoredExport, export_session, import_session
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
 from tests.builders import MODEL, user_event
@@ -246,6 +247,22 @@ def test_a_stored_message_of_the_wrong_shape_is_refused_on_load(store_url: str, 
             with pytest.raises(EventRuleError) as error:
                 store.get(written.id, use_snapshots=use_snapshots, strict_structure=False)
             _expect(error, 5, text)
+
+
+def test_a_fold_a_copy_and_an_export_of_a_session_that_breaks_a_rule_refuse_it(store_url: str) -> None:
+    """The fold re-checks every rule: a copy fails before anything of the session is written, and
+    an export (from seq 0: no snapshot is taken of an unchecked save) writes nothing."""
+    bad, text = BAD_SHAPES["tool result with a user source"]
+    with SessionStore.open(store_url) as store, SessionStore.open("memory://") as target:
+        written = _write_unchecked(store, [*_prefix(), bad])
+        with pytest.raises(EventRuleError) as error:
+            store.fold(written.id, use_snapshots=False)
+        _expect(error, 5, text)
+        with pytest.raises(EventRuleError):
+            copy_session(store, target, written.id)
+        assert not target.exists(written.id)
+        with pytest.raises(EventRuleError):
+            StoredExport.of(store, written.id)
 
 
 @pytest.mark.parametrize("case", sorted(BAD_SHAPES))

@@ -13,6 +13,7 @@ import sys
 import threading
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -24,6 +25,7 @@ from compaction.cli.main import main
 from compaction.errors import ConfigurationError
 from compaction.importers import import_path
 from compaction.sessions.copy import copy_session
+from compaction.sessions.events import SessionEvent
 from compaction.sessions.hashing import surface_hash
 from compaction.sessions.partitioned import (
     PartitionedSessionStore,
@@ -373,19 +375,17 @@ def test_a_source_written_during_the_copy_still_verifies_what_was_copied() -> No
         tool_step(session)
         source_store.save(session)
 
-        class WrittenMeanwhile:
-            """The source as a live agent keeps writing to it right after the copy read it."""
+        read = source_store.iter_events
 
-            def load_events(self, session_id: UUID, lo: int = 0, hi: int | None = None) -> Any:
-                events = source_store.load_events(session_id, lo, hi)
+        def written_meanwhile(session_id: UUID, *args: Any, **kwargs: Any) -> Iterator[SessionEvent]:
+            """The source as a live agent keeps writing to it right after the copy read it."""
+            yield from read(session_id, *args, **kwargs)
+            if session.open_turn is not None:  # after the first read
                 tool_step(session)
                 end_turn(session)
                 source_store.save(session)
-                return events
 
-            def get(self, session_id: UUID, **options: Any) -> Session:
-                return source_store.get(session_id, **options)
-
-        report = copy_session(WrittenMeanwhile(), target, session.id)  # type: ignore[arg-type]
+        source_store.iter_events = written_meanwhile  # type: ignore[method-assign]
+        report = copy_session(source_store, target, session.id)
         assert report.verified, report.detail
         assert report.events == len(target.get(session.id)) < len(session)
