@@ -306,3 +306,69 @@ def test_an_unreachable_server_fails_the_open_at_once() -> None:
 
     with pytest.raises(StoreError, match="no servers available"):
         SessionStore.open(f"nats://127.0.0.1:1?stream=x{uuid.uuid4().hex[:6]}&timeout=1")
+
+
+# ---------------------------------------------------------------- reads that stop where they can
+
+
+def _saved_in_commits(store: SessionStore, commits: int, per_commit: int) -> Session:
+    session = store.create()
+    for index in range(commits):
+        for part in range(per_commit):
+            user(session, f"message {index}.{part}")
+        store.save(session)
+    return session
+
+
+def _counting_passes(store: SessionStore, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Patch the store's log to count the messages its consumer passes hand out; the count."""
+    log = store._recorder.log  # type: ignore[attr-defined]
+    passing = log._pass
+    handed: list[int] = [0]
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        async for record in passing(*args, **kwargs):
+            handed[0] += 1
+            yield record
+
+    monkeypatch.setattr(log, "_pass", counted)
+    return handed
+
+
+def test_a_page_of_the_notification_log_reads_the_commits_it_needs(
+    store: SessionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _saved_in_commits(store, 60, 5)
+    everything = store.notifications(0, 1000)
+    assert len(everything) == 300
+    handed = _counting_passes(store, monkeypatch)
+    page = store.notifications(0, 10)
+    assert page == everything[:10] and handed[0] == 2  # two commits of five, not ten commits
+    handed[0] = 0
+    page = store.notifications(everything[99].notification_id, 150)
+    assert page == everything[100:250] and handed[0] == 30
+    handed[0] = 0
+    assert store.count_notifications(0, everything[49].notification_id) == 50
+    assert handed[0] <= 11  # up to the first commit past the last id asked about, not the log
+
+
+def test_the_durable_follower_decodes_one_commit_at_a_time(
+    store: SessionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _saved_in_commits(store, 40, 3)
+    everything = store.notifications(0, 1000)
+    recorder: Any = store._recorder
+    decode = recorder.rows_of
+    decoded: list[int] = []
+
+    async def counted(record: Any) -> Any:
+        decoded.append(record.seq)
+        return await decode(record)
+
+    monkeypatch.setattr(recorder, "rows_of", counted)
+    with store.follow(0, durable="one-at-a-time") as feed:
+        first = next(feed)
+        assert decoded == [1]  # every commit of the log was fetched; one was decoded
+        read = [first, *(next(feed) for _ in range(len(everything) - 1))]
+        feed.stop()
+    assert read == everything and decoded == list(range(1, 41))

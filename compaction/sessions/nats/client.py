@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -323,22 +323,49 @@ class JetStreamLog:
         most ``limit`` of them. Every message the leader holds in that range is read (see
         :meth:`_pass`); a read that cannot finish in :data:`RETRY_FOR` seconds raises
         :class:`StoreUnavailableError`."""
+        found = self.records(subject, start, upto=upto, limit=limit, headers_only=headers_only, stream=stream)
+        async with contextlib.aclosing(found):
+            return [record async for record in found]
+
+    async def records(
+        self,
+        subject: str,
+        start: int = 1,
+        *,
+        upto: int | None = None,
+        limit: int | None = None,
+        headers_only: bool = False,
+        stream: str | None = None,
+        first_fetch: int | None = None,
+    ) -> AsyncGenerator[Record, None]:
+        """:meth:`scan`'s messages one at a time, as they are fetched: a reader that stops early
+        (closing the iterator: ``contextlib.aclosing``) has read no further than the fetch under
+        way. With ``first_fetch``, the first fetch of each pass asks for that many messages and
+        each next one for twice as many (up to the usual batch): a reader that needs few of them
+        (a page of the notification log) fetches few."""
         name = stream or self.stream
         if upto is None:
             top = await self.last(subject, name)
             upto = 0 if top is None else top.seq
-        records: list[Record] = []
         deadline = time.monotonic() + RETRY_FOR
-        next_seq = max(1, start)
-        while next_seq <= upto and (limit is None or len(records) < limit):
-            room = None if limit is None else limit - len(records)
+        next_seq, count = max(1, start), 0
+        while next_seq <= upto and (limit is None or count < limit):
+            room = None if limit is None else limit - count
             before, problem = next_seq, None
+            passing = self._pass(
+                subject,
+                next_seq,
+                upto=upto,
+                limit=room,
+                headers_only=headers_only,
+                stream=name,
+                first_fetch=first_fetch,
+            )
             try:
-                async for record in self._pass(
-                    subject, next_seq, upto=upto, limit=room, headers_only=headers_only, stream=name
-                ):
-                    records.append(record)
-                    next_seq = record.seq + 1
+                async with contextlib.aclosing(passing):
+                    async for record in passing:
+                        next_seq, count = record.seq + 1, count + 1
+                        yield record
             except RESUMABLE as e:
                 problem = e
             if next_seq > before and problem is None:
@@ -350,7 +377,6 @@ class JetStreamLog:
                     "the stream's leader holds these messages: retry when it answers"
                 ) from problem
             await asyncio.sleep(RETRY_PAUSE)  # and resume after the last message read
-        return records
 
     async def _pass(
         self,
@@ -361,7 +387,8 @@ class JetStreamLog:
         limit: int | None,
         headers_only: bool,
         stream: str,
-    ) -> AsyncIterator[Record]:
+        first_fetch: int | None = None,
+    ) -> AsyncGenerator[Record, None]:
         """One ordered consumer's pass from ``start`` until ``upto`` (or ``limit`` messages).
 
         The consumer (ack policy none, memory, one replica) may be placed on any replica of the
@@ -385,9 +412,11 @@ class JetStreamLog:
             subject, stream=stream, config=config, pending_bytes_limit=PENDING_BYTES
         )
         delivered = 0
+        size = batch if first_fetch is None else max(1, min(batch, first_fetch))
         try:
             while True:
-                wanted = batch if limit is None else min(batch, limit - delivered)
+                wanted = size if limit is None else min(size, limit - delivered)
+                size = min(batch, 2 * size)
                 for msg in await sub.fetch(wanted, timeout=self.timeout):
                     meta = msg.metadata
                     if meta.sequence.consumer != delivered + 1:

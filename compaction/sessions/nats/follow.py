@@ -14,7 +14,9 @@ acknowledged, the next one that commit) is kept; any other (none yet, or one wit
 outstanding from a follower that was killed, or whose floor is past ``p`` because the views were
 rebuilt) is deleted and created anew with ``DeliverPolicy.BY_START_SEQUENCE`` at that commit's
 stream sequence. Events at or below ``p`` in the first commit are skipped, so each event is handed
-to the follower once per start, in order.
+to the follower once per start, in order. Commits are fetched in batches and decoded one at a time,
+when the follower has taken every event of the one before: memory holds one fetched batch and one
+decoded commit, however far behind the follower starts.
 
 The stream ``<stream>`` holds commit messages only (:mod:`compaction.sessions.nats.frames`), so
 its sequence is dense over commits: a commit delivered past the next expected sequence means
@@ -60,7 +62,8 @@ class DurableFollower(Subscription[Any]):
         self._log = recorder.log
         self._next_id = (gt or 0) + 1
         self._next_seq = 0  # the stream sequence of the next commit (known once the consumer is open)
-        self._ready: deque[Notification] = deque()
+        self._ready: deque[Notification] = deque()  # the events of the commit being handed out
+        self._fetched: deque[Msg] = deque()  # fetched commits, not decoded yet
         self._delivered: deque[tuple[int, Msg]] = deque()  # (its last notification id, commit)
         self._sub: JetStreamContext.PullSubscription = self._connection.call(self._open())
 
@@ -107,7 +110,10 @@ class DurableFollower(Subscription[Any]):
         while not self._ready:
             if self._has_been_stopped:
                 raise StopIteration
-            self._connection.call(self._pull())
+            if self._fetched:  # decode the next commit only when the last one is handed out
+                self._connection.call(self._take(self._fetched.popleft()))
+            else:
+                self._connection.call(self._pull())
         return self._ready.popleft()
 
     async def _pull(self) -> None:
@@ -115,8 +121,7 @@ class DurableFollower(Subscription[Any]):
             messages = await self._sub.fetch(FETCH_BATCH, timeout=FETCH_WAIT)
         except (nats.errors.TimeoutError, TimeoutError):
             return
-        for msg in messages:
-            await self._take(msg)
+        self._fetched.extend(messages)
 
     async def _take(self, msg: Msg) -> None:
         seq = msg.metadata.sequence.stream

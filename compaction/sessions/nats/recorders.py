@@ -443,11 +443,16 @@ class JetStreamApplicationRecorder(JetStreamAggregateRecorder, ApplicationRecord
     async def _notifications(
         self, lowest: int, limit: int, stop: int | None, topics: Sequence[str]
     ) -> list[Notification]:
+        """Up to ``limit`` notifications from ``lowest``: the commits are fetched a few at first,
+        then more (:meth:`JetStreamLog.records`), and decoded one at a time; the read stops at the
+        commit that completes the page (or passes ``stop``), whatever the log holds after it."""
         found: list[Notification] = []
         seq = await self._seq_holding(lowest)
-        while seq and len(found) < limit:
-            records = await self.log.scan(self.prefix + ">", seq, limit=limit)
-            for record in records:
+        if not seq or limit < 1:
+            return found
+        commits = self.log.records(self.prefix + ">", seq, first_fetch=min(limit, FEW_COMMITS))
+        async with contextlib.aclosing(commits):
+            async for record in commits:
                 originator = UUID(record.subject[len(self.prefix) :])
                 position = frames.position(record.headers, record.seq)
                 rows = await self.rows_of(record)
@@ -461,9 +466,6 @@ class JetStreamApplicationRecorder(JetStreamAggregateRecorder, ApplicationRecord
                     found.append(Notification(originator, version, topic, state, nid))
                     if len(found) == limit:
                         return found
-            if len(records) < limit:
-                break
-            seq = records[-1].seq + 1
         return found
 
     async def _seq_holding(self, notification: int) -> int:
@@ -506,12 +508,14 @@ class JetStreamApplicationRecorder(JetStreamAggregateRecorder, ApplicationRecord
         if not start:
             return 0
         total = 0
-        for head in await self.log.scan(self.prefix + ">", start, headers_only=True):
-            first = frames.position(head.headers, head.seq)
-            if first > upto:
-                break
-            last = frames.last_id(head.headers, head.seq)
-            total += max(0, min(last, upto) - max(first, after + 1) + 1)
+        heads = self.log.records(self.prefix + ">", start, headers_only=True, first_fetch=FEW_COMMITS)
+        async with contextlib.aclosing(heads):  # stops at the first commit past ``upto``
+            async for head in heads:
+                first = frames.position(head.headers, head.seq)
+                if first > upto:
+                    break
+                last = frames.last_id(head.headers, head.seq)
+                total += max(0, min(last, upto) - max(first, after + 1) + 1)
         return total
 
     def subscribe(self, gt: int | None = None, topics: Sequence[str] = ()) -> JetStreamSubscription:
