@@ -71,9 +71,14 @@ def surface_hash_in_windows(session: Session, pick: EventPicker, window: int = S
     """:func:`surface_hash` of a session whose events stay in the store (one a fold released,
     :meth:`~compaction.sessions.store.SessionStore.fold`): the surface's events are fetched with
     ``pick`` a window of nodes at a time, in surface order, and each message is hashed and
-    dropped, so memory holds one window of them and the surface's seqs, never every message."""
+    dropped (the seqs too are hashed a window at a time), so memory holds one window of them and
+    the surface's packed seqs, never every message."""
     nodes = session.nodes
-    digest = hashlib.sha256(_ENCODER.encode(list(nodes)))
+    digest = hashlib.sha256(b"[")
+    for start in range(0, len(nodes), window):  # the bytes of encode(list(nodes)), in pieces
+        digest.update(b"," if start else b"")
+        digest.update(_ENCODER.encode(list(nodes[start : start + window]))[1:-1])
+    digest.update(b"]")
     for piece in _pieces(nodes, window):
         wanted = frozenset(piece)
         found = {event.seq: event for event in pick(min(piece), max(piece) + 1, wanted)}

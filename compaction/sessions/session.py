@@ -390,10 +390,11 @@ class Session:
 
     def release(self, loader: EventLoader, picker: EventPicker | None = None) -> None:
         """Keep only the fold state: every event leaves memory and is fetched by ``loader`` (and
-        ``picker``, for :meth:`preload`) when asked for again, as in a session restored from a
-        snapshot. A fold over a log of any length releases each window it appended
-        (:meth:`~compaction.sessions.store.SessionStore.fold`). Only a saved session can release
-        its events (:class:`SessionStateError` with pending ones)."""
+        ``picker``, for :meth:`preload`) when asked for again, and the surface's lookup caches are
+        dropped, as in a session restored from a snapshot. A fold over a log of any length
+        releases each window it appended (:meth:`~compaction.sessions.store.SessionStore.fold`).
+        Only a saved session can release its events (:class:`SessionStateError` with pending
+        ones)."""
         if self.saved_length != len(self):
             raise SessionStateError(
                 f"session {self.id}: cannot release its events with {len(self) - self.saved_length} "
@@ -406,6 +407,7 @@ class Session:
         self._picker = picker
         self._chunk = FIRST_CHUNK
         self._derived = []
+        self.surface.drop_caches()
 
     def discard_pending(self) -> None:
         """Drop unsaved events by refolding the saved prefix (used after a failed save)."""

@@ -157,6 +157,15 @@ class Surface:
     def copy(self) -> Surface:
         return Surface.restore(self.nodes, self.deltas, self.generation, self.length)
 
+    def drop_caches(self) -> None:
+        """Forget the position index and the running balance (an int object and more per node),
+        as a restored surface starts: both are rebuilt lazily when asked for. A fold over a long
+        log drops them with each window it releases (:meth:`Session.release`)."""
+        self._pos = None
+        self._scans = 0
+        self._cuts = [0]
+        self._cuts_generation = self.generation
+
     def mark(self, *, replaces: bool) -> Mark:
         """Remember this state; O(1) unless ``replaces`` (then O(surface), like a replacement)."""
         nodes = array(NODE_CODE, self.nodes) if replaces else None

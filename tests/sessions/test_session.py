@@ -7,7 +7,13 @@ from datetime import UTC, datetime, timedelta
 import msgspec
 import pytest
 
-from compaction.errors import EventRuleError, StoreError, StructureRuleError, SurfaceRuleError
+from compaction.errors import (
+    EventRuleError,
+    SessionStateError,
+    StoreError,
+    StructureRuleError,
+    SurfaceRuleError,
+)
 from compaction.sessions.blocks import text_of
 from compaction.sessions.events import (
     Replace,
@@ -307,3 +313,26 @@ def test_a_restored_session_appends_rolls_back_and_reads_across_the_snapshot() -
     assert len(restored) == base
     assert restored.nodes == session.nodes
     assert [e.seq for e in restored.events(base - 2)] == [base - 2, base - 1]
+
+
+def test_a_released_session_keeps_its_state_and_fetches_its_events_again() -> None:
+    session = Session()
+    turn(session, "first", n_calls=2)
+    session.mark_saved()
+    stored = list(session.events())
+    user(session, "pending")
+    with pytest.raises(SessionStateError, match="pending"):
+        session.release(lambda lo, hi: stored[lo:hi])
+    session.discard_pending()
+    before = state_of(session)
+    fetched: list[tuple[int, int]] = []
+
+    def loader(lo: int, hi: int) -> list[SessionEvent]:
+        fetched.append((lo, hi))
+        return stored[lo:hi]
+
+    session.release(loader)
+    assert state_of(session) == before and fetched  # the messages were fetched again
+    assert list(session.events()) == stored
+    turn(session, "second")  # and it goes on as a session restored from a snapshot does
+    assert Session.replay(session.id, session.events()).nodes == session.nodes
