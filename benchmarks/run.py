@@ -33,6 +33,7 @@ from benchmarks import (
     bench_memory,
     bench_meter,
     bench_peers,
+    bench_readers,
     bench_rebuild,
     bench_recovery,
     bench_serve,
@@ -50,6 +51,7 @@ BENCHMARKS: dict[str, Callable[[], list[Result]]] = {
     "meter": bench_meter.run,
     "memory": bench_memory.run,
     "rebuild": bench_rebuild.run,
+    "readers": bench_readers.run,
     "recovery": bench_recovery.run,
     "peers": bench_peers.run,  # in the default set only with the bench extra (bench_peers.available)
     "adapters": bench_adapters.run,  # needs PostgreSQL ($COMPACTION_BENCH_PG) and the framework extras
