@@ -138,6 +138,10 @@ def test_a_save_above_the_max_payload_is_chunked_and_joined(store: SessionStore)
     assert len(commits) == 1 and (commits[0][1] or {}).get("Compaction-Chunked") == "1"
     assert store.load_events(session.id) == list(session.events())
     assert [n.event for n in store.notifications(0, 100)] == list(session.events())
+    everything = list(session.events())
+    for window in (1, 2, len(everything)):  # windows inside the one chunked commit
+        assert list(store.iter_events(session.id, window=window)) == everything
+        assert list(store.iter_events(session.id, 1, len(everything) - 1, window=window)) == everything[1:-1]
 
 
 def test_a_reader_never_sees_part_of_a_chunked_save(nats_url: str) -> None:

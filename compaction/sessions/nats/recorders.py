@@ -301,8 +301,7 @@ class JetStreamAggregateRecorder(AggregateRecorder):
                         f"{self.connection.where}: {subject}: the commit at stream sequence "
                         f"{head.seq} (versions {head.first}..{head.last}) was not read back"
                     )
-                rows = self.connection.call(self.rows_of(record))
-                yield [r for r in rows if (gt is None or r[0] > gt) and (lte is None or r[0] <= lte)]
+                yield _within(self.connection.call(self.rows_of(record)), gt, lte)
 
     async def _commits(self, subject: str, heads: list[Head]) -> list[Record | None]:
         """The commit messages of ``heads``: got one by one when they are few (a lazy load of a
@@ -376,6 +375,18 @@ def _picked(heads: list[Head], desc: bool, limit: int | None) -> list[Head]:
         if count >= limit:
             break
     return picked[::-1] if desc else picked
+
+
+def _within(rows: list[frames.Row], gt: int | None, lte: int | None) -> list[frames.Row]:
+    """The rows of one commit with ``gt < version <= lte``: a slice, since a commit holds
+    consecutive versions (a large imported commit is read again by every window that overlaps it,
+    from the decoded copy :meth:`JetStreamAggregateRecorder.rows_of` keeps)."""
+    if not rows:
+        return rows
+    first = rows[0][0]
+    start = 0 if gt is None else max(0, gt + 1 - first)
+    end = len(rows) if lte is None else max(start, lte + 1 - first)
+    return rows[start:end]
 
 
 def _window_of(heads: list[Head], window: int) -> list[Head]:
