@@ -257,7 +257,7 @@ def measure(url: str, events: int, sizes: Sequence[int], transcript: Path | None
 
 
 def run(
-    events: int = 4000,
+    events: int = 8000,
     sizes: Sequence[int] = (50_000, 250_000),
     messages: int = 100_000,
     layout: Layout | None = None,
@@ -334,7 +334,7 @@ def _rows(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--events", type=int, default=4000, help="events per writer (default 4000)")
+    parser.add_argument("--events", type=int, default=8000, help="events per writer (default 8000)")
     parser.add_argument("--sizes", default="50000,250000", help="session sizes loaded (events)")
     parser.add_argument("--messages", type=int, default=100_000,
                         help="messages of the session the CLI compacts (0: no CLI rows)")  # fmt: skip
