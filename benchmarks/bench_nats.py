@@ -1,15 +1,19 @@
 """The JetStream store against PostgreSQL (and SQLite for the CLI), same run.
 
     .venv/bin/python -m benchmarks.bench_nats [--events N] [--sizes 50000,250000] [--messages N]
+        [--layout 2x4]
 
 Three stores, each measured the same way in one run: PostgreSQL (a fresh database on
 127.0.0.1:5432), JetStream R1 (a fresh stream on the server at 127.0.0.1:4222) and JetStream R3 (a
 3-node cluster on loopback started here, ``tests/sessions/nats_cluster.py``). For each:
 
 - **1 writer**: one session saved one agent step at a time (``agent_batches``): saves per second;
-- **8 writers**: eight threads, each with its own store handle and session, saving steps at once:
-  saves per second of all of them together, against PostgreSQL and against the same store's one
-  writer;
+- **8 writers**: eight writers, each with its own store handle and session, saving steps at once,
+  spread as ``--layout PROCESSESxTHREADS`` (default ``2x4``: two processes of four threads, as an
+  agent backend runs several workers): saves per second of all of them together (from a barrier
+  across the processes to the last save), against PostgreSQL and against the same store's one
+  writer; and, for information, the same eight writers as threads of one process, where one
+  interpreter's lock bounds them whatever the store does;
 - **load**: a session of each of ``--sizes`` events (saved in batches of 1,000), then
   ``load_events`` of all of it by a new store handle with no snapshot: seconds; the growth per
   event from the smallest to the largest (1.0 is linear);
@@ -28,6 +32,7 @@ default set of ``benchmarks.run`` (it needs both servers and starts three more).
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import subprocess
 import sys
 import threading
@@ -47,7 +52,7 @@ from compaction.sessions.store import SessionStore
 
 PG_BASE = "postgresql://postgres@127.0.0.1:5432"
 NATS_BASE = "nats://127.0.0.1:4222"
-WRITERS = 8
+BARRIER_SECONDS = 120.0
 CLI_WINDOW = 200_000
 
 
@@ -88,36 +93,94 @@ def saves_per_second(url: str, events: int) -> float:
         return len(batches) / (time.perf_counter() - start)
 
 
-def concurrent_saves_per_second(url: str, events: int) -> float:
+@dataclass(frozen=True)
+class Layout:
+    """How the concurrent writers are spread: ``processes`` interpreters of ``threads`` writers
+    each, every writer with its own store handle and session (``2x4``: two processes of four)."""
+
+    processes: int
+    threads: int
+
+    @classmethod
+    def parse(cls, text: str) -> Layout:
+        processes, _, threads = text.lower().partition("x")
+        try:
+            layout = cls(int(processes), int(threads))
+        except ValueError:
+            raise ValueError(f"a writer layout is PROCESSESxTHREADS, like 2x4; found {text!r}") from None
+        if layout.processes < 1 or layout.threads < 1:
+            raise ValueError(f"a writer layout needs at least 1x1; found {text!r}")
+        return layout
+
+    @property
+    def writers(self) -> int:
+        return self.processes * self.threads
+
+    def __str__(self) -> str:
+        return f"{self.processes}x{self.threads}"
+
+
+LAYOUT = Layout(2, 4)
+"""The default spread of the concurrent writers: two processes of four."""
+
+
+def concurrent_saves_per_second(url: str, events: int, layout: Layout) -> float:
+    """Saves per second of ``layout.writers`` writers on different sessions of one store, all
+    started together (a barrier across the processes), timed from the barrier to the last save."""
+    context = multiprocessing.get_context("spawn")
+    ready = context.Barrier(layout.writers + 1, timeout=BARRIER_SECONDS)
+    finished: multiprocessing.Queue[tuple[int, float, str]] = context.Queue()
+    processes = [
+        context.Process(target=_write_sessions, args=(url, events, layout.threads, ready, finished))
+        for _ in range(layout.processes)
+    ]
+    for process in processes:
+        process.start()
+    try:
+        ready.wait()
+        start = time.monotonic()
+        outcomes = [finished.get(timeout=BARRIER_SECONDS) for _ in range(layout.writers)]
+    finally:
+        for process in processes:
+            process.join(BARRIER_SECONDS)
+    failures = [error for _, _, error in outcomes if error]
+    if failures:
+        raise RuntimeError(f"{len(failures)} of {layout.writers} writers failed; first: {failures[0]}")
+    return sum(saves for saves, _, _ in outcomes) / (max(end for _, end, _ in outcomes) - start)
+
+
+def _write_sessions(
+    url: str,
+    events: int,
+    threads: int,
+    ready: threading.Barrier,
+    finished: multiprocessing.Queue[tuple[int, float, str]],
+) -> None:
+    """One writer process: ``threads`` writers, each saving a session step by step after the
+    barrier; each puts (saves, monotonic end, error text or "") on ``finished``."""
     batches = list(agent_batches(events))
-    stores = [SessionStore.open(url) for _ in range(WRITERS)]
-    ready = threading.Barrier(WRITERS + 1)
-    failures: list[BaseException] = []
+    stores = [SessionStore.open(url) for _ in range(threads)]
 
     def write(store: SessionStore) -> None:
         session = store.create()
+        error = ""
         ready.wait()
         try:
             for batch in batches:
                 for event in batch:
                     session.append(event)
                 store.save(session)
-        except BaseException as e:
-            failures.append(e)
+        except Exception as e:  # reported to the parent, which raises it
+            error = f"{type(e).__name__}: {e}"
+        finished.put((len(batches), time.monotonic(), error))
 
-    threads = [threading.Thread(target=write, args=(s,)) for s in stores]
-    for thread in threads:
-        thread.start()
-    ready.wait()
-    start = time.perf_counter()
-    for thread in threads:
-        thread.join()
-    seconds = time.perf_counter() - start
+    workers = [threading.Thread(target=write, args=(store,)) for store in stores]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
     for store in stores:
         store.close()
-    if failures:
-        raise failures[0]
-    return WRITERS * len(batches) / seconds
 
 
 def load_seconds(url: str, events: int, *, snapshot: bool) -> tuple[float, float]:
@@ -172,13 +235,19 @@ class Figures:
 
     one: float = 0.0
     many: float = 0.0
+    one_process: float = 0.0
+    """The same number of writers as threads of one process (info: they share one interpreter)."""
     loads: dict[int, float] = field(default_factory=dict)
     from_snapshot: float = 0.0
     cli: float = 0.0
 
 
-def measure(url: str, events: int, sizes: Sequence[int], transcript: Path | None) -> Figures:
-    figures = Figures(saves_per_second(url, events), concurrent_saves_per_second(url, events))
+def measure(url: str, events: int, sizes: Sequence[int], transcript: Path | None, layout: Layout) -> Figures:
+    figures = Figures(
+        saves_per_second(url, events),
+        concurrent_saves_per_second(url, events, layout),
+        concurrent_saves_per_second(url, events, Layout(1, layout.writers)),
+    )
     for size in sizes:
         figures.loads[size], snapshot = load_seconds(url, size, snapshot=size == max(sizes))
         figures.from_snapshot = snapshot or figures.from_snapshot
@@ -188,45 +257,55 @@ def measure(url: str, events: int, sizes: Sequence[int], transcript: Path | None
 
 
 def run(
-    events: int = 2000, sizes: Sequence[int] = (50_000, 250_000), messages: int = 100_000
+    events: int = 8000,
+    sizes: Sequence[int] = (50_000, 250_000),
+    messages: int = 100_000,
+    layout: Layout | None = None,
 ) -> list[Result]:
     from tests.sessions.long_transcript import write_transcript
     from tests.sessions.nats_cluster import LoopbackCluster
+
+    layout = layout or LAYOUT
 
     figures: dict[str, Figures] = {}
     with scratch_dir("nats-bench") as folder:
         transcript = write_transcript(folder / "long.json", messages) if messages else None
         with postgres_url() as url:
-            figures["PostgreSQL"] = measure(url, events, sizes, transcript)
+            figures["PostgreSQL"] = measure(url, events, sizes, transcript, layout)
         with jetstream_url(NATS_BASE, 1) as url:
-            figures["JetStream R1"] = measure(url, events, sizes, transcript)
+            figures["JetStream R1"] = measure(url, events, sizes, transcript, layout)
         cluster = LoopbackCluster(folder / "cluster", name="bench")
         (folder / "cluster").mkdir()
         cluster.start_all()
         try:
             with jetstream_url(cluster.url, 3) as url:
-                figures["JetStream R3"] = measure(url, events, sizes, transcript)
+                figures["JetStream R3"] = measure(url, events, sizes, transcript, layout)
         finally:
             cluster.stop_all()
         sqlite = 0.0
         if transcript is not None:
             sqlite = cli_compact_seconds(f"sqlite:///{folder / 'cli.db'}", transcript)
-    return _rows(figures, sizes, messages, sqlite)
+    return _rows(figures, sizes, messages, sqlite, layout)
 
 
-def _rows(figures: dict[str, Figures], sizes: Sequence[int], messages: int, sqlite: float) -> list[Result]:
+def _rows(
+    figures: dict[str, Figures], sizes: Sequence[int], messages: int, sqlite: float, layout: Layout
+) -> list[Result]:
     pg = figures["PostgreSQL"]
     big, small = max(sizes), min(sizes)
     results: list[Result] = []
+    n = layout.writers
     for name, r3 in (("JetStream R1", False), ("JetStream R3", True)):
         f = figures[name]
         results += [
             Result(f"{name}: saves/s, 1 writer", f"{f.one:,.0f}/s", f"PostgreSQL {pg.one:,.0f}/s",
                    f.one / pg.one, None, True),
-            Result(f"{name}: saves/s, {WRITERS} writers on different sessions", f"{f.many:,.0f}/s",
+            Result(f"{name}: saves/s, {n} writers on different sessions ({layout})", f"{f.many:,.0f}/s",
                    f"PostgreSQL {pg.many:,.0f}/s", f.many / pg.many, 0.6 if r3 else 0.9, True),
-            Result(f"{name}: {WRITERS} writers / 1 writer, same store", f"{f.many:,.0f}/s",
+            Result(f"{name}: {n} writers ({layout}) / 1 writer, same store", f"{f.many:,.0f}/s",
                    f"1 writer {f.one:,.0f}/s", f.many / f.one, 3.0, True),
+            Result(f"{name}: {n} writers in one process / 1 writer", f"{f.one_process:,.0f}/s",
+                   f"1 writer {f.one:,.0f}/s", f.one_process / f.one, None, True),
         ]  # fmt: skip
         for size in sizes:
             results.append(
@@ -255,13 +334,15 @@ def _rows(figures: dict[str, Figures], sizes: Sequence[int], messages: int, sqli
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--events", type=int, default=2000, help="events per writer (default 2000)")
+    parser.add_argument("--events", type=int, default=8000, help="events per writer (default 8000)")
     parser.add_argument("--sizes", default="50000,250000", help="session sizes loaded (events)")
     parser.add_argument("--messages", type=int, default=100_000,
                         help="messages of the session the CLI compacts (0: no CLI rows)")  # fmt: skip
+    parser.add_argument("--layout", default=LAYOUT, type=Layout.parse,
+                        help=f"the concurrent writers as PROCESSESxTHREADS (default {LAYOUT})")  # fmt: skip
     args = parser.parse_args(argv)
     sizes = [int(size) for size in args.sizes.split(",")]
-    results = run(args.events, sizes, args.messages)
+    results = run(args.events, sizes, args.messages, args.layout)
     print("| benchmark | measured | baseline (same run) | ratio | target | result |")
     print("|---|---|---|---|---|---|")
     for result in results:

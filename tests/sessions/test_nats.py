@@ -9,6 +9,7 @@ nothing behind, large saves and events are chunked and joined, notification ids 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 import uuid
 from collections.abc import Iterator
@@ -17,8 +18,11 @@ from typing import Any
 import pytest
 
 from compaction.errors import ConcurrencyError, ConfigurationError
-from compaction.sessions.nats.frames import ID_SPACE
+from compaction.sessions.nats.acks import PublishAcks
+from compaction.sessions.nats.client import WRONG_LAST_SEQUENCE
+from compaction.sessions.nats.frames import ID_SPACE, save_ids
 from compaction.sessions.nats.loop import LoopThread
+from compaction.sessions.nats.shared import CONNECTIONS
 from compaction.sessions.nats.url import nats_settings
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore, parse_store_url
@@ -273,6 +277,87 @@ def test_the_stores_calls_from_many_threads_share_one_connection(store: SessionS
     ids = [n.notification_id for n in store.notifications(0, 100)]
     assert ids == sorted(ids) and [i // ID_SPACE for i in ids] == list(range(1, 25))
     assert set(store.session_ids()) == {s.id for s in sessions}
+
+
+def test_handles_of_one_stream_share_a_connection_until_the_last_closes(nats_url: str) -> None:
+    first, second = SessionStore.open(nats_url), SessionStore.open(nats_url)
+    connection = _connection(first)
+    assert _connection(second) is connection
+    key = first.application.factory._key  # type: ignore[attr-defined]
+    assert CONNECTIONS.users(key) == 2
+    session = first.create()
+    user(session, "written by the first handle")
+    first.save(session)
+    first.close()
+    first.close()  # a second close of the same handle releases nothing more
+    assert CONNECTIONS.users(key) == 1 and connection.open
+    user(session, "written by the second handle once the first closed")
+    second.save(session)
+    assert len(second.get(session.id)) == len(session)
+    second.close()
+    assert CONNECTIONS.users(key) == 0 and not connection.open
+    with SessionStore.open(nats_url) as third:  # a new connection once the last one closed
+        assert _connection(third) is not connection and len(third.get(session.id)) == len(session)
+
+
+def _connection(store: SessionStore) -> Any:
+    return store.application.factory.connection  # type: ignore[attr-defined]
+
+
+def test_a_coroutine_cancelled_on_the_loop_raises_cancelled_in_the_caller() -> None:
+    runner = LoopThread()
+    try:
+
+        async def cancelled() -> None:
+            asyncio.current_task().cancel()  # type: ignore[union-attr]
+            await asyncio.sleep(1)
+
+        with pytest.raises(concurrent.futures.CancelledError, match="cancelled on the loop"):
+            runner.run(cancelled())
+        assert runner.run(asyncio.sleep(0, result="still serving")) == "still serving"
+    finally:
+        runner.close()
+
+
+def test_publish_acks_answer_with_the_servers_acknowledgement_and_errors() -> None:
+    import nats
+    import nats.errors
+    import nats.js.errors
+
+    stream = f"acks_{uuid.uuid4().hex[:10]}"
+
+    async def check() -> None:
+        nc = await nats.connect(NATS_BASE)
+        try:
+            await nc.jetstream().add_stream(name=stream, subjects=[f"{stream}.>"])
+            acks = PublishAcks(nc)
+            await acks.start()
+            first = await acks.publish(f"{stream}.a", b"one", {"Nats-Msg-Id": "m1"}, 2.0)
+            assert (first.stream, first.seq, first.duplicate) == (stream, 1, False)
+            again = await acks.publish(f"{stream}.a", b"one", {"Nats-Msg-Id": "m1"}, 2.0)
+            assert (again.seq, again.duplicate) == (1, True)  # the de-duplication window's answer
+            with pytest.raises(nats.js.errors.BadRequestError) as wrong:
+                expected = {"Nats-Expected-Last-Subject-Sequence": "7"}
+                await acks.publish(f"{stream}.a", b"two", expected, 2.0)
+            assert wrong.value.err_code == WRONG_LAST_SEQUENCE
+            with pytest.raises(nats.js.errors.NoStreamResponseError):
+                await acks.publish(f"no_stream_{stream}.a", b"lost", {}, 2.0)
+            silent = f"silent_{stream}"
+            await nc.subscribe(silent)  # a responder that never answers
+            with pytest.raises(nats.errors.TimeoutError):
+                await acks.publish(silent, b"unanswered", {}, 0.2)
+            assert acks.waiting == 0  # nothing left behind by the answered or the timed out
+        finally:
+            await nc.jetstream().delete_stream(stream)
+            await nc.close()
+
+    asyncio.run(check())
+
+
+def test_save_ids_are_unique_within_and_across_writers() -> None:
+    first, second = save_ids(), save_ids()
+    ids = [next(first) for _ in range(1000)] + [next(second) for _ in range(1000)]
+    assert len(set(ids)) == 2000
 
 
 # ---------------------------------------------------------------- URLs

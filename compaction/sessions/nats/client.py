@@ -33,6 +33,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, S
 from nats.js.client import JetStreamContext
 
 from compaction.errors import PerhapsStoredError, StoreUnavailableError
+from compaction.sessions.nats.acks import PublishAcks
 
 CONNECT_ATTEMPTS = 2
 ASK_TIMEOUT = 1.5
@@ -135,6 +136,8 @@ class Connected:
     """Retried requests (reads, publishes with their message id): :data:`ASK_TIMEOUT`."""
     create: JetStreamContext
     """The creation of short-lived read consumers: :data:`CREATE_TIMEOUT`."""
+    acks: PublishAcks
+    """Publishes, acknowledged on the connection's one reply subscription (:mod:`.acks`)."""
 
 
 class JetStreamLog:
@@ -172,6 +175,11 @@ class JetStreamLog:
         return self.connected.ask
 
     @property
+    def ask_timeout(self) -> float:
+        """Seconds a retried request waits for its answer."""
+        return min(ASK_TIMEOUT, self.timeout)
+
+    @property
     def max_payload(self) -> int:
         return int(self.nc.max_payload)
 
@@ -186,16 +194,19 @@ class JetStreamLog:
         )
         # Once connected, reconnect for as long as it takes (a cluster node restarting).
         nc.options["max_reconnect_attempts"] = -1
+        acks = PublishAcks(nc)
+        await acks.start()
         self._connected = Connected(
             nc=nc,
             js=nc.jetstream(timeout=self.timeout),
             # Reads and publishes that can simply be retried wait briefly for an answer: a request
             # to a stream leader that just died is never answered, and a new one is elected in
             # seconds.
-            ask=nc.jetstream(timeout=min(ASK_TIMEOUT, self.timeout)),
+            ask=nc.jetstream(timeout=self.ask_timeout),
             # nats-server 2.9 may place a new ephemeral consumer on a replica that is down; the
             # request then goes unanswered, and the next attempt is placed anew.
             create=nc.jetstream(timeout=min(CREATE_TIMEOUT, self.timeout)),
+            acks=acks,
         )
         for stream in self.streams:
             await retrying(lambda stream=stream: self._ensure_stream(stream))  # type: ignore[misc]
@@ -237,8 +248,8 @@ class JetStreamLog:
         async def once() -> int:
             nonlocal attempts
             attempts += 1
-            ack = await self.ask.publish(subject, body, headers=dict(headers))
-            return int(ack.seq)
+            ack = await self.connected.acks.publish(subject, body, dict(headers), self.ask_timeout)
+            return ack.seq
 
         try:
             return await retrying(once)

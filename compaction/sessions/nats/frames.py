@@ -27,6 +27,8 @@ every such id is below ``ID_SPACE``, so the numbering stays increasing across bo
 
 from __future__ import annotations
 
+import itertools
+import uuid
 from collections.abc import Iterator, Sequence
 
 import msgspec
@@ -44,6 +46,14 @@ Row = tuple[int, str, bytes]  # originator_version, topic, state
 
 _ROWS = msgspec.msgpack.Decoder(list[tuple[int, str, bytes]])
 _SEQS = msgspec.msgpack.Decoder(list[int])
+
+
+def save_ids() -> Iterator[str]:
+    """Save ids for one writer (a recorder): a random prefix of its own and a counter. A save id is
+    the commit's ``Nats-Msg-Id`` (the server's de-duplication key) and names its chunks' subject,
+    so it must be unique among every writer's saves; a counter costs less than a random id per save."""
+    prefix = uuid.uuid4().hex
+    return (f"{prefix}-{number}" for number in itertools.count(1))
 
 
 def encode_rows(rows: Sequence[Row]) -> bytes:

@@ -30,7 +30,7 @@ import contextlib
 import time
 from collections.abc import Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
-from uuid import UUID, uuid4
+from uuid import UUID
 
 import nats.errors
 import nats.js.errors
@@ -73,6 +73,7 @@ from compaction.sessions.nats.follow import DurableFollower
 from compaction.sessions.nats.index import Head, HeadIndex
 from compaction.sessions.nats.leases import JetStreamLeases
 from compaction.sessions.nats.loop import LoopThread
+from compaction.sessions.nats.shared import CONNECTIONS, Key
 from compaction.sessions.nats.snapshots import JetStreamSnapshotRecorder
 
 T = TypeVar("T")
@@ -97,6 +98,11 @@ class JetStreamConnection:
     @property
     def where(self) -> str:
         return f"JetStream stream {self.log.stream!r} at {','.join(self.log.servers)}"
+
+    @property
+    def open(self) -> bool:
+        """Whether its loop still runs (shared handles make a new connection when it does not)."""
+        return self.runner.running
 
     def call(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run ``coroutine`` on the loop; NATS failures become eventsourcing persistence errors."""
@@ -134,6 +140,7 @@ class JetStreamAggregateRecorder(AggregateRecorder):
         self.index = HeadIndex(self.log, self.stream)
         self._tails: dict[str, tuple[int, int]] = {}  # subject -> (its last commit's seq, last version)
         self._joined: tuple[int, list[frames.Row]] | None = None  # the last chunked commit read
+        self._save_ids = frames.save_ids()
 
     def subject(self, originator_id: UUID | str) -> str:
         return self.prefix + _token(originator_id)
@@ -143,11 +150,12 @@ class JetStreamAggregateRecorder(AggregateRecorder):
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int]:
         if not stored_events:
             return []
-        originators = {_token(e.originator_id) for e in stored_events}
-        if len(originators) > 1:
+        first_id = stored_events[0].originator_id
+        others = {_token(e.originator_id) for e in stored_events if e.originator_id != first_id}
+        if others - {_token(first_id)}:
             raise NotSupportedError(
                 f"{self.connection.where}: one save holds the events of one originator (a subject); "
-                f"found {len(originators)}"
+                f"found {len(others) + 1}"
             )
         if len(stored_events) > frames.ID_SPACE:
             raise NotSupportedError(
@@ -160,7 +168,7 @@ class JetStreamAggregateRecorder(AggregateRecorder):
 
     async def _append(self, subject: str, rows: list[frames.Row]) -> int:
         """Publish one save; the notification id of its first event."""
-        save_id = uuid4().hex
+        save_id = next(self._save_ids)
         body, chunked = await self._body(rows, save_id)
         headers = frames.commit_headers(rows[0][0], len(rows), chunked)
         deadline = time.monotonic() + RETRY_FOR
@@ -601,14 +609,16 @@ class JetStreamFactory(InfrastructureFactory[JetStreamTrackingRecorder]):
     def __init__(self, env: Environment) -> None:
         super().__init__(env)
         servers = [s for s in (self.env.get("NATS_SERVERS") or "nats://127.0.0.1:4222").split(",") if s]
-        log = JetStreamLog(
-            servers,
-            self.env.get("NATS_STREAM") or "compaction",
-            int(self.env.get("NATS_REPLICAS") or 1),
-            float(self.env.get("NATS_TIMEOUT") or 5),
+        stream = self.env.get("NATS_STREAM") or "compaction"
+        replicas = int(self.env.get("NATS_REPLICAS") or 1)
+        timeout = float(self.env.get("NATS_TIMEOUT") or 5)
+        self._key: Key = (tuple(servers), stream, replicas, timeout)
+        # One connection per process and stream (OperationalError when no server answers).
+        self.connection = CONNECTIONS.acquire(
+            self._key, lambda: JetStreamConnection(JetStreamLog(servers, stream, replicas, timeout))
         )
-        self.connection = JetStreamConnection(log)  # OperationalError when no server answers
         self._leases: JetStreamLeases | None = None
+        self._released = False
 
     def aggregate_recorder(self, purpose: str = "events") -> AggregateRecorder:
         if purpose == "snapshots":
@@ -638,7 +648,10 @@ class JetStreamFactory(InfrastructureFactory[JetStreamTrackingRecorder]):
         )
 
     def close(self) -> None:
-        self.connection.close()
+        """Release the shared connection, once, however often the factory is closed."""
+        if not self._released:
+            self._released = True
+            CONNECTIONS.release(self._key, self.connection)
 
 
 FACTORY_TOPIC = f"{__name__}:{JetStreamFactory.__name__}"
