@@ -155,12 +155,15 @@ class LoopbackCluster:
         return led
 
     def wait_current(self, stream: str, timeout: float = 60) -> None:
-        """Until the stream has a leader and every other replica is current with no lag."""
+        """Until every stream of the store ``stream`` that exists (:func:`store_streams`: a bucket
+        the node missed the creation of counts as much as the commits) has a leader and every
+        other replica is current with no lag."""
         deadline = time.monotonic() + timeout
-        while not asyncio.run(_all_current(self.url, stream)):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"stream {stream}: replicas not current within {timeout} s")
-            time.sleep(0.25)
+        for name in store_streams(stream):
+            while not asyncio.run(_all_current(self.url, name)):
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"stream {name}: replicas not current within {timeout} s")
+                time.sleep(0.25)
 
 
 class KillAndRestart:
@@ -197,7 +200,8 @@ class KillAndRestart:
             assert self.restarted_at < finished, f"node {self.node} restarted at {back:.1f} s; {ran}"
 
     def wait_back(self, stream: str) -> None:
-        """Until the restarted node serves JetStream and every replica of ``stream`` is current."""
+        """Until the restarted node serves JetStream and every replica of the store ``stream`` is
+        current."""
         self._thread.join()
         self.cluster.wait_ready()
         self.cluster.wait_current(stream)
@@ -290,7 +294,9 @@ async def _stream_info(url: str, stream: str, missing: str | None = None) -> Any
 
 
 async def _all_current(url: str, stream: str) -> bool:
-    info = await _stream_info(url, stream)
+    info = await _stream_info(url, stream, MISSING)
+    if info == MISSING:
+        return True
     if info is None:
         return False
     cluster = info.cluster
