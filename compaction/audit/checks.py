@@ -661,7 +661,9 @@ def _check_completion(c: Committed) -> Check:
         )
     items = [*record.added_identifiers, *record.added_user_asks, *record.added_open_tasks,
              *record.added_errors, *(f"## {s}" for s in record.added_sections)]  # fmt: skip
-    absent = [i for i in items if i not in block]
+    # One sorted pass over the appendix, not one scan of it per item (a long span adds tens of
+    # thousands of identifiers to an appendix of megabytes).
+    absent = [i for i in retained(items, block)[1] if i]
     if absent:
         return Check(
             "completion",

@@ -338,6 +338,52 @@ async def test_the_audit_fails_an_appendix_that_lists_what_the_span_never_had() 
     assert not check.passed and "src/invented.py" in check.evidence
 
 
+class Scanned(str):
+    """A text that counts the whole scans asked of it: ``in``, and ``find`` or ``rfind`` over all
+    of it (a ``find`` resumed after the last hit goes on with the same pass)."""
+
+    scans = 0
+
+    def __contains__(self, part: str) -> bool:  # type: ignore[override]
+        self.scans += 1
+        return super().__contains__(part)
+
+    def find(self, part: str, *bounds: Any) -> int:
+        self.scans += not bounds
+        return super().find(part, *bounds)
+
+    def rfind(self, part: str, *bounds: Any) -> int:
+        self.scans += not bounds
+        return super().rfind(part, *bounds)
+
+
+async def test_the_audit_looks_up_a_long_appendix_in_one_pass_not_once_per_identifier() -> None:
+    """A long span's appendix runs to a megabyte and lists tens of thousands of
+    identifiers: scanning it once per identifier made the audit of a 250k-event session grow with
+    the square of the span."""
+    import msgspec
+
+    session = working_session(steps=300)
+    service = BasicCompactService(BasicConfig(), summarizer=ScriptedSummarizer(WEAK))
+    result = await service.compact_region(session, session.nodes[1], session.nodes[-1])
+    _, summary, _ = bracket(session, result)
+    assert summary.completion is not None
+    added = len(summary.completion.added_identifiers)
+    assert added > 500
+    appendix = Scanned(summary.completion.appendix)
+    forged = msgspec.structs.replace(summary.completion, appendix=appendix)
+    events = [
+        msgspec.structs.replace(e, completion=forged) if e.seq == summary.seq else e for e in session.events()
+    ]
+    audits, _ = audit_events(events)
+    (check,) = [c for c in audits[0].checks if c.name == "completion"]
+    assert check.passed, check.evidence
+    assert f"({added} identifiers" in check.evidence
+    assert appendix.scans < added // 10, (
+        f"the appendix was scanned {appendix.scans} times for {added} identifiers"
+    )
+
+
 # ---------------------------------------------------------------- the command line, over real HTTP
 
 

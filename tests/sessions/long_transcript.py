@@ -4,7 +4,7 @@
 steps of an ``assistant`` message with one tool call and the ``tool`` message answering it (about
 100 characters of output). ``messages`` of them import (``compaction import``, the ``openai``
 format) as a session of about ``2.5 * messages`` events: 100,000 messages, 250,000 events.
-Used by the JetStream cluster tests (a smaller session) and ``benchmarks.bench_nats`` (the full size).
+Used by the JetStream cluster tests and ``benchmarks.bench_nats``, both at the full size.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """A 3-node JetStream cluster on loopback for tests and benchmarks: three ``nats-server`` processes,
 each with its own ports, ``store_dir`` and ``cluster { routes }`` to the other two.
 
-:class:`LoopbackCluster` starts them, kills one with SIGKILL, restarts it, and says when every
-replica of a stream is current again.
+:class:`LoopbackCluster` starts them, kills one with SIGKILL, restarts it, moves the leadership
+of a store's streams to a chosen node, and says when every replica of a stream is current again.
+:class:`KillAndRestart` kills a node in the middle of an operation and restarts it, and says
+whether both happened while the operation ran.
 """
 
 from __future__ import annotations
@@ -14,12 +16,24 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 SERVER = shutil.which("nats-server") or "/usr/sbin/nats-server"
 NODES = 3
+MISSING = "(no such stream)"
+
+
+def store_streams(stream: str) -> tuple[str, ...]:
+    """The streams of a JetStream store named ``stream``: its commits, its chunks and the streams
+    of its key-value buckets (the snapshots, the compaction leases, the tracking records)."""
+    return (
+        stream, f"{stream}_chunks", f"KV_{stream}_snapshots", f"KV_{stream}_leases",
+        f"KV_{stream}_tracking",
+    )  # fmt: skip
 
 
 def free_port() -> int:
@@ -119,13 +133,78 @@ class LoopbackCluster:
                 raise AssertionError(f"stream {stream}: no leader within {timeout} s")
             time.sleep(0.2)
 
-    def wait_current(self, stream: str, timeout: float = 60) -> None:
-        """Until the stream has a leader and every other replica is current with no lag."""
+    def lead_together(self, streams: Sequence[str], node: int, timeout: float = 60) -> list[str]:
+        """Make ``node`` the leader of each of ``streams`` that exists (its leader is asked to step
+        down until ``node`` is elected), so that killing ``node`` kills the leader of every one;
+        the streams it leads."""
         deadline = time.monotonic() + timeout
-        while not asyncio.run(_all_current(self.url, stream)):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"stream {stream}: replicas not current within {timeout} s")
-            time.sleep(0.25)
+        led: list[str] = []
+        for stream in streams:
+            while True:
+                name = asyncio.run(_leader_name(self.url, stream, missing=MISSING))
+                if name == MISSING:
+                    break
+                if name == f"n{node}":
+                    led.append(stream)
+                    break
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"stream {stream}: node {node} not elected within {timeout} s")
+                if name is not None:
+                    asyncio.run(_step_down(self.url, stream))
+                time.sleep(0.3)
+        return led
+
+    def wait_current(self, stream: str, timeout: float = 60) -> None:
+        """Until every stream of the store ``stream`` that exists (:func:`store_streams`: a bucket
+        the node missed the creation of counts as much as the commits) has a leader and every
+        other replica is current with no lag."""
+        deadline = time.monotonic() + timeout
+        for name in store_streams(stream):
+            while not asyncio.run(_all_current(self.url, name)):
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"stream {name}: replicas not current within {timeout} s")
+                time.sleep(0.25)
+
+
+class KillAndRestart:
+    """SIGKILL node ``node`` ``after`` seconds from now and start it again ``down`` seconds after
+    (on a thread), while the caller runs an operation; :meth:`check_inside` then says the kill and
+    the restart both happened while that operation ran (a kill after the operation ended would
+    prove nothing)."""
+
+    def __init__(self, cluster: LoopbackCluster, node: int, after: float, down: float = 1.0) -> None:
+        self.cluster = cluster
+        self.node = node
+        self.killed_at = 0.0
+        self.restarted_at = 0.0
+        self._thread = threading.Thread(target=self._run, args=(after, down))
+        self._thread.start()
+
+    def _run(self, after: float, down: float) -> None:
+        time.sleep(after)
+        self.cluster.kill(self.node)
+        self.killed_at = time.monotonic()
+        time.sleep(down)
+        self.cluster.start(self.node)
+        self.restarted_at = time.monotonic()
+
+    def check_inside(self, started: float, finished: float, *, restarted: bool = True) -> None:
+        """Assert the node was killed (and, with ``restarted``, started again) between ``started``
+        and ``finished``, the operation's bounds on :func:`time.monotonic`."""
+        self._thread.join()
+        ran = f"the operation ran {finished - started:.1f} s"
+        killed = self.killed_at - started
+        assert started < self.killed_at < finished, f"node {self.node} killed at {killed:.1f} s; {ran}"
+        if restarted:
+            back = self.restarted_at - started
+            assert self.restarted_at < finished, f"node {self.node} restarted at {back:.1f} s; {ran}"
+
+    def wait_back(self, stream: str) -> None:
+        """Until the restarted node serves JetStream and every replica of the store ``stream`` is
+        current."""
+        self._thread.join()
+        self.cluster.wait_ready()
+        self.cluster.wait_current(stream)
 
 
 async def _quiet(error: Exception) -> None:
@@ -170,13 +249,34 @@ async def _replicated_stream_created(url: str) -> bool:
             await nc.close()
 
 
-async def _leader_name(url: str, stream: str) -> str | None:
-    info = await _stream_info(url, stream)
+async def _step_down(url: str, stream: str) -> None:
+    import nats
+
+    try:
+        nc = await nats.connect(url.split(","), connect_timeout=2, error_cb=_quiet)
+    except Exception:
+        return
+    try:
+        await nc.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}", b"", timeout=5)
+    except Exception:
+        return  # asked again while the leader is not the one wanted
+    finally:
+        with contextlib.suppress(Exception):
+            await nc.close()
+
+
+async def _leader_name(url: str, stream: str, missing: str | None = None) -> str | None:
+    """The name of the node that leads ``stream``; None when nobody answers in time (or there
+    is no leader now), ``missing`` when the stream does not exist."""
+    info = await _stream_info(url, stream, missing)
+    if isinstance(info, str):
+        return info
     return info.cluster.leader if info is not None and info.cluster else None
 
 
-async def _stream_info(url: str, stream: str) -> Any:
+async def _stream_info(url: str, stream: str, missing: str | None = None) -> Any:
     import nats
+    import nats.js.errors
 
     try:
         nc = await nats.connect(url.split(","), connect_timeout=2, error_cb=_quiet)
@@ -184,6 +284,8 @@ async def _stream_info(url: str, stream: str) -> Any:
         return None
     try:
         return await nc.jetstream(timeout=2).stream_info(stream)
+    except nats.js.errors.NotFoundError:
+        return missing
     except Exception:
         return None
     finally:
@@ -192,7 +294,9 @@ async def _stream_info(url: str, stream: str) -> Any:
 
 
 async def _all_current(url: str, stream: str) -> bool:
-    info = await _stream_info(url, stream)
+    info = await _stream_info(url, stream, MISSING)
+    if info == MISSING:
+        return True
     if info is None:
         return False
     cluster = info.cluster

@@ -40,10 +40,14 @@ class Head:
 
 @dataclass
 class SubjectIndex:
-    """The commits of one subject, in stream order (versions increase with the sequence)."""
+    """The commits of one subject, in stream order (versions increase with the sequence). Every
+    lookup bisects: a session saved step by step has tens of thousands of commits, and a lazy load
+    asks for a span of it at a time."""
 
     heads: list[Head] = field(default_factory=list)
-    lasts: list[int] = field(default_factory=list)  # each head's last version, for bisecting
+    firsts: list[int] = field(default_factory=list)  # each head's first version, for bisecting
+    lasts: list[int] = field(default_factory=list)  # each head's last version
+    totals: list[int] = field(default_factory=list)  # versions held by the heads up to each one
 
     @property
     def top_seq(self) -> int:
@@ -56,21 +60,22 @@ class SubjectIndex:
     def add(self, record: Record) -> None:
         first, count = frames.header_range(record.headers)
         self.heads.append(Head(record.seq, first, count))
+        self.firsts.append(first)
         self.lasts.append(first + count - 1)
+        self.totals.append((self.totals[-1] if self.totals else 0) + count)
 
     def overlapping(self, gt: int | None, lte: int | None) -> list[Head]:
         """The commits holding a version in ``(gt, lte]``, in order."""
         lo = 0 if gt is None else bisect_right(self.lasts, gt)
-        heads = self.heads[lo:]
-        if lte is None:
-            return heads
-        firsts = [h.first for h in heads]
-        return heads[: bisect_right(firsts, lte)]
+        hi = len(self.heads) if lte is None else bisect_right(self.firsts, lte, lo=lo)
+        if gt is not None and lte is not None and lte <= gt:
+            return []  # an empty span
+        return self.heads[lo:hi]
 
     def count_below(self, below: int) -> int:
         """How many stored versions are ``< below``."""
         end = bisect_left(self.lasts, below)
-        total = sum(h.count for h in self.heads[:end])
+        total = self.totals[end - 1] if end else 0
         if end < len(self.heads):
             head = self.heads[end]
             total += max(0, min(head.last + 1, below) - head.first)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from bisect import bisect_right
 from collections.abc import Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 from uuid import UUID
@@ -281,8 +282,7 @@ class JetStreamAggregateRecorder(AggregateRecorder):
                     f"{self.connection.where}: {subject}: the commit at stream sequence "
                     f"{head.seq} (versions {head.first}..{head.last}) was not read back"
                 )
-            rows.extend(await self.rows_of(record))
-        rows = [r for r in rows if (gt is None or r[0] > gt) and (lte is None or r[0] <= lte)]
+            rows.extend(_within(await self.rows_of(record), gt, lte))
         if desc:
             rows.reverse()
         return rows if limit is None else rows[:limit]
@@ -368,6 +368,19 @@ class JetStreamAggregateRecorder(AggregateRecorder):
     async def _count_below(self, subject: str, below: int) -> int:
         index = await self.index.of(subject, covering=below - 1)
         return index.count_below(below)
+
+
+def _within(rows: list[frames.Row], gt: int | None, lte: int | None) -> list[frames.Row]:
+    """The rows of one commit with a version in ``(gt, lte]``, found by bisection (a commit's
+    versions increase): a lazy load of a span of a session imported in one save (a single commit
+    of 250,000 rows, kept decoded) costs the span, not a pass over the whole commit."""
+    lo = 0 if gt is None else bisect_right(rows, gt, key=_version)
+    hi = len(rows) if lte is None else bisect_right(rows, lte, lo=lo, key=_version)
+    return rows if (lo, hi) == (0, len(rows)) else rows[lo:hi]
+
+
+def _version(row: frames.Row) -> int:
+    return row[0]
 
 
 def _picked(heads: list[Head], desc: bool, limit: int | None) -> list[Head]:
