@@ -398,18 +398,6 @@ def _picked(heads: list[Head], desc: bool, limit: int | None) -> list[Head]:
     return picked[::-1] if desc else picked
 
 
-def _within(rows: list[frames.Row], gt: int | None, lte: int | None) -> list[frames.Row]:
-    """The rows of one commit with ``gt < version <= lte``: a slice, since a commit holds
-    consecutive versions (a large imported commit is read again by every window that overlaps it,
-    from the decoded copy :meth:`JetStreamAggregateRecorder.rows_of` keeps)."""
-    if not rows:
-        return rows
-    first = rows[0][0]
-    start = 0 if gt is None else max(0, gt + 1 - first)
-    end = len(rows) if lte is None else max(start, lte + 1 - first)
-    return rows[start:end]
-
-
 def _window_of(heads: list[Head], window: int) -> list[Head]:
     """The first commits of ``heads`` that hold at most ``window`` versions together (at least
     one commit, however many it holds)."""
