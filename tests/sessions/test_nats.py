@@ -304,6 +304,16 @@ def _connection(store: SessionStore) -> Any:
     return store.application.factory.connection  # type: ignore[attr-defined]
 
 
+def test_the_loop_is_uvloops_when_it_is_installed() -> None:
+    pytest.importorskip("uvloop", reason="the nats extra installs uvloop; without it asyncio's loop runs")
+    runner = LoopThread()
+    try:
+        assert type(runner.loop).__module__.startswith("uvloop")
+        assert runner.run(asyncio.sleep(0, result="served")) == "served"
+    finally:
+        runner.close()
+
+
 def test_a_coroutine_cancelled_on_the_loop_raises_cancelled_in_the_caller() -> None:
     runner = LoopThread()
     try:

