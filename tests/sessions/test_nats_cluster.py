@@ -116,9 +116,15 @@ def test_a_node_killed_during_an_import_and_a_compaction_loses_nothing(
     # And a node killed in the middle of a compaction: the compaction still commits.
     with SessionStore.open(url) as store:
         second = max((s for s in acknowledged.values() if s.id != longest.id), key=len)
-        killer = _after(0.05, lambda: cluster.kill(2))
+        killed_at: list[float] = []
+        killer = _after(0.05, lambda: (cluster.kill(2), killed_at.append(time.monotonic())))
+        started = time.monotonic()
         code, compacted = run_json("--store", url, "compact", str(second.id), "--window", "32000", "--manual")
+        finished = time.monotonic()
         killer.join()
+        assert killed_at and started < killed_at[0] < finished, (
+            "node 2 was not killed while the compact command ran"
+        )
         assert code == 0 and compacted["compactions"], compacted
         assert len(store.load_events(second.id)) > len(second)
     code, audit = run_json("--store", url, "audit", "--all")
