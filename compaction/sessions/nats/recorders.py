@@ -309,7 +309,15 @@ class JetStreamAggregateRecorder(AggregateRecorder):
                         f"{self.connection.where}: {subject}: the commit at stream sequence "
                         f"{head.seq} (versions {head.first}..{head.last}) was not read back"
                     )
-                yield _within(self.connection.call(self.rows_of(record)), gt, lte)
+                yield _within(self._decoded(record), gt, lte)
+
+    def _decoded(self, record: Record) -> list[frames.Row]:
+        """The rows of a commit already fetched: decoded here, with no hop to the loop, unless its
+        chunks must be fetched first (a read of a session saved step by step decodes thousands of
+        commits)."""
+        if frames.is_chunked(record.headers):
+            return self.connection.call(self.rows_of(record))
+        return frames.decode_rows(record.data)
 
     async def _commits(self, subject: str, heads: list[Head]) -> list[Record | None]:
         """The commit messages of ``heads``: got one by one when they are few (a lazy load of a
