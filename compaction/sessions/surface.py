@@ -149,18 +149,17 @@ class Surface:
         surface.nodes = nodes
         surface.deltas = deltas
         surface.generation = generation
-        surface._pos = None
-        surface._scans = 0
-        surface._cuts_generation = generation
+        surface.drop_caches()
         return surface
 
     def copy(self) -> Surface:
         return Surface.restore(self.nodes, self.deltas, self.generation, self.length)
 
     def drop_caches(self) -> None:
-        """Forget the position index and the running balance (an int object and more per node),
-        as a restored surface starts: both are rebuilt lazily when asked for. A fold over a long
-        log drops them with each window it releases (:meth:`Session.release`)."""
+        """Forget the position index and the running balance (an int object and more per node):
+        both are rebuilt lazily when asked for. A restored surface starts so, a rollback returns
+        so, and a fold over a long log drops them with each window it releases
+        (:meth:`Session.release`)."""
         self._pos = None
         self._scans = 0
         self._cuts = [0]
@@ -183,10 +182,7 @@ class Surface:
             del self.deltas[mark.count :]
         self.length = mark.length
         self.generation = mark.generation
-        self._pos = None
-        self._scans = 0
-        self._cuts = [0]
-        self._cuts_generation = mark.generation
+        self.drop_caches()
 
     def position(self, seq: int) -> int | None:
         """The index of ``seq`` on the surface. After a restore or a replacement, lookups scan the
