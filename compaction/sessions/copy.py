@@ -19,13 +19,13 @@ and written to the partition its id routes to, so a copy also re-partitions.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Container, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from uuid import UUID
 
 from compaction.errors import ConcurrencyError, StoreError
 from compaction.sessions.events import SessionEvent
-from compaction.sessions.hashing import EventPicker, surface_hash_in_windows
+from compaction.sessions.hashing import folded_surface_hash
 from compaction.sessions.mapper import encode_event
 from compaction.sessions.partitioned import AnyStore, home_store
 from compaction.sessions.store import SessionStore
@@ -84,7 +84,7 @@ def copy_session(
     # The hash of exactly the events copied (the first ``length``): a writer appending to the
     # source meanwhile must not make a faithful copy look unverified. The fold re-checks every
     # rule, so a source that breaks one fails here, before anything is written.
-    expected = _surface_hash(origin, session_id, length)
+    expected = folded_surface_hash(origin, session_id, hi=length, use_snapshots=False)[1]
     home = home_store(target, session_id)
     present = home.stream_length(session_id)
     if present > length or (present and not _same_event(origin, home, session_id, present - 1)):
@@ -116,27 +116,12 @@ def copy_session(
             "events while copying; run the copy again"
         )
     status = "already-copied" if copied == 0 else ("resumed" if present else "copied")
-    copied_session = home.fold(session_id, use_snapshots=False)
-    actual = surface_hash_in_windows(copied_session, _picker(home, session_id))
+    copied_session, actual = folded_surface_hash(home, session_id, use_snapshots=False)
     verified = len(copied_session) == length and actual == expected
     if verified and copied and len(copied_session) >= home.snapshot_interval > 0:
         home.take_session_snapshot(copied_session)  # loads in the target stay cheap
     detail = "" if verified else f"target has {len(copied_session)} events, surface hash {actual[:12]}"
     return CopyReport(session_id, length, copied, expected, verified, status, detail)
-
-
-def _surface_hash(store: SessionStore, session_id: UUID, length: int) -> str:
-    """The surface hash of the session's first ``length`` events, folded and hashed window by
-    window (every rule re-checked)."""
-    folded = store.fold(session_id, hi=length, use_snapshots=False)
-    return surface_hash_in_windows(folded, _picker(store, session_id))
-
-
-def _picker(store: SessionStore, session_id: UUID) -> EventPicker:
-    def pick(lo: int, hi: int, only: Container[int]) -> Iterator[SessionEvent]:
-        return store.iter_events(session_id, lo, hi, only=only)
-
-    return pick
 
 
 def _same_event(source: SessionStore, target: SessionStore, session_id: UUID, seq: int) -> bool:

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
+from typing import Protocol
+from uuid import UUID
 
 import msgspec
 
@@ -38,6 +40,7 @@ from compaction.sessions.session import Session, project
 __all__ = [
     "SURFACE_HASH_VERSION",
     "event_hash",
+    "folded_surface_hash",
     "hash_surface",
     "surface_hash",
     "surface_hash_in_windows",
@@ -90,6 +93,31 @@ def surface_hash_in_windows(session: Session, pick: EventPicker, window: int = S
             if message is not None:
                 digest.update(_ENCODER.encode(message))
     return digest.hexdigest()
+
+
+class FoldedLog(Protocol):
+    """A store a session is folded from and its events fetched in windows
+    (:class:`~compaction.sessions.store.SessionStore`, or a partitioned one)."""
+
+    def fold(self, session_id: UUID, *, hi: int | None = None, use_snapshots: bool = True) -> Session: ...
+
+    def iter_events(
+        self, session_id: UUID, lo: int = 0, hi: int | None = None, *, only: Container[int] | None = None
+    ) -> Iterator[SessionEvent]: ...
+
+
+def folded_surface_hash(
+    source: FoldedLog, session_id: UUID, *, hi: int | None = None, use_snapshots: bool = True
+) -> tuple[Session, str]:
+    """The stored session folded (its first ``hi`` events when given: ``source.fold``, every rule
+    re-checked, its events released) and its :func:`surface_hash`, computed window by window
+    (:func:`surface_hash_in_windows`, the surface's events fetched again from ``source``)."""
+    session = source.fold(session_id, hi=hi, use_snapshots=use_snapshots)
+
+    def pick(lo: int, hi: int, only: Container[int]) -> Iterator[SessionEvent]:
+        return source.iter_events(session_id, lo, hi, only=only)
+
+    return session, surface_hash_in_windows(session, pick)
 
 
 def _pieces(nodes: Sequence[int], window: int) -> Iterator[list[int]]:

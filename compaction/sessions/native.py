@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Container, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, Protocol, TextIO
+from typing import Any, TextIO
 from uuid import UUID
 
 import msgspec
@@ -37,7 +37,7 @@ from compaction.errors import (
     UnknownEventTypeError,
 )
 from compaction.sessions.events import SessionEvent, UnknownEvent
-from compaction.sessions.hashing import surface_hash, surface_hash_in_windows
+from compaction.sessions.hashing import FoldedLog, folded_surface_hash, surface_hash
 from compaction.sessions.mapper import decode_event, encode_event
 from compaction.sessions.session import Session
 
@@ -123,41 +123,26 @@ def export_session(session: Session, path: Path) -> int:
     return len(session)
 
 
-class EventSource(Protocol):
-    """What a streamed export reads: a store (:class:`~compaction.sessions.store.SessionStore`,
-    or a partitioned one)."""
-
-    def fold(self, session_id: UUID, *, hi: int | None = None, use_snapshots: bool = True) -> Session: ...
-
-    def iter_events(
-        self, session_id: UUID, lo: int = 0, hi: int | None = None, *, only: Container[int] | None = None
-    ) -> Iterator[SessionEvent]: ...
-
-
 @dataclass(frozen=True)
 class StoredExport:
     """The export of a stored session, read from the store window by window: memory holds one
     window of events and the session's fold state, whatever its length.
 
     :meth:`of` folds the session (from its latest snapshot: :meth:`SessionStore.fold`) for the
-    header's count and surface hash (:func:`surface_hash_in_windows`); :meth:`lines` then reads
-    the events ``0..events-1`` in windows (events a writer appends meanwhile are not part of this
-    export). A read that ends before the count the header announces raises
-    :class:`~compaction.errors.StoreError` instead of ending the export early."""
+    header's count and surface hash (:func:`~compaction.sessions.hashing.folded_surface_hash`);
+    :meth:`lines` then reads the events ``0..events-1`` in windows (events a writer appends
+    meanwhile are not part of this export). A read that ends before the count the header announces
+    raises :class:`~compaction.errors.StoreError` instead of ending the export early."""
 
-    source: EventSource
+    source: FoldedLog
     session_id: UUID
     events: int
     surface_hash: str
 
     @classmethod
-    def of(cls, source: EventSource, session_id: UUID) -> StoredExport:
-        session = source.fold(session_id)
-
-        def pick(lo: int, hi: int, only: Container[int]) -> Iterator[SessionEvent]:
-            return source.iter_events(session_id, lo, hi, only=only)
-
-        return cls(source, session_id, len(session), surface_hash_in_windows(session, pick))
+    def of(cls, source: FoldedLog, session_id: UUID) -> StoredExport:
+        session, digest = folded_surface_hash(source, session_id)
+        return cls(source, session_id, len(session), digest)
 
     def lines(self) -> Iterator[str]:
         """The header line, then one line per event (no newlines)."""
