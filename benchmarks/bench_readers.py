@@ -16,10 +16,7 @@ command did before).
 
 from __future__ import annotations
 
-import io
 import sys
-import tracemalloc
-from collections.abc import Callable
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make the repository root importable
@@ -28,7 +25,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 from uuid import UUID
 
 from benchmarks.bench_load import build
-from benchmarks.common import Result, fmt_seconds, scratch_dir, timed
+from benchmarks.common import Discarded, Result, fmt_seconds, peak_bytes, scratch_dir, timed
 from compaction.sessions.copy import copy_session
 from compaction.sessions.native import StoredExport, export_lines
 from compaction.sessions.store import SessionStore
@@ -39,20 +36,6 @@ MEMORY_TARGET = 3.0
 """Most a read's peak may grow for ten times the events."""
 TIME_TARGET = 13.0
 """Most a read's time may grow for ten times the events (linear: about 10)."""
-
-
-class Discarded(io.TextIOBase):
-    def write(self, text: str) -> int:
-        return len(text)
-
-
-def peak(read: Callable[[], object]) -> int:
-    tracemalloc.start()
-    try:
-        read()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
 
 
 def _megabytes(size: int) -> str:
@@ -85,7 +68,7 @@ def _export(store: SessionStore, session_id: UUID) -> tuple[float, int]:
     def export() -> None:
         StoredExport.of(store, session_id).write(Discarded())
 
-    return timed(export), peak(export)
+    return timed(export), peak_bytes(export)
 
 
 def _copy(store: SessionStore, session_id: UUID, folder: Path) -> tuple[float, int]:
@@ -96,7 +79,7 @@ def _copy(store: SessionStore, session_id: UUID, folder: Path) -> tuple[float, i
             report = copy_session(store, target, session_id)
         assert report.verified, report.detail
 
-    return timed(copy), peak(copy)
+    return timed(copy), peak_bytes(copy)
 
 
 def run() -> list[Result]:
@@ -104,7 +87,7 @@ def run() -> list[Result]:
         small, large = build(store, SMALL, compacted=True), build(store, LARGE, compacted=True)
         exports = _export(store, small), _export(store, large)
         copies = _copy(store, small, folder), _copy(store, large, folder)
-        whole = peak(lambda: sum(1 for _ in export_lines(store.get(large))))
+        whole = peak_bytes(lambda: sum(1 for _ in export_lines(store.get(large))))
     return [
         *_rows("export", *exports),
         *_rows("copy", *copies),

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import gc
+import io
 import shutil
 import tempfile
 import time
+import tracemalloc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -50,6 +52,23 @@ def timed(action: Callable[[], object]) -> float:
     start = time.perf_counter()
     action()
     return time.perf_counter() - start
+
+
+def peak_bytes(action: Callable[[], object]) -> int:
+    """The peak of what Python allocated while ``action`` ran (``tracemalloc``), in bytes."""
+    tracemalloc.start()
+    try:
+        action()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+class Discarded(io.TextIOBase):
+    """A text file that keeps nothing (where a read writes when its output is not what is measured)."""
+
+    def write(self, text: str) -> int:
+        return len(text)
 
 
 @contextmanager

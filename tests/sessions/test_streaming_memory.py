@@ -12,13 +12,12 @@ that held the whole session would show a ratio near 10 (the export that loaded t
 
 from __future__ import annotations
 
-import io
-import tracemalloc
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from uuid import UUID
 
 import pytest
 
+from benchmarks.common import Discarded, peak_bytes
 from compaction.sessions.copy import copy_session
 from compaction.sessions.native import StoredExport
 from compaction.sessions.store import SessionStore
@@ -26,13 +25,6 @@ from tests.builders import user
 
 RATIO = 3.0
 """Most the peak may grow when the session grows ten times."""
-
-
-class Discarded(io.TextIOBase):
-    """A text file that keeps nothing (the export's destination is not what is measured)."""
-
-    def write(self, text: str) -> int:
-        return len(text)
 
 
 def stored_session(store: SessionStore, events: int) -> UUID:
@@ -45,15 +37,6 @@ def stored_session(store: SessionStore, events: int) -> UUID:
             store.save(session)
     store.save(session)
     return session.id
-
-
-def peak_bytes(read: Callable[[], object]) -> int:
-    tracemalloc.start()
-    try:
-        read()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
 
 
 def export_peak(store: SessionStore, session_id: UUID) -> int:
