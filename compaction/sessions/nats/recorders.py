@@ -151,12 +151,11 @@ class JetStreamAggregateRecorder(AggregateRecorder):
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Sequence[int]:
         if not stored_events:
             return []
-        first_id = stored_events[0].originator_id
-        others = {_token(e.originator_id) for e in stored_events if e.originator_id != first_id}
-        if others - {_token(first_id)}:
+        originators = {_token(e.originator_id) for e in stored_events}
+        if len(originators) > 1:
             raise NotSupportedError(
                 f"{self.connection.where}: one save holds the events of one originator (a subject); "
-                f"found {len(others) + 1}"
+                f"found {len(originators)}"
             )
         if len(stored_events) > frames.ID_SPACE:
             raise NotSupportedError(
