@@ -19,6 +19,7 @@
     │   └── MessageShapeError                  a message's role, source or tool-result block
     ├── CorruptSurfaceError                    tool-pairing balance went negative
     ├── SessionStateError (ValueError)         a rollback past saved events, adopting another session
+    ├── SessionIdError (TypeError, ValueError)  a session id neither a UUID nor the text of one
     ├── StoreError                             the event store failed
     │   ├── StoreNotFoundError                 a read-only open found no store at the URL
     │   ├── StoreUnavailableError              the store did not answer in time (an election): retry
@@ -154,6 +155,10 @@ class CorruptSurfaceError(EventCompactionError):
 
 class SessionStateError(EventCompactionError, ValueError):
     """An operation on a session object that its state does not allow (nothing was changed)."""
+
+
+class SessionIdError(EventCompactionError, TypeError, ValueError):
+    """A session id given to the store is neither a :class:`uuid.UUID` nor the text of one."""
 
 
 class StoreError(EventCompactionError):

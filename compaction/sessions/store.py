@@ -56,6 +56,7 @@ from compaction.errors import (
     ConfigurationError,
     EventCompactionError,
     SaveError,
+    SessionIdError,
     SessionNotFoundError,
     StoreDriverMissingError,
     StoreError,
@@ -639,10 +640,11 @@ class SessionStore:
             self.snapshot_warnings.append(message)
             log.warning("%s", message)
 
-    def append_events(self, session_id: UUID, events: Sequence[SessionEvent]) -> None:
+    def append_events(self, session_id: SessionKey, events: Sequence[SessionEvent]) -> None:
         """Store ``events`` (consecutive seqs) in one atomic insert, without the session's append
         rules (store-to-store copies); :class:`ConcurrencyError` when a seq is already taken,
         :class:`SaveError` (saying whether the events are stored) for any other database error."""
+        session_id = session_uuid(session_id)
         if not events:
             return
         stored = [self._mapper.stored_event(session_id, e) for e in events]
@@ -716,10 +718,11 @@ class SessionStore:
     # ------------------------------------------------------------ reading
 
     def load_events(
-        self, session_id: UUID, lo: int = 0, hi: int | None = None, only: Container[int] | None = None
+        self, session_id: SessionKey, lo: int = 0, hi: int | None = None, only: Container[int] | None = None
     ) -> list[SessionEvent]:
         """Stored events with ``lo <= seq < hi`` (and a seq in ``only``, when given: the other rows
         are not decoded), in order; a row that does not decode raises."""
+        session_id = session_uuid(session_id)
         decode = self._mapper.decode_row
         with database_errors(f"session {session_id}: reading seqs from {lo}"):
             rows = self._rows(session_id, lo, hi)
@@ -731,7 +734,7 @@ class SessionStore:
 
     def iter_events(
         self,
-        session_id: UUID,
+        session_id: SessionKey,
         lo: int = 0,
         hi: int | None = None,
         *,
@@ -744,6 +747,7 @@ class SessionStore:
         yielded once; without ``hi`` the read ends at the end the session has when its last window
         is read (JetStream: when the read begins), so a session that grows meanwhile is read as a
         contiguous prefix. A row that does not decode raises, as it is reached."""
+        session_id = session_uuid(session_id)
         decode = self._mapper.decode_row
         for rows in self._row_windows(session_id, lo, hi, max(1, window)):
             for version, topic, state in rows:
@@ -784,17 +788,19 @@ class SessionStore:
         stored = recorder.select_events(session_id, gt=gt, lte=lte, limit=limit)
         return [(s.originator_version, s.topic, s.state) for s in stored]
 
-    def read_rows(self, session_id: UUID, lo: int = 0, hi: int | None = None) -> list[StoredRow]:
+    def read_rows(self, session_id: SessionKey, lo: int = 0, hi: int | None = None) -> list[StoredRow]:
         """Stored rows with ``lo <= seq < hi`` in seq order, read tolerantly: each is its event,
         or an :class:`UnreadableRow` naming the seq, the type and why it does not decode (a
         damaged log stays readable; missing seqs are simply absent)."""
+        session_id = session_uuid(session_id)
         read = self._mapper.read_row
         with database_errors(f"session {session_id}: reading seqs from {lo}"):
             rows = self._rows(session_id, lo, hi)
         return [read(session_id, version, topic, state) for version, topic, state in rows]
 
-    def stream_length(self, session_id: UUID) -> int:
+    def stream_length(self, session_id: SessionKey) -> int:
         """1 + the highest stored seq of the session (0 when it has no stored row)."""
+        session_id = session_uuid(session_id)
         with database_errors(f"session {session_id}: reading its length"):
             last = self._recorder.select_events(session_id, desc=True, limit=1)
         return last[0].originator_version + 1 if last else 0
@@ -909,13 +915,14 @@ class SessionStore:
 
     def get(
         self,
-        session_id: UUID,
+        session_id: SessionKey,
         *,
         at: int | None = None,
         use_snapshots: bool = True,
         strict_structure: bool = True,
     ) -> Session:
         """Load a session, optionally as it was right after event ``at``."""
+        session_id = session_uuid(session_id)
         if at is not None and at < 0:
             raise StoreError(f"session {session_id}: cannot load it at seq {at}; seqs start at 0")
         with database_errors(f"session {session_id}: loading it"):
@@ -992,7 +999,7 @@ class SessionStore:
 
     def fold(
         self,
-        session_id: UUID,
+        session_id: SessionKey,
         *,
         hi: int | None = None,
         use_snapshots: bool = True,
@@ -1005,6 +1012,7 @@ class SessionStore:
         one window and the fold state (the surface's seqs, the turn structure), not the log.
         Events are fetched from the store again when asked for: for reads of any length that
         need the session's state (export, copy); :meth:`get` keeps what it loaded."""
+        session_id = session_uuid(session_id)
         if hi is not None and hi < 1:
             raise StoreError(f"session {session_id}: cannot fold its first {hi} events")
         with database_errors(f"session {session_id}: folding it"):
@@ -1094,10 +1102,11 @@ class SessionStore:
             return None
         return snapshot
 
-    def exists(self, session_id: UUID) -> bool:
+    def exists(self, session_id: SessionKey) -> bool:
         """Does the store hold any event of the session? Never False for one it holds: a store
         that cannot tell (a JetStream cluster electing a leader) raises
         :class:`StoreUnavailableError` after its bounded retries."""
+        session_id = session_uuid(session_id)
         recorder = self._recorder
         with database_errors(f"session {session_id}: looking it up"):
             if isinstance(recorder, OriginatorIndex):  # nats://
@@ -1246,6 +1255,28 @@ def quoted_identifier(name: str) -> str:
 
 def _uuid(value: object) -> UUID:
     return value if isinstance(value, UUID) else UUID(str(value))
+
+
+SessionKey = UUID | str
+"""A session id as the store's methods take it: the :class:`~uuid.UUID`, or its text."""
+
+
+def session_uuid(value: object) -> UUID:
+    """``value`` as a session id: a :class:`~uuid.UUID` as it is, a string parsed (any form
+    :class:`~uuid.UUID` reads); anything else raises :class:`SessionIdError` saying what it got."""
+    if isinstance(value, UUID):
+        return value
+    if isinstance(value, str):
+        try:
+            return UUID(value)
+        except ValueError:
+            raise SessionIdError(
+                f"session id {value!r} is not a UUID (expected 32 hex digits, e.g. "
+                "'0f8e0c2a-4b1d-4a57-9d0e-2c6b5f1e8a90')"
+            ) from None
+    raise SessionIdError(
+        f"session id {value!r} ({type(value).__name__}) is neither a uuid.UUID nor its string form"
+    )
 
 
 _Row = tuple[int, str, bytes]  # originator_version, topic, state

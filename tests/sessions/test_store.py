@@ -18,6 +18,7 @@ from eventsourcing.persistence import StoredEvent
 from compaction.errors import (
     ConcurrencyError,
     ConfigurationError,
+    SessionIdError,
     SessionNotFoundError,
     StoreError,
     UnknownEventTypeError,
@@ -617,3 +618,29 @@ def test_bad_store_urls_say_what_was_expected(url: str, fragment: str) -> None:
         SessionStore.open(url)
     assert fragment in str(caught.value)
     assert isinstance(caught.value, ValueError)
+
+
+def test_a_session_id_may_be_given_as_its_text_and_anything_else_is_refused_saying_what_came(
+    store: SessionStore,
+) -> None:
+    session = store.create()
+    session.append(user_event("fix the bug"))
+    store.save(session)
+    text = str(session.id)
+    assert store.exists(text) and store.exists(text.upper().replace("-", ""))
+    assert list(store.get(text).events()) == list(session.events())
+    assert store.load_events(text) == list(session.events())
+    assert list(store.iter_events(text)) == list(session.events())
+    assert store.stream_length(text) == 1
+    assert [row.seq for row in store.read_rows(text)] == [0]
+    assert store.fold(text).derive_messages() == session.derive_messages()
+    copied = str(uuid.uuid4())
+    store.append_events(copied, list(session.events()))
+    assert list(store.get(uuid.UUID(copied)).events()) == list(session.events())
+    assert not store.exists(str(uuid.uuid4()))
+    with pytest.raises(SessionIdError, match=r"'not-a-uuid' is not a UUID"):
+        store.get("not-a-uuid")
+    with pytest.raises(SessionIdError, match=r"42 \(int\) is neither a uuid\.UUID nor its string form"):
+        store.exists(42)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):  # the builtin kinds too, for callers that catch those
+        store.load_events("../../etc/passwd")
