@@ -36,7 +36,7 @@ from compaction.sessions.mapper import StoredRow
 from compaction.sessions.pgrecorder import SessionPostgresRecorder
 from compaction.sessions.polling import PollingRecorder
 from compaction.sessions.session import Session
-from compaction.sessions.store import SessionStore, StoreLocation, parse_store_url
+from compaction.sessions.store import SessionKey, SessionStore, StoreLocation, parse_store_url, session_uuid
 
 PARTITIONS_PARAM = "partitions"
 NOTIFY_PARAM = "notify"
@@ -165,8 +165,9 @@ class PartitionedSessionStore:
 
     # ------------------------------------------------------------ routing
 
-    def partition_for(self, session_id: UUID) -> PartitionStore:
-        return self.parts[partition_of(session_id, self.partitions)]
+    def partition_for(self, session_id: SessionKey) -> PartitionStore:
+        """The partition that holds ``session_id`` (a UUID or its text: :func:`session_uuid`)."""
+        return self.parts[partition_of(session_uuid(session_id), self.partitions)]
 
     # ------------------------------------------------------------ SessionStore's public methods
 
@@ -190,7 +191,7 @@ class PartitionedSessionStore:
 
     def get(
         self,
-        session_id: UUID,
+        session_id: SessionKey,
         *,
         at: int | None = None,
         use_snapshots: bool = True,
@@ -200,24 +201,29 @@ class PartitionedSessionStore:
             session_id, at=at, use_snapshots=use_snapshots, strict_structure=strict_structure
         )
 
-    def load_events(self, session_id: UUID, lo: int = 0, hi: int | None = None) -> list[SessionEvent]:
+    def load_events(self, session_id: SessionKey, lo: int = 0, hi: int | None = None) -> list[SessionEvent]:
         return self.partition_for(session_id).load_events(session_id, lo, hi)
 
     def iter_events(
-        self, session_id: UUID, lo: int = 0, hi: int | None = None, *, only: Container[int] | None = None
+        self,
+        session_id: SessionKey,
+        lo: int = 0,
+        hi: int | None = None,
+        *,
+        only: Container[int] | None = None,
     ) -> Iterator[SessionEvent]:
         return self.partition_for(session_id).iter_events(session_id, lo, hi, only=only)
 
-    def fold(self, session_id: UUID, *, hi: int | None = None, use_snapshots: bool = True) -> Session:
+    def fold(self, session_id: SessionKey, *, hi: int | None = None, use_snapshots: bool = True) -> Session:
         return self.partition_for(session_id).fold(session_id, hi=hi, use_snapshots=use_snapshots)
 
-    def read_rows(self, session_id: UUID, lo: int = 0, hi: int | None = None) -> list[StoredRow]:
+    def read_rows(self, session_id: SessionKey, lo: int = 0, hi: int | None = None) -> list[StoredRow]:
         return self.partition_for(session_id).read_rows(session_id, lo, hi)
 
-    def stream_length(self, session_id: UUID) -> int:
+    def stream_length(self, session_id: SessionKey) -> int:
         return self.partition_for(session_id).stream_length(session_id)
 
-    def exists(self, session_id: UUID) -> bool:
+    def exists(self, session_id: SessionKey) -> bool:
         return self.partition_for(session_id).exists(session_id)
 
     def session_ids(self) -> list[UUID]:

@@ -158,6 +158,9 @@ def test_unannounced_partitions_poll_and_the_wrapper_routes_row_reads(pg_url: st
         session_id = _saved(store)
         assert store.stream_length(session_id) == len(store.load_events(session_id)) > 0
         assert store.read_rows(session_id) == store.load_events(session_id)
+        text = str(session_id)  # routed to the same partition as the UUID
+        assert store.exists(text) and store.load_events(text) == store.load_events(session_id)
+        assert list(store.get(text).events()) == store.load_events(session_id)
 
 
 def test_a_listening_follower_with_a_poll_interval_never_misses_an_unannounced_append(pg_url: str) -> None:
