@@ -32,11 +32,12 @@ from uuid import UUID, uuid4
 
 from compaction.errors import ConfigurationError, StoreError
 from compaction.sessions.events import SessionEvent
+from compaction.sessions.ids import SessionKey, session_uuid
 from compaction.sessions.mapper import StoredRow
 from compaction.sessions.pgrecorder import SessionPostgresRecorder
 from compaction.sessions.polling import PollingRecorder
 from compaction.sessions.session import Session
-from compaction.sessions.store import SessionKey, SessionStore, StoreLocation, parse_store_url, session_uuid
+from compaction.sessions.store import SessionStore, StoreLocation, parse_store_url
 
 PARTITIONS_PARAM = "partitions"
 NOTIFY_PARAM = "notify"
@@ -173,7 +174,7 @@ class PartitionedSessionStore:
 
     def create(
         self,
-        session_id: UUID | None = None,
+        session_id: SessionKey | None = None,
         *,
         strict_structure: bool = True,
         invariants: Sequence[str] = (),

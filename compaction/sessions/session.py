@@ -38,6 +38,7 @@ from compaction.sessions.events import (
     freeze_struct,
     now_utc,
 )
+from compaction.sessions.ids import SessionKey, session_uuid
 from compaction.sessions.invariants import Rule, invariant_rule
 from compaction.sessions.structure import Structure, StructureState
 from compaction.sessions.surface import (
@@ -114,14 +115,14 @@ class Session:
 
     def __init__(
         self,
-        session_id: UUID | None = None,
+        session_id: SessionKey | None = None,
         *,
         strict_structure: bool = True,
         clock: Callable[[], datetime] = now_utc,
         validators: Iterable[Validator] = (),
         check_invariants: bool = True,
     ) -> None:
-        self.id: UUID = session_id or uuid4()
+        self.id: UUID = uuid4() if session_id is None else session_uuid(session_id)
         self.strict_structure = strict_structure
         self.clock = clock
         self.validators: tuple[Validator, ...] = tuple(validators)

@@ -56,7 +56,6 @@ from compaction.errors import (
     ConfigurationError,
     EventCompactionError,
     SaveError,
-    SessionIdError,
     SessionNotFoundError,
     StoreDriverMissingError,
     StoreError,
@@ -66,6 +65,7 @@ from compaction.errors import (
 )
 from compaction.sessions.collector import collector_paused
 from compaction.sessions.events import SessionEvent
+from compaction.sessions.ids import SessionKey, session_uuid
 from compaction.sessions.leases import Closed, CompactionLeases, Grant, LeaseClaim, LogLeases
 from compaction.sessions.mapper import SessionMapper, SnapshotEnvelope, StoredRow
 from compaction.sessions.plugins import load_event_types
@@ -591,7 +591,7 @@ class SessionStore:
 
     def create(
         self,
-        session_id: UUID | None = None,
+        session_id: SessionKey | None = None,
         *,
         strict_structure: bool = True,
         invariants: Sequence[str] = (),
@@ -1255,28 +1255,6 @@ def quoted_identifier(name: str) -> str:
 
 def _uuid(value: object) -> UUID:
     return value if isinstance(value, UUID) else UUID(str(value))
-
-
-SessionKey = UUID | str
-"""A session id as the store's methods take it: the :class:`~uuid.UUID`, or its text."""
-
-
-def session_uuid(value: object) -> UUID:
-    """``value`` as a session id: a :class:`~uuid.UUID` as it is, a string parsed (any form
-    :class:`~uuid.UUID` reads); anything else raises :class:`SessionIdError` saying what it got."""
-    if isinstance(value, UUID):
-        return value
-    if isinstance(value, str):
-        try:
-            return UUID(value)
-        except ValueError:
-            raise SessionIdError(
-                f"session id {value!r} is not a UUID (expected 32 hex digits, e.g. "
-                "'0f8e0c2a-4b1d-4a57-9d0e-2c6b5f1e8a90')"
-            ) from None
-    raise SessionIdError(
-        f"session id {value!r} ({type(value).__name__}) is neither a uuid.UUID nor its string form"
-    )
 
 
 _Row = tuple[int, str, bytes]  # originator_version, topic, state
