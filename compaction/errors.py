@@ -158,7 +158,7 @@ class SessionStateError(EventCompactionError, ValueError):
 
 
 class SessionIdError(EventCompactionError, TypeError, ValueError):
-    """A session id given to the store is neither a :class:`uuid.UUID` nor the text of one."""
+    """A session id given to a session or a store is neither a :class:`uuid.UUID` nor the text of one."""
 
 
 class StoreError(EventCompactionError):

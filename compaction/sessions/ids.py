@@ -11,7 +11,7 @@ __all__ = ["SessionKey", "session_uuid"]
 
 
 SessionKey = UUID | str
-"""A session id as the store's methods take it: the :class:`~uuid.UUID`, or its text."""
+"""A session id as ``Session`` and the store's methods take it: the :class:`~uuid.UUID`, or its text."""
 
 
 def session_uuid(value: object) -> UUID:
