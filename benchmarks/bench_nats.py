@@ -14,6 +14,11 @@ Three stores, each measured the same way in one run: PostgreSQL (a fresh databas
   across the processes to the last save), against PostgreSQL and against the same store's one
   writer; and, for information, the same eight writers as threads of one process, where one
   interpreter's lock bounds them whatever the store does;
+- **CPU per save** (JetStream, information): the writing processes' CPU (every thread: the
+  writers' work and the store's loop) and the servers' (``/proc`` of the processes listening on the
+  URL's ports, :mod:`benchmarks.cpu`) per save, with one writer and with eight, how many cores were
+  busy, and the ratio of eight writers to one that the machine's cores allow at that cost: what
+  tells a limit of the store from a limit of the machine;
 - **load**: a session of each of ``--sizes`` events (saved in batches of 1,000), then
   ``load_events`` of all of it by a new store handle with no snapshot: seconds; the growth per
   event from the smallest to the largest (1.0 is linear);
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import subprocess
 import sys
 import threading
@@ -47,6 +53,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import Result, fmt_seconds, scratch_dir
+from benchmarks.cpu import CpuUse, ServerClock, ports_of, server_pids
 from benchmarks.workload import agent_batches, agent_events
 from compaction.sessions.store import SessionStore
 
@@ -81,16 +88,25 @@ def jetstream_url(base: str, replicas: int) -> Iterator[str]:
         delete_nats_streams(base, stream)
 
 
-def saves_per_second(url: str, events: int) -> float:
+def saves_per_second(url: str, events: int) -> tuple[float, CpuUse | None]:
+    """Saves per second of one writer, and (JetStream) the CPU its saves cost."""
     batches = list(agent_batches(events))
     with SessionStore.open(url) as store:
         session = store.create()
-        start = time.perf_counter()
+        servers = ServerClock(_servers(url))
+        start, cpu = time.perf_counter(), time.process_time()
         for batch in batches:
             for event in batch:
                 session.append(event)
             store.save(session)
-        return len(batches) / (time.perf_counter() - start)
+        seconds = time.perf_counter() - start
+        use = CpuUse(len(batches), time.process_time() - cpu, servers.spent(), seconds)
+        return len(batches) / seconds, use if servers.pids else None
+
+
+def _servers(url: str) -> list[int]:
+    """The JetStream servers' processes of ``url`` (none for another store)."""
+    return server_pids(ports_of(url)) if url.startswith("nats://") else []
 
 
 @dataclass(frozen=True)
@@ -124,12 +140,24 @@ LAYOUT = Layout(2, 4)
 """The default spread of the concurrent writers: two processes of four."""
 
 
-def concurrent_saves_per_second(url: str, events: int, layout: Layout) -> float:
+@dataclass(frozen=True)
+class WriterOutcome:
+    """What one writer process reports: its writers' saves, when the last ended (monotonic), the
+    process's CPU seconds from the barrier to then, and the writers' errors."""
+
+    saves: int
+    end: float
+    cpu: float
+    errors: tuple[str, ...]
+
+
+def concurrent_saves_per_second(url: str, events: int, layout: Layout) -> tuple[float, CpuUse | None]:
     """Saves per second of ``layout.writers`` writers on different sessions of one store, all
-    started together (a barrier across the processes), timed from the barrier to the last save."""
+    started together (a barrier across the processes), timed from the barrier to the last save;
+    and (JetStream) the CPU their saves cost."""
     context = multiprocessing.get_context("spawn")
-    ready = context.Barrier(layout.writers + 1, timeout=BARRIER_SECONDS)
-    finished: multiprocessing.Queue[tuple[int, float, str]] = context.Queue()
+    ready = context.Barrier(layout.writers + layout.processes + 1, timeout=BARRIER_SECONDS)
+    finished: multiprocessing.Queue[WriterOutcome] = context.Queue()
     processes = [
         context.Process(target=_write_sessions, args=(url, events, layout.threads, ready, finished))
         for _ in range(layout.processes)
@@ -138,15 +166,19 @@ def concurrent_saves_per_second(url: str, events: int, layout: Layout) -> float:
         process.start()
     try:
         ready.wait()
+        servers = ServerClock(_servers(url))
         start = time.monotonic()
-        outcomes = [finished.get(timeout=BARRIER_SECONDS) for _ in range(layout.writers)]
+        outcomes = [finished.get(timeout=BARRIER_SECONDS) for _ in range(layout.processes)]
+        spent = servers.spent()
     finally:
         for process in processes:
             process.join(BARRIER_SECONDS)
-    failures = [error for _, _, error in outcomes if error]
+    failures = [error for outcome in outcomes for error in outcome.errors]
     if failures:
         raise RuntimeError(f"{len(failures)} of {layout.writers} writers failed; first: {failures[0]}")
-    return sum(saves for saves, _, _ in outcomes) / (max(end for _, end, _ in outcomes) - start)
+    saves, seconds = sum(o.saves for o in outcomes), max(o.end for o in outcomes) - start
+    use = CpuUse(saves, sum(o.cpu for o in outcomes), spent, seconds)
+    return saves / seconds, use if servers.pids else None
 
 
 def _write_sessions(
@@ -154,16 +186,17 @@ def _write_sessions(
     events: int,
     threads: int,
     ready: threading.Barrier,
-    finished: multiprocessing.Queue[tuple[int, float, str]],
+    finished: multiprocessing.Queue[WriterOutcome],
 ) -> None:
     """One writer process: ``threads`` writers, each saving a session step by step after the
-    barrier; each puts (saves, monotonic end, error text or "") on ``finished``."""
+    barrier (which this process's main thread waits at too, to start its CPU clock); puts one
+    :class:`WriterOutcome` on ``finished``."""
     batches = list(agent_batches(events))
     stores = [SessionStore.open(url) for _ in range(threads)]
+    errors: list[str] = []
 
     def write(store: SessionStore) -> None:
         session = store.create()
-        error = ""
         ready.wait()
         try:
             for batch in batches:
@@ -171,14 +204,17 @@ def _write_sessions(
                     session.append(event)
                 store.save(session)
         except Exception as e:  # reported to the parent, which raises it
-            error = f"{type(e).__name__}: {e}"
-        finished.put((len(batches), time.monotonic(), error))
+            errors.append(f"{type(e).__name__}: {e}")
 
     workers = [threading.Thread(target=write, args=(store,)) for store in stores]
     for worker in workers:
         worker.start()
+    ready.wait()
+    cpu = time.process_time()
     for worker in workers:
         worker.join()
+    cpu = time.process_time() - cpu
+    finished.put(WriterOutcome(len(batches) * threads, time.monotonic(), cpu, tuple(errors)))
     for store in stores:
         store.close()
 
@@ -237,17 +273,18 @@ class Figures:
     many: float = 0.0
     one_process: float = 0.0
     """The same number of writers as threads of one process (info: they share one interpreter)."""
+    one_cpu: CpuUse | None = None
+    many_cpu: CpuUse | None = None
     loads: dict[int, float] = field(default_factory=dict)
     from_snapshot: float = 0.0
     cli: float = 0.0
 
 
 def measure(url: str, events: int, sizes: Sequence[int], transcript: Path | None, layout: Layout) -> Figures:
-    figures = Figures(
-        saves_per_second(url, events),
-        concurrent_saves_per_second(url, events, layout),
-        concurrent_saves_per_second(url, events, Layout(1, layout.writers)),
-    )
+    one, one_cpu = saves_per_second(url, events)
+    many, many_cpu = concurrent_saves_per_second(url, events, layout)
+    one_process, _ = concurrent_saves_per_second(url, events, Layout(1, layout.writers))
+    figures = Figures(one, many, one_process, one_cpu=one_cpu, many_cpu=many_cpu)
     for size in sizes:
         figures.loads[size], snapshot = load_seconds(url, size, snapshot=size == max(sizes))
         figures.from_snapshot = snapshot or figures.from_snapshot
@@ -307,6 +344,7 @@ def _rows(
             Result(f"{name}: {n} writers in one process / 1 writer", f"{f.one_process:,.0f}/s",
                    f"1 writer {f.one:,.0f}/s", f.one_process / f.one, None, True),
         ]  # fmt: skip
+        results += _cpu_rows(name, f, layout)
         for size in sizes:
             results.append(
                 Result(f"{name}: load {size:,} events, no snapshot", fmt_seconds(f.loads[size]),
@@ -330,6 +368,23 @@ def _rows(
                        cli / sqlite, 2.0 if name != "PostgreSQL" else None, False)
             )  # fmt: skip
     return results
+
+
+def _cpu_rows(name: str, f: Figures, layout: Layout) -> list[Result]:
+    """What the saves cost in CPU (client and servers), and the ratio of many writers to one that
+    the machine's cores allow at that cost (info: it tells a store's limit from the machine's)."""
+    one, many = f.one_cpu, f.many_cpu
+    if one is None or many is None:
+        return []
+    cores = os.cpu_count() or 1
+    n = layout.writers
+    return [
+        Result(f"{name}: CPU per save, {n} writers ({layout}) / 1 writer", many.describe(),
+               one.describe(), many.per_save / one.per_save, None, False),
+        Result(f"{name}: {n} writers / 1 writer at most, every one of {cores} cores busy at that CPU "
+               "per save", f"{many.ceiling(f.one, cores):.2f}x", f"measured {f.many / f.one:.2f}x",
+               many.ceiling(f.one, cores), None, True),
+    ]  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
