@@ -45,6 +45,7 @@ FORMAT = "compaction-events"
 VERSION = 2
 HASHED_SINCE = 2  # the first version whose event lines carry ``hash``
 _ENVELOPE = ("seq", "type", "time", "surface_op", "source_event_seqs")
+_LINE = msgspec.json.Encoder()
 TOO_DEEP = "JSON nested too deeply to read (more levels than the decoder's recursion limit)"
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
@@ -106,7 +107,8 @@ def _header_line(session_id: UUID, events: int, digest: str) -> str:
 
 
 def _event_text(event: SessionEvent) -> str:
-    return json.dumps(event_line(event), ensure_ascii=False, separators=(",", ":"))
+    """One event's line: compact JSON, text as UTF-8 (msgspec: a quarter of the stdlib's time)."""
+    return _LINE.encode(event_line(event)).decode()
 
 
 def export_lines(session: Session) -> Iterator[str]:
@@ -220,13 +222,14 @@ def import_session(path: Path) -> Session:
     """Rebuild the exported session exactly; every rule is re-checked, errors name the line."""
     header = read_header(path)
     session = Session(_session_id(str(path), header))
-    hashes: list[tuple[int, str]] = []  # (line number, line) of every event line to hash-check
+    hashes: list[_LineHash] = []  # of every event line, checked once the whole file is read
     for number, raw in _numbered_lines(path):
         if number == 1 or not raw.strip():
             continue
-        event = _decode_line(str(path), number, raw, header["version"])
+        line = _parsed_line(str(path), number, raw)
+        event = _decode_line(str(path), number, line, header["version"])
         if header["version"] >= HASHED_SINCE:
-            hashes.append((number, raw))
+            hashes.append(_line_hash(number, line, event))
         if event.time.tzinfo is None:
             raise _fail(str(path), number, f"time {event.time.isoformat()} has no timezone; expected UTC")
         if event.seq != len(session):
@@ -238,9 +241,8 @@ def import_session(path: Path) -> Session:
     if not len(session):
         raise _fail(str(path), 2, "expected at least one event line after the header, found none")
     _verify(str(path), header, session)
-    if header["version"] >= HASHED_SINCE:
-        for (number, raw), event in zip(hashes, session.events(), strict=True):
-            _check_hash(str(path), number, raw, event)
+    for recorded, event in zip(hashes, session.events(), strict=False):
+        _check_hash(str(path), recorded, event)
     return session
 
 
@@ -251,9 +253,21 @@ def _session_id(path: str, header: dict[str, Any]) -> UUID:
         raise _fail(path, 1, f"session_id {header.get('session_id')!r} is not a UUID") from e
 
 
-def _decode_line(path: str, number: int, raw: str, file_version: int) -> SessionEvent:
+def _parsed_line(path: str, number: int, raw: str) -> Any:
+    """The line's JSON value (parsed once: the event and its hash check both read it)."""
     try:
-        line = json.loads(raw)
+        return _PARSE(raw)
+    except RecursionError:
+        raise _fail(path, number, f"not an event line: {TOO_DEEP}") from None
+    except msgspec.DecodeError as e:
+        raise _fail(path, number, f"not an event line (not JSON: {e})") from e
+
+
+_PARSE = msgspec.json.Decoder().decode
+
+
+def _decode_line(path: str, number: int, line: Any, file_version: int) -> SessionEvent:
+    try:
         kind = line["type"]
         payload = dict(line["payload"])
         upcast = UPCASTERS.get((kind, file_version))
@@ -273,30 +287,47 @@ def _decode_line(path: str, number: int, raw: str, file_version: int) -> Session
         raise _fail(path, number, str(e)) from e
     except RecursionError:
         raise _fail(path, number, f"not an event line: {TOO_DEEP}") from None
-    except (json.JSONDecodeError, KeyError, TypeError) as e:
+    except (KeyError, TypeError) as e:
         raise _fail(path, number, f"not an event line ({type(e).__name__}: {e})") from e
     except Exception as e:  # decode errors from msgspec come wrapped in StoreError
         raise _fail(path, number, str(e)) from e
 
 
-def _check_hash(path: str, number: int, raw: str, event: SessionEvent) -> None:
+@dataclass(frozen=True)
+class _LineHash:
+    """What one event line says of its content hash: the line's number, the hash it records, and
+    (a line of an older class version, upcast on import) the hash of the event as written."""
+
+    number: int
+    recorded: str | None
+    written: str | None
+
+
+def _line_hash(number: int, line: dict[str, Any], event: SessionEvent) -> _LineHash:
+    recorded = line.get("hash")
+    upcast = line.get("class_version", 1) != event.class_version  # hashed as written
+    return _LineHash(
+        number,
+        recorded if isinstance(recorded, str) else None,
+        hashlib.sha256(_written(line)).hexdigest() if upcast else None,
+    )
+
+
+def _check_hash(path: str, line: _LineHash, event: SessionEvent) -> None:
     """The line's recorded content hash against the event it decoded to. Checked after the count
     and the surface hash, so an edit the surface shows is reported as such (line 1); this finds
     the rest: an edited event that is no longer on the surface (a shadowed one)."""
-    line = json.loads(raw)
-    recorded = line.get("hash")
-    if not isinstance(recorded, str):
-        raise _fail(path, number, f'event seq {event.seq} has no content hash; expected "hash": a sha256')
-    if line.get("class_version", 1) != event.class_version:  # upcast: hashed as written
-        actual = hashlib.sha256(_written(line)).hexdigest()
-    else:
-        actual = event_hash(event)
-    if recorded != actual:
+    if line.recorded is None:
+        raise _fail(
+            path, line.number, f'event seq {event.seq} has no content hash; expected "hash": a sha256'
+        )
+    actual = line.written if line.written is not None else event_hash(event)
+    if line.recorded != actual:
         raise _fail(
             path,
-            number,
+            line.number,
             f"event seq {event.seq} ({event.TYPE}) does not match its content hash (expected "
-            f"{recorded[:16]}..., found {actual[:16]}...): the event was edited after export",
+            f"{line.recorded[:16]}..., found {actual[:16]}...): the event was edited after export",
         )
 
 

@@ -443,3 +443,21 @@ def test_an_export_that_fails_mid_way_leaves_no_file(
     monkeypatch.undo()
     code, document = run_json("--store", sqlite_url, "export", str(one.session_id), "--out", str(out))
     assert code == 0 and out.read_bytes() == one.path.read_bytes()
+
+
+def test_text_of_every_kind_of_character_round_trips(tmp_path: Path) -> None:
+    """Lines are compact JSON with text as UTF-8: quotes, backslashes, control characters, line
+    and paragraph separators, DEL, accents and emoji come back as written, and hash-check."""
+    from compaction.sessions.native import export_session
+    from tests.builders import user
+
+    text = 'é ✓ 🙂 "quoted" \\back\\ \n\t\r \x00\x01\x1f \x7f \u2028\u2029 \ud7ff'
+    session = Session()
+    user(session, text)
+    path = tmp_path / "awkward.events.jsonl"
+    export_session(session, path)
+    # lines end at "\n" only (str.splitlines would also cut at the raw U+2028 the line holds)
+    line = json.loads(path.read_text(encoding="utf-8").split("\n")[1])
+    assert line["payload"]["message"]["content"][0]["text"] == text
+    restored = import_session(path)
+    assert list(restored.events()) == list(session.events())
