@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cached_property, partial
 from typing import Any
 
 from compaction.audit.replay import Moment, Replay, replay
@@ -30,7 +30,7 @@ from compaction.engine.brackets import COMMITTED, FAILED, ORPHANED, Bracket, fin
 from compaction.engine.meters import Meter, meter_named
 from compaction.handover.completion import appended, model_text, span_identifiers
 from compaction.handover.fidelity import section_bodies
-from compaction.handover.identifiers import extract, retained
+from compaction.handover.identifiers import Identifiers, extract, retained
 from compaction.sessions.blocks import Message, text_of
 from compaction.sessions.call_ids import repeated_call_ids
 from compaction.sessions.events import CommandRun, Replace, SessionEvent, ToolResult, UserMessage
@@ -424,6 +424,16 @@ class Committed:
     def moment(self) -> Moment | None:
         return self.folded.moments.get(self.replacement.seq)
 
+    @cached_property
+    def shadowed(self) -> list[Message]:
+        """The shadowed messages, as the replay holds them."""
+        return _messages(self.folded, self.summary.shadowed_seqs)
+
+    @cached_property
+    def identifiers(self) -> Identifiers:
+        """The shadowed span's identifiers as the gate counts them (found once for the checks)."""
+        return extract(self.shadowed)
+
     @property
     def scope(self) -> str | None:
         """Why this library's policies do not apply to the bracket (None: they do)."""
@@ -608,7 +618,7 @@ def _messages(folded: Replay, seqs: Sequence[int]) -> list[Message]:
 
 
 def _check_retention(c: Committed) -> Check:
-    wanted = extract(_messages(c.folded, c.summary.shadowed_seqs)).all()
+    wanted = c.identifiers.all()
     kept, missing = retained(wanted, _summary_text(c.summary))
     ratio = 1.0 if not wanted else len(kept) / len(wanted)
     sample = ", ".join(missing[:6])
@@ -670,8 +680,7 @@ def _check_completion(c: Committed) -> Check:
             False,
             f"recorded as added but not in the appendix: {', '.join(absent[:6])}",
         )
-    shadowed = _messages(c.folded, c.summary.shadowed_seqs)
-    span = set(span_identifiers(shadowed).all())
+    span = set(span_identifiers(c.shadowed, gate=c.identifiers).all())
     invented = [i for i in record.added_identifiers if i not in span]
     if invented:
         return Check(
