@@ -27,11 +27,11 @@ from compaction.service import BasicCompactService
 from compaction.sessions.blocks import Message
 from compaction.sessions.events import SessionEvent
 from compaction.sessions.hashing import surface_hash
-from compaction.sessions.native import FORMAT, UPCASTERS, VERSION, import_session
+from compaction.sessions.native import FORMAT, UPCASTERS, VERSION, export_session, import_session
 from compaction.sessions.session import Session
 from compaction.sessions.store import SessionStore
 from compaction.vocabulary.config import BasicConfig
-from tests.builders import Doc, run_json
+from tests.builders import Doc, run_json, user
 from tests.conftest import PUBLIC_TRANSCRIPTS
 
 
@@ -448,9 +448,6 @@ def test_an_export_that_fails_mid_way_leaves_no_file(
 def test_text_of_every_kind_of_character_round_trips(tmp_path: Path) -> None:
     """Lines are compact JSON with text as UTF-8: quotes, backslashes, control characters, line
     and paragraph separators, DEL, accents and emoji come back as written, and hash-check."""
-    from compaction.sessions.native import export_session
-    from tests.builders import user
-
     text = 'é ✓ 🙂 "quoted" \\back\\ \n\t\r \x00\x01\x1f \x7f \u2028\u2029 \ud7ff'
     session = Session()
     user(session, text)
