@@ -310,6 +310,7 @@ class Meter(ABC):
         """``prices`` with every one of ``seqs`` in it, the unpriced ones priced in one batch."""
         missing = [seq for seq in seqs if seq not in prices] if prices else list(seqs)
         if missing:
+            session.preload(missing)  # a session restored from its snapshot: a few picks, not windows
             events = list(map(session.event, missing))
             prices.update(zip(missing, self.event_prices(events), strict=True))
         return prices

@@ -76,6 +76,7 @@ from compaction.sessions.nats.leases import JetStreamLeases
 from compaction.sessions.nats.loop import LoopThread
 from compaction.sessions.nats.shared import CONNECTIONS, Key
 from compaction.sessions.nats.snapshots import JetStreamSnapshotRecorder
+from compaction.sessions.nats.subjects import SCAN_BELOW, firsts, subject_counts
 
 T = TypeVar("T")
 EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
@@ -352,8 +353,23 @@ class JetStreamAggregateRecorder(AggregateRecorder):
 
     def originator_ids(self, *, first_stored: bool) -> list[UUID]:
         """Originators in order of their first commit: every one, or (``first_stored``) only the
-        ones whose version 0 is stored. One pass over the commit headers."""
-        heads = self.connection.call(self.log.scan(self.prefix + ">", headers_only=True, stream=self.stream))
+        ones whose version 0 is stored. The first commit of each subject the stream's leader
+        lists, or, when sessions hold few commits, one pass over every commit's headers
+        (:mod:`compaction.sessions.nats.subjects`)."""
+        return self.connection.call(self._originators(first_stored))
+
+    async def _originators(self, first_stored: bool) -> list[UUID]:
+        counts = await subject_counts(self.log, self.prefix + ">", self.stream)
+        if sum(counts.values()) >= SCAN_BELOW * len(counts):
+            heads = await firsts(self.log, list(counts), self.stream)
+            if not first_stored or all(frames.header_range(h.headers)[0] == 0 for h in heads):
+                return self._originators_of(heads, first_stored=False)
+            # a session whose first commit does not hold version 0 (rows deleted): read them all
+        heads = await self.log.scan(self.prefix + ">", headers_only=True, stream=self.stream)
+        return self._originators_of(heads, first_stored=first_stored)
+
+    def _originators_of(self, heads: Sequence[Record], *, first_stored: bool) -> list[UUID]:
+        """The originators of ``heads`` (commits in stream order), each at its first commit."""
         seen: dict[UUID, None] = {}
         for head in heads:
             if first_stored and frames.header_range(head.headers)[0] != 0:
