@@ -558,3 +558,98 @@ def test_the_subjects_are_read_page_after_page(store: SessionStore) -> None:
     rest = store._recorder.connection.call(_page(log, stream, f"{stream}.s.>", 1))  # type: ignore[attr-defined]
     assert rest.total == 3 and rest.state is not None and rest.state.subjects is not None
     assert sorted(rest.state.subjects) == sorted(counts)[1:]
+
+
+# ---------------------------------------------------------------- long sessions from a new handle
+
+
+def _delete_message(stream: str, seq: int) -> None:
+    import nats
+
+    async def delete() -> None:
+        nc = await nats.connect(NATS_BASE)
+        try:
+            await nc.jetstream().delete_msg(stream, seq)
+        finally:
+            await nc.close()
+
+    asyncio.run(delete())
+
+
+def _snapshotted(store: SessionStore, commits: int, tail: int) -> Session:
+    """A session saved in ``commits`` commits, snapshotted, then ``tail`` commits more."""
+    session = _saved_in_commits(store, commits, 2)
+    store.take_session_snapshot(session)
+    for index in range(tail):
+        user(session, f"after the snapshot {index}")
+        store.save(session)
+    return session
+
+
+def test_a_long_session_opens_from_its_snapshot_reading_only_the_commits_after_it(
+    nats_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From a new handle, a session saved in 300 commits opens from its snapshot reading the
+    commits after it (found by bisection) and nothing below: the coverage check is answered from
+    the stream's state (nothing was ever removed from it) and the session's first and last
+    commit. Every event read afterwards, below the snapshot or above, is what was saved."""
+    with SessionStore.open(nats_url) as store:
+        session = _snapshotted(store, 300, 10)
+    with SessionStore.open(nats_url) as other:
+        handed = _counting_passes(other, monkeypatch)
+        opened = other.get(session.id)
+        assert other.snapshot_fallbacks == [] and len(opened) == len(session)
+        assert handed[0] <= 12  # the 10 commits after the snapshot (and its own), not 310
+        assert opened.derive_messages() == session.derive_messages()
+        assert list(opened.events()) == list(session.events())
+
+
+def test_old_spans_are_read_below_where_the_index_starts_then_the_whole_session(
+    nats_url: str,
+) -> None:
+    """After a read of the tail (an index started late), a read of an old span finds its commits
+    by bisection without completing the index, and a read of everything completes it."""
+    with SessionStore.open(nats_url) as store:
+        session = _saved_in_commits(store, 120, 3)
+    expected = list(session.events())
+    with SessionStore.open(nats_url) as other:
+        assert other.load_events(session.id, 300, None) == expected[300:]
+        assert other.load_events(session.id, 10, 20) == expected[10:20]
+        assert other.load_events(session.id, 0, 1) == expected[:1]
+        assert other.load_events(session.id, 295, 305) == expected[295:305]  # across the start
+        assert other.load_events(session.id, 0, None) == expected
+
+
+def test_a_removed_commit_below_the_snapshot_still_fails_the_open(nats_url: str) -> None:
+    """Once a message was removed from the stream, the coverage check reads the commits' headers
+    again, and a session missing rows below its snapshot fails to open as a replay would."""
+    from compaction.errors import StoreError
+
+    with SessionStore.open(nats_url) as store:
+        session = _snapshotted(store, 40, 2)
+        heads = store._recorder.connection.call(  # type: ignore[attr-defined]
+            store._recorder.index.of(store._recorder.subject(session.id))  # type: ignore[attr-defined]
+        ).heads
+    _delete_message(_stream(store), heads[5].seq)
+    with SessionStore.open(nats_url) as other, pytest.raises(StoreError, match="rows deleted or moved"):
+        other.get(session.id)
+
+
+def test_a_new_handle_appends_to_a_long_session_without_reading_its_old_commits(
+    nats_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer in a new process learns the session's last commit from the leader (an index
+    started there), so its first save reads none of the 200 commits before it."""
+    with SessionStore.open(nats_url) as store:
+        session = _snapshotted(store, 200, 0)
+    with SessionStore.open(nats_url) as other:
+        handed = _counting_passes(other, monkeypatch)
+        resumed = other.get(session.id)
+        user(resumed, "one more")
+        other.save(resumed)
+        assert handed[0] <= 3
+        expected = [*session.events(), resumed.event(len(session))]
+        assert list(resumed.events()) == expected
+    with SessionStore.open(nats_url) as third:
+        assert list(third.get(session.id).events()) == expected
+        assert third.load_events(session.id, 0, None) == expected

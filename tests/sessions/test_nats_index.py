@@ -56,3 +56,43 @@ def test_the_rows_of_a_commit_within_a_span_are_those_a_filter_keeps(
     rows = [(version, "topic", b"state") for version in range(first, first + count)]
     kept = [r for r in rows if (gt is None or r[0] > gt) and (lte is None or r[0] <= lte)]
     assert _within(rows, gt, lte) == kept
+
+
+class _Commits:
+    """A stream as far as :meth:`HeadIndex._start` asks it: the first commit of the subject at
+    or after a sequence (other subjects' messages are the gaps between the sequences)."""
+
+    def __init__(self, records: list[Record]) -> None:
+        self.records = records
+        self.asked = 0
+
+    async def get(self, seq: int, stream: str | None = None, *, subject: str | None = None) -> Record | None:
+        self.asked += 1
+        return next((r for r in self.records if r.seq >= seq), None)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(min_value=1, max_value=5), min_size=1, max_size=40),
+    st.lists(st.integers(min_value=1, max_value=9), min_size=40, max_size=40),
+    st.integers(min_value=0, max_value=200),
+)
+def test_the_commit_holding_a_version_is_found_by_bisection_as_by_a_pass(
+    counts: list[int], gaps: list[int], version: int
+) -> None:
+    import asyncio
+
+    from compaction.sessions.nats.index import HeadIndex, _head
+
+    records, seq, first = [], 0, 0
+    for count, gap in zip(counts, gaps, strict=False):
+        seq += gap
+        records.append(Record(seq, "s.x", frames.commit_headers(first, count, chunked=False), b""))
+        first += count
+    log = _Commits(records)
+    index = HeadIndex(log, "s")  # type: ignore[arg-type]
+    bound = _head(records[-1])
+    found = asyncio.run(index._start("s.x", version, bound))
+    expected = next((_head(r) for r in records if _head(r).last >= version), bound)
+    assert found == expected
+    assert log.asked <= 2 + records[-1].seq.bit_length()  # a bisection, not a pass

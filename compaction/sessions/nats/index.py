@@ -48,6 +48,9 @@ class SubjectIndex:
     firsts: list[int] = field(default_factory=list)  # each head's first version, for bisecting
     lasts: list[int] = field(default_factory=list)  # each head's last version
     totals: list[int] = field(default_factory=list)  # versions held by the heads up to each one
+    complete: bool = True
+    """False while it starts at a later commit than the subject's first (read from where a read
+    begins, :meth:`HeadIndex.of` with ``above``): the older commits are read when a read needs them."""
 
     @property
     def top_seq(self) -> int:
@@ -58,11 +61,31 @@ class SubjectIndex:
         return self.heads[-1].last if self.heads else -1
 
     def add(self, record: Record) -> None:
-        first, count = frames.header_range(record.headers)
-        self.heads.append(Head(record.seq, first, count))
-        self.firsts.append(first)
-        self.lasts.append(first + count - 1)
-        self.totals.append((self.totals[-1] if self.totals else 0) + count)
+        self._append(_head(record))
+
+    def _append(self, head: Head) -> None:
+        self.heads.append(head)
+        self.firsts.append(head.first)
+        self.lasts.append(head.last)
+        self.totals.append((self.totals[-1] if self.totals else 0) + head.count)
+
+    def prepend(self, records: list[Record]) -> None:
+        """Put the subject's older commits (in stream order, all before the first head) in front:
+        the index then starts at the subject's first commit."""
+        whole = SubjectIndex()
+        for record in records:
+            whole.add(record)
+        for head in self.heads:
+            whole._append(head)
+        self.heads, self.firsts = whole.heads, whole.firsts
+        self.lasts, self.totals = whole.lasts, whole.totals
+        self.complete = True
+
+    def holds_above(self, above: int | None) -> bool:
+        """Whether it holds every commit with a version above ``above`` (None: every commit)."""
+        if self.complete:
+            return True
+        return above is not None and bool(self.heads) and self.firsts[0] <= above + 1
 
     def overlapping(self, gt: int | None, lte: int | None) -> list[Head]:
         """The commits holding a version in ``(gt, lte]``, in order."""
@@ -82,6 +105,11 @@ class SubjectIndex:
         return total
 
 
+def _head(record: Record) -> Head:
+    first, count = frames.header_range(record.headers)
+    return Head(record.seq, first, count)
+
+
 class HeadIndex:
     """The :class:`SubjectIndex` of every subject a recorder has read (see the module)."""
 
@@ -90,15 +118,27 @@ class HeadIndex:
         self.stream = stream
         self._subjects: dict[str, SubjectIndex] = {}
 
-    async def of(self, subject: str, *, covering: int | None = None) -> SubjectIndex:
+    async def of(
+        self, subject: str, *, covering: int | None = None, above: int | None = None
+    ) -> SubjectIndex:
         """The subject's index, current as the leader sees it (or, with ``covering``, without
-        asking when it already holds that version)."""
+        asking when it already holds that version). With ``above``, only the commits holding a
+        version above it are needed: a new index then starts at the commit that holds version
+        ``above + 1`` (found by bisecting the stream, :meth:`_start`), so a read of a long
+        session's tail, after its snapshot, does not read every older commit's header."""
         index = self._subjects.get(subject)
+        if index is not None and not index.holds_above(above):
+            await self._complete(subject, index)
         if index is not None and covering is not None and index.top_version >= covering:
             return index
         top = await self.log.last(subject, self.stream)
         if index is None or top is None or top.seq < index.top_seq:
             index = SubjectIndex()  # new, or the stream was reset under this handle
+            if top is not None and above is not None and above >= 0:
+                start = await self._start(subject, above + 1, _head(top))
+                if start.seq > 1:  # (one that is the subject's first commit is completed for nothing)
+                    index.complete = False
+                    index._append(start)
             if len(self._subjects) >= MAX_SUBJECTS:
                 self._subjects.clear()
             self._subjects[subject] = index
@@ -110,6 +150,60 @@ class HeadIndex:
                 if record.seq > index.top_seq:  # another call on this loop may have added it
                     index.add(record)
         return index
+
+    async def below_start(self, subject: str, gt: int | None, lte: int | None) -> list[Head] | None:
+        """The commits holding a version in ``(gt, lte]`` when that span lies below where the
+        subject's index starts (an index read from a snapshot's tail, then a lazy load of an old
+        span, such as the task statement at version 0): the first and the last found by bisection,
+        then one headers-only pass over them, without reading the commits between them and the
+        index (nor keeping them). None when the index answers for the span itself."""
+        index = self._subjects.get(subject)
+        if index is None or index.complete or lte is None or lte >= index.firsts[0]:
+            return None
+        bound = index.heads[0]
+        begin = await self._start(subject, 0 if gt is None else gt + 1, bound)
+        end = await self._start(subject, lte, bound)
+        if begin.seq >= bound.seq:
+            return []
+        read = await self.log.scan(subject, begin.seq, upto=end.seq, headers_only=True, stream=self.stream)
+        span = SubjectIndex()
+        for record in read:
+            span.add(record)
+        return span.overlapping(gt, lte)
+
+    async def _start(self, subject: str, version: int, bound: Head) -> Head:
+        """The subject's first commit whose last version is at least ``version``, at or before
+        ``bound`` (``bound`` itself when none before it is): a bisection of the stream sequence,
+        each step the leader's first commit of the subject at or after a sequence (about 20 gets
+        for a million). The last version of the commit at or after a sequence grows with it."""
+        if bound.last < version:
+            return bound
+        # No commit before lo qualifies; found does, and no commit in [hi, found.seq) does.
+        lo, hi, found = 1, bound.seq, bound
+        while lo < hi:
+            middle = (lo + hi) // 2
+            probe = await self.log.get(middle, self.stream, subject=subject)
+            if probe is None:  # a commit removed meanwhile: read the subject from its start
+                first = await self.log.get(1, self.stream, subject=subject)
+                return bound if first is None else _head(first)
+            head = _head(probe)  # the first commit at or after middle: none between them
+            if head.last >= version:
+                hi, found = middle, head
+            else:
+                lo = head.seq + 1
+        return found
+
+    async def _complete(self, subject: str, index: SubjectIndex) -> None:
+        """Read the commits before the index's first one (up to it: a sequence the subject holds,
+        where a read can end) and put them in front."""
+        begin = index.heads[0].seq
+        read = await self.log.scan(subject, 1, upto=begin, headers_only=True, stream=self.stream)
+        if not index.complete and index.heads[0].seq == begin:  # not completed meanwhile
+            index.prepend([record for record in read if record.seq < begin])
+
+    def cached(self, subject: str) -> SubjectIndex | None:
+        """The subject's index as read so far, if any (nothing asked of the server)."""
+        return self._subjects.get(subject)
 
     def forget(self, subject: str) -> None:
         self._subjects.pop(subject, None)

@@ -69,6 +69,7 @@ from compaction.sessions.nats.client import (
     WRONG_LAST_SEQUENCE,
     JetStreamLog,
     Record,
+    retrying,
 )
 from compaction.sessions.nats.follow import DurableFollower
 from compaction.sessions.nats.index import Head, HeadIndex
@@ -175,7 +176,7 @@ class JetStreamAggregateRecorder(AggregateRecorder):
         deadline = time.monotonic() + RETRY_FOR
         try:
             if subject not in self._tails:
-                await self._refresh(subject)
+                await self._refresh(subject, rows[0][0])
             while True:
                 after = self._expect(subject, rows[0][0], headers)
                 try:
@@ -193,7 +194,7 @@ class JetStreamAggregateRecorder(AggregateRecorder):
                             f"{self.connection.where}: {subject}: no append got through in "
                             f"{RETRY_FOR:.0f} s of retries"
                         ) from e
-                    await self._refresh(subject)  # a stale tail, or another writer's save
+                    await self._refresh(subject, rows[0][0])  # a stale tail, or another writer's save
                     continue
                 self._remember(subject, seq, rows[-1][0])
                 return frames.position(headers, seq)
@@ -225,8 +226,10 @@ class JetStreamAggregateRecorder(AggregateRecorder):
         headers[EXPECTED_LAST_SUBJECT_SEQUENCE] = str(seq)
         return seq
 
-    async def _refresh(self, subject: str) -> None:
-        index = await self.index.of(subject)
+    async def _refresh(self, subject: str, first: int) -> None:
+        """The subject's last commit and version, as the leader holds them (the commits before
+        the one that would hold version ``first`` are not read)."""
+        index = await self.index.of(subject, above=first - 1)
         self._tails[subject] = (index.top_seq, index.top_version)
 
     def _remember(self, subject: str, seq: int, version: int) -> None:
@@ -269,8 +272,10 @@ class JetStreamAggregateRecorder(AggregateRecorder):
     ) -> list[frames.Row]:
         if limit == 0:
             return []
-        index = await self.index.of(subject, covering=lte)
-        heads = _picked(index.overlapping(gt, lte), desc, limit)
+        found = await self.index.below_start(subject, gt, lte)
+        if found is None:
+            found = (await self.index.of(subject, covering=lte, above=gt)).overlapping(gt, lte)
+        heads = _picked(found, desc, limit)
         if not heads:
             return []
         by_seq = {r.seq: r for r in await self._commits(subject, heads) if r is not None}
@@ -296,7 +301,7 @@ class JetStreamAggregateRecorder(AggregateRecorder):
         fetched batch and one decoded commit. The commits are the ones the subject's index holds
         when the read begins (asked of the stream's leader when ``lte`` is beyond it)."""
         subject = self.subject(originator_id)
-        heads = self.connection.call(self.index.of(subject, covering=lte)).overlapping(gt, lte)
+        heads = self.connection.call(self.index.of(subject, covering=lte, above=gt)).overlapping(gt, lte)
         while heads:
             batch = _window_of(heads, window)
             heads = heads[len(batch) :]
@@ -389,8 +394,37 @@ class JetStreamAggregateRecorder(AggregateRecorder):
         return found is not None
 
     async def _count_below(self, subject: str, below: int) -> int:
+        held = self.index.cached(subject)
+        if held is None or not held.complete or held.top_version < below - 1:
+            contiguous = await self._contiguous_below(subject, below)
+            if contiguous is not None:
+                return contiguous
         index = await self.index.of(subject, covering=below - 1)
         return index.count_below(below)
+
+    async def _contiguous_below(self, subject: str, below: int) -> int | None:
+        """The versions below ``below`` the subject holds, from its first and last commit alone,
+        when nothing was ever removed from the stream: each save appends the versions after the
+        session's last one (its expected subject sequence checked by the leader), so the commits
+        then hold the versions from 0 to the last without a gap. None when a message was removed
+        (deleted, purged, aged out) or the first commit does not start at version 0: the
+        commits' headers are read instead. A session saved step by step has tens of thousands."""
+        info = await retrying(
+            lambda: self.log.ask.stream_info(self.stream),
+            unavailable=f"the state of {self.stream}",
+            doubt_not_found=True,
+        )
+        state = info.state
+        if state.first_seq > 1 or state.messages != state.last_seq:
+            return None
+        first = await self.log.get(1, self.stream, subject=subject)
+        if first is not None and frames.header_range(first.headers)[0] != 0:
+            return None
+        top = await self.log.last(subject, self.stream)
+        if first is None or top is None:
+            return 0
+        start, count = frames.header_range(top.headers)
+        return min(below, start + count)
 
 
 def _within(rows: list[frames.Row], gt: int | None, lte: int | None) -> list[frames.Row]:
