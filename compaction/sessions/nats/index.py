@@ -127,9 +127,8 @@ class HeadIndex:
         ``above + 1`` (found by bisecting the stream, :meth:`_start`), so a read of a long
         session's tail, after its snapshot, does not read every older commit's header."""
         index = self._subjects.get(subject)
-        if index is not None and not index.holds_above(above):
-            await self._complete(subject, index)
-        if index is not None and covering is not None and index.top_version >= covering:
+        answers = index is not None and index.holds_above(above)
+        if index is not None and answers and covering is not None and index.top_version >= covering:
             return index
         top = await self.log.last(subject, self.stream)
         if index is None or top is None or top.seq < index.top_seq:
@@ -142,6 +141,8 @@ class HeadIndex:
             if len(self._subjects) >= MAX_SUBJECTS:
                 self._subjects.clear()
             self._subjects[subject] = index
+        elif not answers:
+            await self._complete(subject, index)
         if top is not None and top.seq > index.top_seq:
             after = await self.log.scan(
                 subject, index.top_seq + 1, upto=top.seq, headers_only=True, stream=self.stream
