@@ -46,6 +46,7 @@ VERSION = 2
 HASHED_SINCE = 2  # the first version whose event lines carry ``hash``
 _ENVELOPE = ("seq", "type", "time", "surface_op", "source_event_seqs")
 _LINE = msgspec.json.Encoder()
+_PARSE = msgspec.json.Decoder().decode
 TOO_DEEP = "JSON nested too deeply to read (more levels than the decoder's recursion limit)"
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
@@ -241,8 +242,9 @@ def import_session(path: Path) -> Session:
     if not len(session):
         raise _fail(str(path), 2, "expected at least one event line after the header, found none")
     _verify(str(path), header, session)
-    for recorded, event in zip(hashes, session.events(), strict=False):
-        _check_hash(str(path), recorded, event)
+    if header["version"] >= HASHED_SINCE:
+        for recorded, event in zip(hashes, session.events(), strict=True):
+            _check_hash(str(path), recorded, event)
     return session
 
 
@@ -261,9 +263,6 @@ def _parsed_line(path: str, number: int, raw: str) -> Any:
         raise _fail(path, number, f"not an event line: {TOO_DEEP}") from None
     except msgspec.DecodeError as e:
         raise _fail(path, number, f"not an event line (not JSON: {e})") from e
-
-
-_PARSE = msgspec.json.Decoder().decode
 
 
 def _decode_line(path: str, number: int, line: Any, file_version: int) -> SessionEvent:
