@@ -311,13 +311,19 @@ class JetStreamLog:
         """The messages at ``seqs`` (None for one the leader does not hold), asked of the stream's
         leader :data:`GETS_IN_FLIGHT` at a time: a read of a few known messages costs round
         trips, not the creation of a consumer (which a cluster agrees on through its meta leader)."""
+        return await self.gets([(seq, None) for seq in seqs], stream)
+
+    async def gets(
+        self, asked: list[tuple[int, str | None]], stream: str | None = None
+    ) -> list[Record | None]:
+        """:meth:`get` of each ``(seq, subject)``, :data:`GETS_IN_FLIGHT` at a time, in order."""
         gate = asyncio.Semaphore(GETS_IN_FLIGHT)
 
-        async def one(seq: int) -> Record | None:
+        async def one(seq: int, subject: str | None) -> Record | None:
             async with gate:
-                return await self.get(seq, stream)
+                return await self.get(seq, stream, subject=subject)
 
-        return list(await asyncio.gather(*(one(seq) for seq in seqs)))
+        return list(await asyncio.gather(*(one(seq, subject) for seq, subject in asked)))
 
     async def scan(
         self,

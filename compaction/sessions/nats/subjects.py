@@ -4,21 +4,20 @@ Listing the sessions of a store used to read the header of every commit of the s
 over all of them, about 20,000 a second through the client, so 5 s for 100 sessions of 1,000 saves.
 The stream's leader keeps the number of messages of each subject; :func:`subject_counts` asks for
 them (``STREAM.INFO`` with a subject filter, every page of the answer), and :func:`firsts` gets the
-first message of each subject, :data:`~compaction.sessions.nats.client.GETS_IN_FLIGHT` at a time.
-One get per session is cheaper than reading its commits' headers as soon as sessions hold more
+first message of each subject (:meth:`~compaction.sessions.nats.client.JetStreamLog.gets`: a
+few in flight at a time). One get per session is cheaper than reading its commits' headers as soon as sessions hold more
 than a few commits (:data:`SCAN_BELOW`); with fewer, the pass over the headers stays the cheaper.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from typing import Any
 
 import msgspec
 import nats.js.errors
 
-from compaction.sessions.nats.client import GETS_IN_FLIGHT, JetStreamLog, Record, retrying
+from compaction.sessions.nats.client import JetStreamLog, Record, retrying
 
 SCAN_BELOW = 8
 """Commits per session (on average) below which a pass over every commit's headers is cheaper than
@@ -66,11 +65,5 @@ async def _page(log: JetStreamLog, stream: str, subject_filter: str, offset: int
 
 async def firsts(log: JetStreamLog, subjects: list[str], stream: str) -> list[Record]:
     """The first message of each of ``subjects`` (one a purge emptied is left out), in stream order."""
-    gate = asyncio.Semaphore(GETS_IN_FLIGHT)
-
-    async def first(subject: str) -> Record | None:
-        async with gate:
-            return await log.get(1, stream, subject=subject)
-
-    found = await asyncio.gather(*(first(subject) for subject in subjects))
+    found = await log.gets([(1, subject) for subject in subjects], stream)
     return sorted((record for record in found if record is not None), key=lambda record: record.seq)
