@@ -5,8 +5,9 @@ over all of them, about 20,000 a second through the client, so 5 s for 100 sessi
 The stream's leader keeps the number of messages of each subject; :func:`subject_counts` asks for
 them (``STREAM.INFO`` with a subject filter, every page of the answer), and :func:`firsts` gets the
 first message of each subject (:meth:`~compaction.sessions.nats.client.JetStreamLog.gets`: a
-few in flight at a time). One get per session is cheaper than reading its commits' headers as soon as sessions hold more
-than a few commits (:data:`SCAN_BELOW`); with fewer, the pass over the headers stays the cheaper.
+few in flight at a time). One get per session is cheaper than reading its commits' headers as
+soon as sessions hold more than a few commits (:data:`SCAN_BELOW`); with fewer, the pass over the
+headers stays the cheaper.
 """
 
 from __future__ import annotations
