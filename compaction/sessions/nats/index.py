@@ -163,24 +163,25 @@ class HeadIndex:
             return None
         bound = index.heads[0]
         begin = await self._start(subject, 0 if gt is None else gt + 1, bound)
-        end = await self._start(subject, lte, bound)
         if begin.seq >= bound.seq:
             return []
+        end = await self._start(subject, lte, bound, after=begin.seq)  # none before begin holds lte
         read = await self.log.scan(subject, begin.seq, upto=end.seq, headers_only=True, stream=self.stream)
         span = SubjectIndex()
         for record in read:
             span.add(record)
         return span.overlapping(gt, lte)
 
-    async def _start(self, subject: str, version: int, bound: Head) -> Head:
+    async def _start(self, subject: str, version: int, bound: Head, *, after: int = 1) -> Head:
         """The subject's first commit whose last version is at least ``version``, at or before
-        ``bound`` (``bound`` itself when none before it is): a bisection of the stream sequence,
-        each step the leader's first commit of the subject at or after a sequence (about 20 gets
-        for a million). The last version of the commit at or after a sequence grows with it."""
+        ``bound`` (``bound`` itself when none before it is) and at or after stream sequence
+        ``after`` (the caller knows none before it is): a bisection of the stream sequence, each
+        step the leader's first commit of the subject at or after a sequence (about 20 gets for a
+        million). The last version of the commit at or after a sequence grows with it."""
         if bound.last < version:
             return bound
         # No commit before lo qualifies; found does, and no commit in [hi, found.seq) does.
-        lo, hi, found = 1, bound.seq, bound
+        lo, hi, found = after, bound.seq, bound
         while lo < hi:
             middle = (lo + hi) // 2
             probe = await self.log.get(middle, self.stream, subject=subject)
