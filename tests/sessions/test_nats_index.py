@@ -96,3 +96,6 @@ def test_the_commit_holding_a_version_is_found_by_bisection_as_by_a_pass(
     expected = next((_head(r) for r in records if _head(r).last >= version), bound)
     assert found == expected
     assert log.asked <= 2 + records[-1].seq.bit_length()  # a bisection, not a pass
+    # started after a commit known not to come after the answer (a span's first, for its last)
+    earlier = next((_head(r) for r in records if _head(r).last >= version // 2), bound)
+    assert asyncio.run(index._start("s.x", version, bound, after=earlier.seq)) == expected
