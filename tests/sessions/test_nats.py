@@ -12,8 +12,8 @@ import asyncio
 import concurrent.futures
 import threading
 import uuid
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
 
 import pytest
 
@@ -30,6 +30,7 @@ from tests.builders import end_turn, start_turn, tool_step, turn, user
 from tests.conftest import NATS_BASE, require_nats
 
 MEGABYTE = 1024 * 1024
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -38,26 +39,34 @@ def store(nats_url: str) -> Iterator[SessionStore]:
         yield opened
 
 
-def _messages(store: SessionStore, stream: str) -> list[tuple[str, dict[str, str] | None]]:
-    """(subject, headers) of every message of ``stream``, read with a plain connection."""
+def _plainly(action: Callable[[Any], Awaitable[T]]) -> T:
+    """``action(js)`` on a JetStream context of a plain connection (not the store's), closed after."""
     import nats
 
-    async def read() -> list[tuple[str, dict[str, str] | None]]:
+    async def run() -> T:
         nc = await nats.connect(NATS_BASE)
         try:
-            js = nc.jetstream()
-            info = await js.stream_info(stream)
-            found = []
-            for seq in range(info.state.first_seq, info.state.last_seq + 1):
-                if info.state.messages == 0:
-                    break
-                message = await js.get_msg(stream, seq)
-                found.append((str(message.subject), message.headers))
-            return found
+            return await action(nc.jetstream())
         finally:
             await nc.close()
 
-    return asyncio.run(read())
+    return asyncio.run(run())
+
+
+def _messages(store: SessionStore, stream: str) -> list[tuple[str, dict[str, str] | None]]:
+    """(subject, headers) of every message of ``stream``, read with a plain connection."""
+
+    async def read(js: Any) -> list[tuple[str, dict[str, str] | None]]:
+        info = await js.stream_info(stream)
+        found = []
+        for seq in range(info.state.first_seq, info.state.last_seq + 1):
+            if info.state.messages == 0:
+                break
+            message = await js.get_msg(stream, seq)
+            found.append((str(message.subject), message.headers))
+        return found
+
+    return _plainly(read)
 
 
 def _stream(store: SessionStore) -> str:
@@ -491,22 +500,11 @@ def _interleaved(store: SessionStore, sessions: int, commits: int) -> list[uuid.
 def _raw_commit(stream: str, session: uuid.UUID, first: int) -> None:
     """A commit on the session's subject that starts at version ``first`` (as a store whose
     earlier rows were deleted holds), published with a plain connection."""
-    import nats
-
     from compaction.sessions.nats import frames
 
-    async def publish() -> None:
-        nc = await nats.connect(NATS_BASE)
-        try:
-            rows = [(first, "compaction.sessions.events:UserMessage", b"{}")]
-            headers = frames.commit_headers(first, 1, False)
-            await nc.jetstream().publish(
-                f"{stream}.s.{session.hex}", frames.encode_rows(rows), headers=headers
-            )
-        finally:
-            await nc.close()
-
-    asyncio.run(publish())
+    rows = [(first, "compaction.sessions.events:UserMessage", b"{}")]
+    headers = frames.commit_headers(first, 1, False)
+    _plainly(lambda js: js.publish(f"{stream}.s.{session.hex}", frames.encode_rows(rows), headers=headers))
 
 
 def test_sessions_of_many_commits_are_listed_from_the_subjects_without_reading_every_commit(
@@ -564,16 +562,7 @@ def test_the_subjects_are_read_page_after_page(store: SessionStore) -> None:
 
 
 def _delete_message(stream: str, seq: int) -> None:
-    import nats
-
-    async def delete() -> None:
-        nc = await nats.connect(NATS_BASE)
-        try:
-            await nc.jetstream().delete_msg(stream, seq)
-        finally:
-            await nc.close()
-
-    asyncio.run(delete())
+    _plainly(lambda js: js.delete_msg(stream, seq))
 
 
 def _snapshotted(store: SessionStore, commits: int, tail: int) -> Session:
